@@ -1,0 +1,84 @@
+"""Errors a user reads: every failure dsql reports is a `DsqlError`.
+
+An error carries the message, optionally the statement text with the position
+(1-based line and column) it refers to, and a hint saying how to fix it.
+`str(error)` renders all three, with a caret under the position:
+
+>>> e = SchemaError("unknown column 'x'", statement="SELECT x FROM t",
+...                 position=(1, 8), hint="columns of t are: a, b")
+>>> print(e)
+unknown column 'x'
+  SELECT x FROM t
+         ^
+hint: columns of t are: a, b
+
+The hierarchy is shallow on purpose: callers catch `DsqlError`; the subclass
+says which stage refused the input.
+"""
+
+from __future__ import annotations
+
+
+class DsqlError(Exception):
+    """An error with a message, an optional statement position, and a hint."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        statement: str | None = None,
+        position: tuple[int, int] | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.statement = statement
+        self.position = position
+        self.hint = hint
+
+    def __str__(self) -> str:
+        lines = [self.message]
+        if self.statement is not None:
+            text_lines = self.statement.splitlines() or [""]
+            if self.position is not None:
+                line_no, column = self.position
+                line_no = min(max(line_no, 1), len(text_lines))
+                lines.append("  " + text_lines[line_no - 1])
+                lines.append("  " + " " * max(column - 1, 0) + "^")
+            else:
+                lines.extend("  " + line for line in text_lines[:3])
+        if self.hint:
+            lines.append(f"hint: {self.hint}")
+        return "\n".join(lines)
+
+
+class ParseError(DsqlError):
+    """The text is not a statement dsql understands."""
+
+
+class SchemaError(DsqlError):
+    """Names or columns that do not exist, clash, or do not line up."""
+
+
+class TypeMismatchError(DsqlError):
+    """Values or expressions of types that cannot be combined."""
+
+
+class TimeError(DsqlError):
+    """An update or read at a time the collection can no longer accept or show."""
+
+
+class RecursionLimitError(DsqlError):
+    """An iteration did not converge within its round limit."""
+
+
+class UnsupportedError(DsqlError):
+    """A valid request that dsql does not (yet) compile; the hint says how to rewrite it."""
+
+
+class ExecutionError(DsqlError):
+    """The engine (Spark, DuckDB) failed while evaluating a step."""
+
+
+class EnvironmentSetupError(DsqlError):
+    """The machine lacks something dsql needs to run (such as Java for Spark)."""

@@ -1,0 +1,1 @@
+"""grammar (placeholder package: see its README)."""

@@ -1,0 +1,1 @@
+"""planner (placeholder package: see its README)."""

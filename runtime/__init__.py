@@ -1,0 +1,1 @@
+"""The differential dataflow runtime (see README.md in this folder)."""

@@ -1,0 +1,1 @@
+"""Kernels: the relational engines that evaluate the runtime's steps."""

@@ -1,0 +1,1 @@
+"""Stateful operators of the runtime: join, reduce, iterate."""
