@@ -1,0 +1,168 @@
+"""Arrangements: a collection's updates, consolidated per round and kept in a shared trace.
+
+An arrangement has key columns and value columns. Each round it consolidates and
+materializes the batch its input produced (one kernel action), hands that batch
+to its readers, and at the end of the round appends it to its `Trace`. Readers
+(join, reduce, imports) see `history()` — the batches of earlier rounds — and
+`current` — this round's batch — so the delta rules can tell old from new.
+
+`trace_handle()` returns a handle that later dataflows `import_into` the same
+worker: the import replays the (compacted) history as its first batch and then
+follows the arrangement's batches, so many views share one arrangement.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dsql.errors import SchemaError
+from dsql.runtime import relational as rel
+from dsql.runtime.dataflow import Batch, Node, Round
+from dsql.runtime.kernel.base import Frame
+from dsql.runtime.lattice import Antichain
+from dsql.runtime.trace import Trace
+
+if TYPE_CHECKING:
+    from dsql.runtime.collection import Collection
+
+
+class Arranged(Node):
+    """What every arranged node offers its readers: keys, values, history, current batch."""
+
+    keys: tuple[str, ...]
+    current: Batch | None = None
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        """The data columns that are not keys."""
+        return tuple(c for c in self.columns if c not in self.keys)
+
+    def history(self) -> list[Frame]:
+        """The frames of every batch before this round's."""
+        raise NotImplementedError
+
+    @property
+    def trace(self) -> Trace:
+        raise NotImplementedError
+
+    def as_collection(self) -> Collection:
+        """The arranged updates as a plain collection."""
+        from dsql.runtime.collection import Collection
+
+        return Collection(self)
+
+    def trace_handle(self) -> TraceHandle:
+        """A handle through which another dataflow can import this arrangement."""
+        return TraceHandle(self)
+
+
+class ArrangeNode(Arranged):
+    """Arranges its input by `keys` (see module docstring)."""
+
+    def __init__(self, source: Node, keys: tuple[str, ...]) -> None:
+        unknown = [k for k in keys if k not in source.columns]
+        if unknown:
+            raise SchemaError(
+                f"unknown key column(s) {', '.join(unknown)}",
+                hint=f"the collection has columns {', '.join(source.columns)}",
+            )
+        self.keys = keys
+        super().__init__(source.worker, (source,), source.schema, source.depth)
+        self._trace = Trace(self.kernel, self.columns, keys, self.depth)
+
+    @property
+    def trace(self) -> Trace:
+        return self._trace
+
+    def history(self) -> list[Frame]:
+        return self._trace.frames()
+
+    def step(self, rnd: Round) -> Batch | None:
+        self.current = None
+        delta = rnd.delta(self.inputs[0])
+        if delta is None:
+            return None
+        query = rel.consolidate("d", self.columns, self.depth)
+        frame = self.kernel.materialize(self.kernel.query(query, {"d": delta.frame}))
+        rows = self.kernel.count(frame)
+        if rows == 0:
+            self.kernel.release(frame)
+            return None
+        self.current = Batch(frame, rows)
+        return self.current
+
+    def finish(self, rnd: Round) -> None:
+        self._trace.advance(rnd.frontier)
+        if self.current is not None:
+            self._trace.insert(self.current.frame, self.current.rows or 0)
+        self.current = None
+
+    def release(self) -> None:
+        self._trace.release()
+
+    def describe(self) -> str:
+        return f"Arrange(keys={', '.join(self.keys) or '()'})"
+
+
+class TraceHandle:
+    """Shared read access to an arrangement's trace, for import into other dataflows.
+
+    Holding a handle holds back compaction at the frontier it was taken (or last
+    advanced) at; `advance` lets the trace compact further; `release` forgets it.
+    """
+
+    def __init__(self, source: Arranged) -> None:
+        self.source = source
+        self.frontier = source.worker.frontier
+        self._hold = source.trace.hold(self.frontier)
+
+    def advance(self, frontier: Antichain) -> None:
+        """Promise to read only at times beyond `frontier`."""
+        self.frontier = frontier
+        self.source.trace.set_hold(self._hold, frontier)
+
+    def release(self) -> None:
+        self.source.trace.release_hold(self._hold)
+
+    def import_into(self) -> ImportNode:
+        """An arrangement in the same worker that replays the history, then follows."""
+        return ImportNode(self)
+
+
+class ImportNode(Arranged):
+    """An imported arrangement: history as its first batch, then the source's batches."""
+
+    def __init__(self, handle: TraceHandle) -> None:
+        source = handle.source
+        self.handle = handle
+        self.keys = source.keys
+        super().__init__(source.worker, (source,), source.schema, source.depth)
+        self._started = False
+        self.worker.wake()
+
+    @property
+    def trace(self) -> Trace:
+        return self.handle.source.trace
+
+    def history(self) -> list[Frame]:
+        return self.handle.source.history() if self._started else []
+
+    def step(self, rnd: Round) -> Batch | None:
+        source = self.handle.source
+        if self._started:
+            self.current = source.current
+            return self.current
+        self._started = True
+        frames = source.history() + ([source.current.frame] if source.current else [])
+        self.current = Batch(self.kernel.union(frames)) if frames else None
+        return self.current
+
+    def finish(self, rnd: Round) -> None:
+        self.handle.advance(rnd.frontier)
+        self.current = None
+
+    def release(self) -> None:
+        self.handle.release()
+
+    def describe(self) -> str:
+        return f"Import(keys={', '.join(self.keys) or '()'})"

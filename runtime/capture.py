@@ -1,0 +1,119 @@
+"""Sinks: `Capture` collects a collection's updates for SUBSCRIBE; `Probe` tells completeness.
+
+A capture keeps every update it receives (one kernel action per round that has
+a batch) and hands out, on `poll`, the consolidated updates at complete times in
+time order; updates at times the frontier has not passed wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dsql.runtime.dataflow import Batch, Node, Round
+from dsql.runtime.lattice import DIFF, Antichain, time_columns
+
+
+class Probe:
+    """Reports which times of a collection may still change."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    @property
+    def frontier(self) -> Antichain:
+        """Times not beyond this frontier are final in the probed collection."""
+        return self.node.worker.frontier
+
+    def less_than(self, time: int) -> bool:
+        """Whether some time strictly before `time` may still change."""
+        return self.frontier.less_than((time,)) or any(f[0] < time for f in self.frontier)
+
+    def less_equal(self, time: int) -> bool:
+        """Whether `time` or an earlier time may still change."""
+        return self.frontier.less_equal((time,))
+
+
+class CaptureNode(Node):
+    """Collects updates (see module docstring)."""
+
+    def __init__(self, source: Node, callback: Callable[[pa.Table], None] | None = None) -> None:
+        super().__init__(source.worker, (source,), source.schema, source.depth)
+        self._callback = callback
+        self._held: list[pa.Table] = []
+        self._ready: list[pa.Table] = []
+        self._frontier = Antichain([(0,) * source.depth])
+
+    def step(self, rnd: Round) -> Batch | None:
+        delta = rnd.delta(self.inputs[0])
+        if delta is not None:
+            table = self.kernel.to_arrow(delta.frame).select(list(self.all_columns()))
+            if table.num_rows:
+                if self._callback is not None:
+                    self._callback(table)
+                self._held.append(table)
+        return None
+
+    def finish(self, rnd: Round) -> None:
+        self._frontier = rnd.frontier
+        if not self._held:
+            return
+        held = pa.concat_tables(self._held)
+        times = time_columns(self.depth)
+        complete = _complete_mask(held, times, rnd.frontier)
+        self._ready.append(held.filter(complete))
+        rest = held.filter(pc.invert(complete))
+        self._held = [rest] if rest.num_rows else []
+
+    @property
+    def frontier(self) -> Antichain:
+        return self._frontier
+
+    def poll(self) -> pa.Table:
+        """Consolidated updates at complete times not yet polled, ordered by time."""
+        if not self._ready:
+            return self._empty()
+        ready = pa.concat_tables(self._ready)
+        self._ready = []
+        return consolidate_table(ready, self.columns, time_columns(self.depth))
+
+    def _empty(self) -> pa.Table:
+        from dsql.runtime.dataflow import batch_schema
+
+        return batch_schema(self.schema, self.depth).empty_table()
+
+    def describe(self) -> str:
+        return "Capture"
+
+
+def _complete_mask(table: pa.Table, times: tuple[str, ...], frontier: Antichain) -> pa.Array:
+    """Rows whose time no frontier element is `<=` (all rows when the frontier is empty)."""
+    beyond = pa.array([False] * table.num_rows)
+    for f in frontier:
+        ge = None
+        for i, t in enumerate(times):
+            cond = pc.greater_equal(table[t], f[i])
+            ge = cond if ge is None else pc.and_(ge, cond)
+        beyond = pc.or_(beyond, ge)
+    return pc.invert(beyond)
+
+
+def consolidate_table(table: pa.Table, columns: tuple[str, ...], times: tuple[str, ...]) -> pa.Table:
+    """Sum diffs of equal (row, time) pairs in an Arrow table, drop zeros, sort by time."""
+    if table.num_rows == 0:
+        return table
+    keys = [*columns, *times]
+    grouped = table.group_by(keys, use_threads=False).aggregate([(DIFF, "sum")])
+    grouped = grouped.rename_columns(
+        [DIFF if n == f"{DIFF}_sum" else n for n in grouped.column_names]
+    )
+    grouped = grouped.filter(pc.not_equal(grouped[DIFF], 0)).select([*keys, DIFF])
+    order = [(t, "ascending") for t in times] + [(c, "ascending") for c in columns
+                                                 if _sortable(table.schema.field(c).type)]
+    return grouped.sort_by(order)
+
+
+def _sortable(t: pa.DataType) -> bool:
+    return not (pa.types.is_nested(t) or pa.types.is_dictionary(t))

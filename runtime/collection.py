@@ -1,0 +1,381 @@
+"""Collections: multisets of rows changing over time, and the operators that build dataflows.
+
+A `Collection` wraps one operator (node) of a worker's graph; its methods add
+operators and return new collections. Expressions are SQL strings (in the
+worker's dialect, PostgreSQL by default) or sqlglot expressions, never per-row
+Python: they run inside the kernel's engine. Linear operators (`map`, `filter`,
+`project`, `negate`, `flat_map`, `explode`, `join_function`) applied one after
+another fuse into a single `Linear` operator evaluated as one projection.
+
+>>> from dsql.runtime.kernel.local import LocalKernel
+>>> from dsql.runtime.dataflow import Worker
+>>> worker = Worker(LocalKernel())
+>>> manages = worker.new_input({"m2": "int", "m1": "int"})
+>>> skip = (manages.to_collection().map("m1 AS k", "m2 AS boss")
+...         .join(manages.to_collection().map("m2 AS k", "m1 AS person"), on=["k"]))
+>>> out = skip.capture()
+>>> for person in range(4): manages.insert((person // 2, person))
+>>> manages.advance_to(1); manages.flush(); worker.step()
+True
+>>> sorted(out.poll().to_pylist(), key=lambda r: r["person"])[0]
+{'k': 0, 'boss': 0, 'person': 0, '__time__': 0, '__diff__': 1}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+
+from dsql.errors import ParseError, SchemaError
+from dsql.runtime import relational as rel
+from dsql.runtime.arrangement import Arranged, ArrangeNode
+from dsql.runtime.capture import CaptureNode, Probe
+from dsql.runtime.dataflow import Batch, Node, Round, Worker
+from dsql.runtime.lattice import DIFF, time_columns
+from dsql.runtime.linear import Branch, Branches, Linear, Unnest
+from dsql.runtime.operators.join import JoinNode
+from dsql.runtime.operators.reduce import ReduceNode
+from dsql.runtime.operators.reduce_logic import (
+    Count, Distinct, PythonLogic, ReduceLogic, Threshold, parse_aggregates,
+)
+
+Expr = str | exp.Expression
+
+
+def parse_expression(text: Expr, dialect: str) -> exp.Expression:
+    """A sqlglot expression from SQL text; a ParseError with the position otherwise."""
+    if isinstance(text, exp.Expression):
+        return text
+    try:
+        return sqlglot.parse_one(text, read=dialect)
+    except sqlglot.errors.ParseError as error:
+        info = error.errors[0] if error.errors else {}
+        line, column = info.get("line", 1), info.get("col", 1)
+        raise ParseError(
+            f"cannot parse expression: {info.get('description', str(error))}",
+            statement=text, position=(line, column),
+        ) from error
+
+
+def parse_named(text: Expr, dialect: str) -> tuple[str, exp.Expression]:
+    """`(name, expression)` from `"expr AS name"` or a bare column reference."""
+    e = parse_expression(text, dialect)
+    if isinstance(e, exp.Alias):
+        return e.alias, e.this
+    if isinstance(e, exp.Column):
+        return e.name, e
+    raise SchemaError(
+        f"the output expression {e.sql()!r} needs a name",
+        hint="write it as '<expression> AS <name>'",
+    )
+
+
+class LinearNode(Node):
+    """A fused chain of linear steps over one input."""
+
+    lazy = True
+
+    def __init__(self, source: Node, linear: Linear) -> None:
+        self.linear = linear
+        query = linear.compile(source.kernel, "src", source.columns, source.depth)
+        schema = source.worker.output_schema(query, {"src": source})
+        super().__init__(source.worker, (source,), schema, source.depth)
+
+    def step(self, rnd: Round) -> Batch | None:
+        delta = rnd.delta(self.inputs[0])
+        if delta is None:
+            return None
+        source = self.inputs[0]
+        query = self.linear.compile(self.kernel, "src", source.columns, self.depth)
+        return Batch(self.kernel.query(query, {"src": delta.frame}))
+
+    def describe(self) -> str:
+        return f"Linear({len(self.linear.steps)} steps)"
+
+
+class ConcatNode(Node):
+    """The multiset sum of collections with the same columns."""
+
+    lazy = True
+
+    def __init__(self, sources: Sequence[Node]) -> None:
+        first = sources[0]
+        for other in sources[1:]:
+            if other.columns != first.columns:
+                raise SchemaError(
+                    f"concat of collections with different columns: ({', '.join(first.columns)}) "
+                    f"and ({', '.join(other.columns)})",
+                    hint="map both sides to the same column names first",
+                )
+            if other.depth != first.depth:
+                raise SchemaError("concat of collections from different scopes")
+        super().__init__(first.worker, tuple(sources), first.schema, first.depth)
+
+    def step(self, rnd: Round) -> Batch | None:
+        frames = [d.frame for n in self.inputs if (d := rnd.delta(n)) is not None]
+        if not frames:
+            return None
+        if len(frames) == 1:
+            return Batch(frames[0])
+        cols = list(self.all_columns())
+        return Batch(self.kernel.union([self._select(f, cols) for f in frames]))
+
+    def _select(self, frame: Any, cols: list[str]) -> Any:
+        return self.kernel.query(rel.select("f", [rel.col(c) for c in cols]), {"f": frame})
+
+
+class ConsolidateNode(Node):
+    """The same updates with equal (row, time) pairs summed and zeros dropped."""
+
+    lazy = True
+
+    def __init__(self, source: Node) -> None:
+        super().__init__(source.worker, (source,), source.schema, source.depth)
+
+    def step(self, rnd: Round) -> Batch | None:
+        delta = rnd.delta(self.inputs[0])
+        if delta is None:
+            return None
+        query = rel.consolidate("d", self.columns, self.depth)
+        return Batch(self.kernel.query(query, {"d": delta.frame}))
+
+
+class Collection:
+    """A collection of rows changing over time (see module docstring)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    # --- facts ---------------------------------------------------------------------
+    @property
+    def worker(self) -> Worker:
+        return self.node.worker
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The data columns' names and Arrow types."""
+        return self.node.schema
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.node.columns
+
+    @property
+    def depth(self) -> int:
+        """The number of time coordinates (1 outside any iteration)."""
+        return self.node.depth
+
+    def __repr__(self) -> str:
+        return f"Collection({', '.join(self.columns)}; {self.node.describe()})"
+
+    # --- linear operators ----------------------------------------------------------
+    def _linear(self, step: Branches | Unnest) -> Collection:
+        node = self.node
+        if isinstance(node, LinearNode):
+            return Collection(LinearNode(node.inputs[0], node.linear.then(Linear((step,)))))
+        return Collection(LinearNode(node, Linear((step,))))
+
+    def _parse(self, text: Expr) -> exp.Expression:
+        return parse_expression(text, self.worker.dialect)
+
+    def _identity(self) -> list[tuple[str, exp.Expression]]:
+        return rel.passthrough(self.columns)
+
+    def map(self, *outputs: Expr) -> Collection:
+        """Each row replaced by the named expressions (`"a + 1 AS b"`, or a column name)."""
+        if not outputs:
+            raise SchemaError("map needs at least one output column")
+        return self._linear(
+            Branches.single([parse_named(o, self.worker.dialect) for o in outputs])
+        )
+
+    def filter(self, predicate: Expr) -> Collection:
+        """The rows for which `predicate` is true (NULL counts as false)."""
+        return self._linear(Branches.single(self._identity(), where=self._parse(predicate)))
+
+    def project(self, *columns: str) -> Collection:
+        """The named columns only."""
+        return self.map(*columns)
+
+    def negate(self) -> Collection:
+        """Every update with its diff negated."""
+        return self._linear(Branches.single(self._identity(), diff=rel.lit(-1)))
+
+    def explode(self, diff: Expr) -> Collection:
+        """Each row with its diff multiplied by `diff` (may be zero or negative)."""
+        return self._linear(Branches.single(self._identity(), diff=self._parse(diff)))
+
+    def flat_map(self, array: Expr, name: str, keep: Sequence[str] | None = None) -> Collection:
+        """One row per element of the array expression, as column `name` beside `keep`."""
+        kept = tuple(self.columns if keep is None else keep)
+        return self._linear(Unnest(name, self._parse(array), kept))
+
+    def join_function(self, branches: Sequence[dict[str, Any]]) -> Collection:
+        """The general linear operator: per row, one output per branch.
+
+        Each branch is a dict with `columns` (list of `"expr AS name"`), and
+        optionally `where` (a condition), `time` (an expression for the time the
+        output is at least at; a list gives one per time coordinate) and `diff`
+        (a factor for the diff). Output time = lattice join with the input time;
+        output diff = input diff times `diff`.
+        """
+        built = []
+        for b in branches:
+            columns = [parse_named(c, self.worker.dialect) for c in b.get("columns", self.columns)]
+            time = b.get("time")
+            times = time if isinstance(time, list | tuple) else [time]
+            built.append(Branch(
+                tuple(columns),
+                where=self._parse(b["where"]) if b.get("where") is not None else None,
+                time=tuple(self._parse(t) if t is not None else None for t in times),
+                diff=self._parse(b["diff"]) if b.get("diff") is not None else None,
+            ))
+        names = [tuple(n for n, _ in b.columns) for b in built]
+        if len(set(names)) > 1:
+            raise SchemaError("every branch of join_function must name the same output columns")
+        return self._linear(Branches(tuple(built)))
+
+    # --- other stateless operators -------------------------------------------------
+    def concat(self, *others: Collection) -> Collection:
+        """The multiset sum of this collection and the others."""
+        return Collection(ConcatNode([self.node, *(o.node for o in others)]))
+
+    def consolidate(self) -> Collection:
+        """The same collection, one update per (row, time)."""
+        return Collection(ConsolidateNode(self.node))
+
+    def inspect(self, callback: Callable[[pa.Table], None]) -> Collection:
+        """Call `callback` with each round's updates (an Arrow table); returns self."""
+        CaptureNode(self.node, callback)
+        return self
+
+    def probe(self) -> Probe:
+        """A probe reporting which times of this collection may still change."""
+        return Probe(self.node)
+
+    def capture(self) -> CaptureNode:
+        """A sink collecting the updates (see `CaptureNode.poll`)."""
+        return CaptureNode(self.node)
+
+    # --- arrangements, joins, reductions -------------------------------------------
+    def arrange_by_key(self, *keys: str) -> Arrangement:
+        """The collection arranged (indexed, shared) by the key columns."""
+        return Arrangement(ArrangeNode(self.node, tuple(keys)))
+
+    def arrange_by_self(self) -> Arrangement:
+        """The collection arranged by all of its columns."""
+        return Arrangement(ArrangeNode(self.node, self.columns))
+
+    def join(self, other: Collection, on: Sequence[str | tuple[str, str]]) -> Collection:
+        """Pairs of rows with equal keys: this row's columns, then the other's non-key columns."""
+        left_keys, right_keys = _split_on(on)
+        return self.arrange_by_key(*left_keys).join_core(other.arrange_by_key(*right_keys))
+
+    def semijoin(self, keys: Collection, on: Sequence[str | tuple[str, str]]) -> Collection:
+        """The rows whose key occurs in `keys` (diffs multiplied by the key's count)."""
+        left_keys, right_keys = _split_on(on)
+        right = keys.project(*right_keys) if keys.columns != tuple(right_keys) else keys
+        return self.arrange_by_key(*left_keys).semijoin(right.arrange_by_self())
+
+    def antijoin(self, keys: Collection, on: Sequence[str | tuple[str, str]]) -> Collection:
+        """The rows whose key does not occur in `keys`."""
+        _, right_keys = _split_on(on)
+        present = keys.project(*right_keys).distinct()
+        return self.concat(self.semijoin(present, on).negate())
+
+    def reduce(
+        self,
+        keys: Sequence[str],
+        aggregates: Sequence[str | tuple[str, str]] | None = None,
+        logic: ReduceLogic | Callable[[tuple, pa.Table], pa.Table] | None = None,
+        output: pa.Schema | None = None,
+    ) -> Collection:
+        """Per key, SQL `aggregates` (`"sum(x) AS s"`), or a `logic` over each group.
+
+        A Python `logic(key, group) -> pa.Table` needs the `output` schema; it is
+        the slow path (groups are collected to the driver).
+        """
+        if aggregates is not None:
+            chosen: ReduceLogic = parse_aggregates(aggregates, self.worker.dialect)
+        elif isinstance(logic, ReduceLogic):
+            chosen = logic
+        elif logic is not None:
+            if output is None:
+                raise SchemaError("a Python reduce logic needs its output schema")
+            chosen = PythonLogic(logic, output)
+        else:
+            raise SchemaError("reduce needs aggregates or a logic")
+        if not keys:
+            keyed = self.map("0 AS __global__", *self.columns)
+            reduced = keyed.arrange_by_key("__global__").reduce(chosen).as_collection()
+            return reduced.project(*(c for c in reduced.columns if c != "__global__"))
+        return self.arrange_by_key(*keys).reduce(chosen).as_collection()
+
+    def count(self) -> Collection:
+        """Each distinct row with its multiplicity in a column `count`."""
+        return self.arrange_by_self().reduce(Count()).as_collection()
+
+    def distinct(self) -> Collection:
+        """Each present row once."""
+        return self.arrange_by_self().reduce(Distinct()).as_collection()
+
+    def threshold(self, weight: Expr) -> Collection:
+        """Each row with multiplicity given by a SQL expression over `__count__`."""
+        return self.arrange_by_self().reduce(Threshold(self._parse(weight))).as_collection()
+
+
+class Arrangement:
+    """An arranged collection: indexed by key, shared by every operator that reads it."""
+
+    def __init__(self, node: Arranged) -> None:
+        self.node = node
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self.node.keys
+
+    @property
+    def trace(self) -> Any:
+        return self.node.trace
+
+    def as_collection(self) -> Collection:
+        return Collection(self.node)
+
+    def trace_handle(self) -> Any:
+        """A handle to import this arrangement into dataflows built later."""
+        return self.node.trace_handle()
+
+    def join_core(self, other: Arrangement) -> Collection:
+        """Pairs of rows with equal keys: this side's columns, then the other's values."""
+        return Collection(JoinNode(self.node, other.node))
+
+    def semijoin(self, other: Arrangement) -> Collection:
+        """This side's rows whose key is in `other` (arranged by its keys, no values)."""
+        return Collection(JoinNode(self.node, other.node, kind="semi"))
+
+    def reduce(self, logic: ReduceLogic) -> Arrangement:
+        """Per key, the logic over the accumulated group; the result is arranged by key."""
+        return Arrangement(ReduceNode(self.node, logic))
+
+    def stats(self) -> dict[str, int]:
+        """Rows, bytes and batch count of the trace."""
+        trace = self.node.trace
+        return {"rows": trace.rows, "bytes": trace.nbytes(), "batches": len(trace.batches)}
+
+
+def _split_on(on: Sequence[str | tuple[str, str]]) -> tuple[list[str], list[str]]:
+    left = [k if isinstance(k, str) else k[0] for k in on]
+    right = [k if isinstance(k, str) else k[1] for k in on]
+    return left, right
+
+
+def import_arrangement(handle: Any) -> Arrangement:
+    """An arrangement that replays `handle`'s trace into a dataflow built now."""
+    return Arrangement(handle.import_into())
+
+
+__all__ = ["Arrangement", "Collection", "import_arrangement", "DIFF", "time_columns"]

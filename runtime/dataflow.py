@@ -1,0 +1,239 @@
+"""The worker: a graph of operators, and the driver-side scheduler that runs it in rounds.
+
+Operators (nodes) are created by `Collection` methods and appended to the
+worker, so creation order is a topological order. A *round* starts when inputs
+have flushed updates or advanced their frontiers: every live node, in order,
+turns the batches its inputs produced this round into its own output batch
+(`Node.step`), then every node tidies its state (`Node.finish`: arrangements
+append and merge, captures release complete updates).
+
+The worker's frontier is the meet of its open inputs' frontiers: every time not
+beyond it is complete, and after a round every operator's output at those times
+is final. Updates may carry times beyond the frontier (`update_at`, temporal
+filters); stateful operators hold them until the frontier passes.
+
+A batch is lazy where the kernel allows (Spark composes a round's steps into
+few jobs); nodes that keep state materialize what they keep.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from dsql.errors import SchemaError
+from dsql.runtime.kernel.base import Frame, Kernel
+from dsql.runtime.lattice import DIFF, Antichain, time_columns
+
+if TYPE_CHECKING:
+    from dsql.runtime.input import InputSession
+
+
+@dataclass(slots=True)
+class Batch:
+    """Updates produced by one node in one round: a frame and, when known, its row count."""
+
+    frame: Frame
+    rows: int | None = None
+
+
+@dataclass(slots=True)
+class Round:
+    """What a round knows: its number, the frontiers before and after, and the batches so far."""
+
+    number: int
+    previous: Antichain
+    frontier: Antichain
+    outputs: dict[int, Batch | None] = field(default_factory=dict)
+
+    def delta(self, node: Node) -> Batch | None:
+        """The batch `node` produced this round (None when it produced nothing)."""
+        return self.outputs.get(node.id)
+
+
+class Node:
+    """An operator of the worker's graph.
+
+    Subclasses set `columns` and `schema` (the data columns' names and Arrow types)
+    and implement `step`. Invariant: for every time, the accumulation of a node's
+    outputs equals its operator applied to the accumulations of its inputs.
+    """
+
+    #: A lazy node is skipped in rounds when nothing reads it (e.g. a map fused into another).
+    lazy = False
+
+    def __init__(self, worker: Worker, inputs: tuple[Node, ...], schema: pa.Schema, depth: int):
+        self.worker = worker
+        self.consumers = 0
+        for node in inputs:
+            node.consumers += 1
+        self.inputs = inputs
+        self.schema = schema
+        self.depth = depth
+        self.dropped = False
+        self.id = worker._register(self)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The names of the data columns."""
+        return tuple(self.schema.names)
+
+    @property
+    def kernel(self) -> Kernel:
+        return self.worker.kernel
+
+    def all_columns(self) -> tuple[str, ...]:
+        """Data columns, then time columns, then the diff column."""
+        return (*self.columns, *time_columns(self.depth), DIFF)
+
+    def step(self, rnd: Round) -> Batch | None:
+        """Produce this round's output from the inputs' batches of this round."""
+        raise NotImplementedError
+
+    def finish(self, rnd: Round) -> None:
+        """Tidy state at the end of a round (after every node has stepped)."""
+
+    def release(self) -> None:
+        """Free any storage the node holds (it is being dropped)."""
+
+    def describe(self) -> str:
+        """A one-line description for EXPLAIN-style listings."""
+        return type(self).__name__
+
+
+class Worker:
+    """Owns the kernel, the operator graph, the inputs and the round scheduler."""
+
+    def __init__(self, kernel: Kernel | None = None, dialect: str = "postgres") -> None:
+        if kernel is None:
+            from dsql.runtime.kernel.spark import SparkKernel
+
+            kernel = SparkKernel()
+        self.kernel = kernel
+        #: The SQL dialect in which expression strings given to operators are read.
+        self.dialect = dialect
+        self.nodes: list[Node] = []
+        self.inputs: list[InputSession] = []
+        self.frontier = Antichain([(0,)])
+        self.rounds = 0
+        self._woken = False
+        self._empty: dict[tuple[tuple[str, str], ...], Frame] = {}
+
+    def _register(self, node: Node) -> int:
+        self.nodes.append(node)
+        return len(self.nodes) - 1
+
+    # --- building ------------------------------------------------------------------
+    def new_input(self, schema: pa.Schema | dict[str, Any] | list[tuple[str, Any]]) -> InputSession:
+        """A new input collection with the given data columns (names and Arrow types)."""
+        from dsql.runtime.input import InputSession
+
+        session = InputSession(self, _as_schema(schema))
+        self.inputs.append(session)
+        return session
+
+    def empty_frame(self, schema: pa.Schema, depth: int) -> Frame:
+        """An empty frame of a batch relation with these data columns (cached)."""
+        full = batch_schema(schema, depth)
+        key = tuple((f.name, str(f.type)) for f in full)
+        if key not in self._empty:
+            self._empty[key] = self.kernel.from_arrow(full.empty_table())
+        return self._empty[key]
+
+    def output_schema(self, query: Any, inputs: dict[str, Node]) -> pa.Schema:
+        """The data columns of `query` evaluated over empty inputs (validates it, too)."""
+        frames = {name: self.empty_frame(node.schema, node.depth) for name, node in inputs.items()}
+        frame = self.kernel.query(query, frames)
+        full = self.kernel.schema(frame)
+        data = [f for f in full if not f.name.startswith("__time") and f.name != DIFF]
+        return pa.schema(data)
+
+    # --- running -------------------------------------------------------------------
+    def input_frontier(self) -> Antichain:
+        """The meet of the open inputs' frontiers (empty when every input is closed)."""
+        times = [s.frontier for s in self.inputs if not s.closed]
+        return Antichain([(min(times),)]) if times else Antichain()
+
+    def wake(self) -> None:
+        """Ask for a round at the next `step` even if no input changed (a new import)."""
+        self._woken = True
+
+    def step(self) -> bool:
+        """Run one round if any input flushed updates or moved its frontier.
+
+        Returns whether a round ran. After it, every output at times not beyond the
+        worker's frontier is final.
+        """
+        frontier = self.input_frontier()
+        has_data = any(s.has_flushed() for s in self.inputs)
+        if not has_data and frontier == self.frontier and not self._woken:
+            return False
+        self._woken = False
+        self.rounds += 1
+        rnd = Round(self.rounds, self.frontier, frontier)
+        for node in self.nodes:
+            if not node.dropped and not (node.lazy and node.consumers == 0):
+                rnd.outputs[node.id] = node.step(rnd)
+        for node in self.nodes:
+            if not node.dropped:
+                node.finish(rnd)
+        self.frontier = frontier
+        return True
+
+    def run(self) -> None:
+        """Step until no input has anything to deliver."""
+        while self.step():
+            pass
+
+    def drop(self, nodes: list[Node]) -> None:
+        """Remove operators from the graph and free their state."""
+        for node in nodes:
+            node.dropped = True
+            node.release()
+
+
+def batch_schema(data: pa.Schema, depth: int) -> pa.Schema:
+    """The schema of a batch relation: data columns, time columns, diff."""
+    fields = list(data) + [pa.field(t, pa.int64()) for t in time_columns(depth)]
+    return pa.schema(fields + [pa.field(DIFF, pa.int64())])
+
+
+def _as_schema(schema: pa.Schema | dict[str, Any] | list[tuple[str, Any]]) -> pa.Schema:
+    if isinstance(schema, pa.Schema):
+        result = schema
+    else:
+        items = schema.items() if isinstance(schema, dict) else schema
+        result = pa.schema([(name, _as_type(t)) for name, t in items])
+    for name in result.names:
+        if name.startswith("__"):
+            raise SchemaError(
+                f"column name {name!r} is reserved", hint="names starting with '__' are internal"
+            )
+    if len(set(result.names)) != len(result.names):
+        raise SchemaError("duplicate column names in schema", hint="give each column its own name")
+    return result
+
+
+def _as_type(t: Any) -> pa.DataType:
+    if isinstance(t, pa.DataType):
+        return t
+    names = {
+        "int": pa.int64(), "bigint": pa.int64(), "integer": pa.int64(), "int64": pa.int64(),
+        "int32": pa.int32(), "double": pa.float64(), "float": pa.float64(),
+        "float64": pa.float64(), "string": pa.string(), "text": pa.string(),
+        "varchar": pa.string(), "bool": pa.bool_(), "boolean": pa.bool_(),
+        "date": pa.date32(), "timestamp": pa.timestamp("us"),
+    }
+    if isinstance(t, str) and t.lower() in names:
+        return names[t.lower()]
+    if t is int:
+        return pa.int64()
+    if t is float:
+        return pa.float64()
+    if t is str:
+        return pa.string()
+    if t is bool:
+        return pa.bool_()
+    raise SchemaError(f"unknown column type {t!r}", hint="use an Arrow type or int/float/str/bool")

@@ -1,0 +1,96 @@
+"""The kernel interface: the narrow relational engine every runtime operator is written against.
+
+A kernel evaluates relational steps over *frames*: engine-specific handles to a
+relation (a Spark DataFrame, an Arrow table for the in-process kernel). The
+runtime never looks inside a frame; it hands the kernel sqlglot ASTs and frames,
+and gets frames back. The steps themselves (projection, filter, explode, join on
+keys, group and aggregate, union, consolidate, running aggregates) are built once,
+as sqlglot queries, in `dsql.runtime.relational`, so that every kernel evaluates
+the same query and results never depend on which kernel ran a step.
+
+What a kernel must provide:
+
+- `from_arrow` / `to_arrow`: data in and out of the driver;
+- `query(select, inputs)`: evaluate a sqlglot query whose tables are the names
+  of `inputs` (lazily where the engine allows);
+- `materialize` / `release`: evaluate a frame now and cut its lineage, so later
+  steps read stored rows; release the storage when no reader remains;
+- `count`, `nbytes`, `schema`: sizes and column types;
+- `fanout(branches)`: the engine's spelling of "one input row becomes these rows"
+  (Spark: `inline(array(struct...))`; DuckDB: `unnest([{...}], recursive := true)`).
+
+Invariant: a kernel never changes the multiset a query denotes; `materialize`
+returns a frame with the same rows as its argument.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from sqlglot import exp
+
+Frame = Any
+"""An engine-specific relation handle (Spark DataFrame, Arrow table, ...)."""
+
+
+class Kernel(ABC):
+    """A relational engine that evaluates the runtime's steps (see module docstring)."""
+
+    #: sqlglot dialect in which this kernel reads SQL.
+    dialect: str = ""
+    #: A short name for EXPLAIN and SHOW ARRANGEMENTS ("spark", "local").
+    name: str = ""
+
+    @abstractmethod
+    def from_arrow(self, table: pa.Table) -> Frame:
+        """A frame holding the rows of an Arrow table."""
+
+    @abstractmethod
+    def to_arrow(self, frame: Frame) -> pa.Table:
+        """The rows of a frame as an Arrow table (an action: it evaluates the frame)."""
+
+    @abstractmethod
+    def query(self, select: exp.Query, inputs: Mapping[str, Frame]) -> Frame:
+        """Evaluate `select`, whose table names are the keys of `inputs`."""
+
+    @abstractmethod
+    def materialize(self, frame: Frame) -> Frame:
+        """Evaluate `frame` now and store its rows; the result has no lineage."""
+
+    @abstractmethod
+    def release(self, frame: Frame) -> None:
+        """Free storage held by a frame returned from `materialize`."""
+
+    @abstractmethod
+    def count(self, frame: Frame) -> int:
+        """The number of rows of a frame (an action)."""
+
+    @abstractmethod
+    def nbytes(self, frame: Frame) -> int:
+        """An estimate of the bytes a materialized frame holds."""
+
+    @abstractmethod
+    def schema(self, frame: Frame) -> pa.Schema:
+        """The column names and types of a frame, as an Arrow schema (no action)."""
+
+    @abstractmethod
+    def fanout(self, branches: Sequence[Sequence[tuple[str, exp.Expression]]]) -> exp.Expression:
+        """A select-list expression turning each input row into one row per branch.
+
+        Every branch names the same output columns, in the same order.
+        """
+
+    def union(self, frames: Sequence[Frame]) -> Frame:
+        """The multiset sum of frames with the same columns (by name)."""
+        from dsql.runtime import relational
+
+        names = {f"__u{i}": frame for i, frame in enumerate(frames)}
+        columns = self.schema(frames[0]).names
+        return self.query(relational.union_all(list(names), columns), names)
+
+    def sql(self, select: exp.Expression) -> str:
+        """The text of `select` in this kernel's dialect."""
+        return select.sql(dialect=self.dialect)

@@ -1,0 +1,90 @@
+"""The in-process kernel: frames are Arrow tables, steps are DuckDB SQL over them.
+
+For relations so small that a Spark job's fixed cost would dominate. Every query
+runs at once (frames are always materialized Arrow tables), so `materialize` is
+the identity and lineage never grows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+from sqlglot import exp
+
+from dsql.errors import ExecutionError, SchemaError
+from dsql.runtime.kernel.base import Kernel
+
+
+class LocalKernel(Kernel):
+    """Evaluates runtime steps with DuckDB over Arrow tables in the driver."""
+
+    dialect = "duckdb"
+    name = "local"
+
+    def __init__(self) -> None:
+        import duckdb
+
+        self._con = duckdb.connect()
+        self._con.execute("SET threads TO 2")
+
+    def from_arrow(self, table: pa.Table) -> pa.Table:
+        return table
+
+    def to_arrow(self, frame: pa.Table) -> pa.Table:
+        return frame
+
+    def query(self, select: exp.Query, inputs: Mapping[str, pa.Table]) -> pa.Table:
+        text = self.sql(select)
+        con = self._con.cursor()
+        try:
+            for name, table in inputs.items():
+                con.register(name, table)
+            result = con.sql(text).to_arrow_table()
+        except Exception as error:  # noqa: BLE001 - engine errors become DsqlErrors
+            message = str(error).strip().splitlines()[0]
+            if "Referenced column" in message or "not found in FROM clause" in message:
+                raise SchemaError(f"unknown column: {message}") from error
+            raise ExecutionError(f"DuckDB failed: {message}", statement=text) from error
+        finally:
+            con.close()
+        return result
+
+    def materialize(self, frame: pa.Table) -> pa.Table:
+        return frame.combine_chunks() if frame.num_columns else frame
+
+    def release(self, frame: pa.Table) -> None:
+        return None
+
+    def count(self, frame: pa.Table) -> int:
+        return frame.num_rows
+
+    def nbytes(self, frame: pa.Table) -> int:
+        return frame.nbytes
+
+    def schema(self, frame: pa.Table) -> pa.Schema:
+        return frame.schema
+
+    def union(self, frames: Sequence[pa.Table]) -> pa.Table:
+        first = frames[0].schema
+        return pa.concat_tables(
+            [frames[0]] + [f.select(first.names).cast(first) for f in frames[1:]]
+        )
+
+    def fanout(self, branches: Sequence[Sequence[tuple[str, exp.Expression]]]) -> exp.Expression:
+        structs = [
+            exp.Struct(
+                expressions=[
+                    exp.PropertyEQ(this=exp.to_identifier(name, quoted=True), expression=e)
+                    for name, e in branch
+                ]
+            )
+            for branch in branches
+        ]
+        return exp.Anonymous(
+            this="UNNEST",
+            expressions=[
+                exp.Array(expressions=structs),
+                exp.Kwarg(this=exp.var("recursive"), expression=exp.true()),
+            ],
+        )

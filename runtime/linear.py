@@ -1,0 +1,157 @@
+"""The general linear operator (`join_function`) and its compilation to one query.
+
+A linear operator maps every update `(row, t, d)` to updates
+`(row2, join(t, t2), d * d2)` for each `(row2, t2, d2)` that its logic produces
+from `row` alone (seed "generalizing linear operators"). Map, filter, project,
+negate, flat_map (table functions), explode (diffs from data) and temporal
+filters are all instances. Here the logic is a chain of steps:
+
+- `Branches`: a fixed fan-out. Each `Branch` has an optional condition, output
+  columns, optional per-coordinate time expressions `t2` and a diff factor `d2`.
+  One branch with no time or diff is a map/filter/project; two branches with times
+  `lo` and `hi` and diffs `+1`/`-1` are a temporal filter; a diff of `-1` negates.
+- `Unnest`: a variable fan-out, one output row per element of an array expression
+  (generate_series, unnest).
+
+`Linear` is a value: `then` composes two chains; `compile` renders the whole chain
+as a single query, so a chain of linear operators costs one projection (and both
+engines collapse the nested selects into one pass).
+
+>>> from sqlglot import parse_one
+>>> step = Branches.single([("y", parse_one("x + 1"))], where=parse_one("x > 0"))
+>>> Linear((step,)).output_columns(("x",))
+('y',)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from dsql.runtime import relational as rel
+from dsql.runtime.kernel.base import Kernel
+from dsql.runtime.lattice import DIFF, time_columns
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """One output row per input row that satisfies `where`."""
+
+    columns: tuple[tuple[str, exp.Expression], ...]
+    where: exp.Expression | None = None
+    #: Per time coordinate, an expression for `t2` (output = GREATEST(t, t2)), or None.
+    time: tuple[exp.Expression | None, ...] = ()
+    #: A factor the input diff is multiplied by, or None for 1.
+    diff: exp.Expression | None = None
+
+    def __post_init__(self) -> None:
+        names = [name for name, _ in self.columns]
+        if len(set(names)) != len(names):
+            from dsql.errors import SchemaError
+
+            duplicate = sorted({n for n in names if names.count(n) > 1})
+            raise SchemaError(
+                f"duplicate output column(s): {', '.join(duplicate)}",
+                hint="give each output expression a distinct name with AS",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Branches:
+    """A fixed fan-out: every input row yields one row per branch whose condition holds."""
+
+    branches: tuple[Branch, ...]
+
+    @classmethod
+    def single(
+        cls,
+        columns: Sequence[tuple[str, exp.Expression]],
+        where: exp.Expression | None = None,
+        diff: exp.Expression | None = None,
+    ) -> Branches:
+        """One branch: a map (with an optional filter and diff factor)."""
+        return cls((Branch(tuple(columns), where=where, diff=diff),))
+
+    def output_columns(self, inputs: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.branches[0].columns)
+
+
+@dataclass(frozen=True, slots=True)
+class Unnest:
+    """A variable fan-out: one row per element of `array`, as column `column`."""
+
+    column: str
+    array: exp.Expression
+    keep: tuple[str, ...]
+
+    def output_columns(self, inputs: tuple[str, ...]) -> tuple[str, ...]:
+        return (*self.keep, self.column)
+
+
+Step = Branches | Unnest
+
+
+@dataclass(frozen=True, slots=True)
+class Linear:
+    """A chain of linear steps applied in order (see module docstring)."""
+
+    steps: tuple[Step, ...]
+
+    def then(self, other: Linear) -> Linear:
+        """The operator that applies `self`, then `other`."""
+        return Linear(self.steps + other.steps)
+
+    def output_columns(self, inputs: tuple[str, ...]) -> tuple[str, ...]:
+        columns = inputs
+        for step in self.steps:
+            columns = step.output_columns(columns)
+        return columns
+
+    def compile(self, kernel: Kernel, source: str, inputs: tuple[str, ...], depth: int) -> exp.Query:
+        """One query evaluating the chain over the batch relation `source`."""
+        query: str | exp.Query = source
+        columns = inputs
+        for step in self.steps:
+            query = _compile_step(kernel, step, query, columns, depth)
+            columns = step.output_columns(columns)
+        assert not isinstance(query, str), "a linear operator has at least one step"
+        return query
+
+
+def _compile_step(
+    kernel: Kernel, step: Step, source: str | exp.Query, columns: tuple[str, ...], depth: int
+) -> exp.Query:
+    times = time_columns(depth)
+    if isinstance(step, Unnest):
+        exploded = exp.alias_(exp.Explode(this=step.array), step.column, quoted=True)
+        return rel.select(
+            source, [*(rel.col(c) for c in step.keep), exploded, *(rel.col(t) for t in (*times, DIFF))]
+        )
+    branches = step.branches
+    rendered = [_branch_columns(b, times) for b in branches]
+    if len(branches) == 1:
+        return rel.select(source, rendered[0], where=branches[0].where)
+    for branch, cols in zip(branches, rendered, strict=True):
+        if branch.where is not None:
+            name, value = cols[-1]
+            cols[-1] = (name, exp.If(this=branch.where, true=value, false=rel.lit(0)))
+    inner = rel.select(source, [kernel.fanout(rendered)])
+    return rel.select(
+        inner,
+        [rel.col(c) for c in (*step.output_columns(columns), *times, DIFF)],
+        where=exp.NEQ(this=rel.col(DIFF), expression=rel.lit(0)),
+    )
+
+
+def _branch_columns(branch: Branch, times: tuple[str, ...]) -> list[tuple[str, exp.Expression]]:
+    out: list[tuple[str, exp.Expression]] = list(branch.columns)
+    for i, name in enumerate(times):
+        t2 = branch.time[i] if i < len(branch.time) else None
+        out.append((name, rel.col(name) if t2 is None else rel.greatest(rel.col(name), t2)))
+    diff: exp.Expression = rel.col(DIFF)
+    if branch.diff is not None:
+        diff = exp.Mul(this=diff, expression=exp.paren(branch.diff))
+    out.append((DIFF, diff))
+    return out

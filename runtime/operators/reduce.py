@@ -1,0 +1,269 @@
+"""Reduce: per-key logic over accumulated groups, exact for partially ordered times.
+
+For every key and time `t`, the output accumulated at `t` must equal
+`logic(key, input accumulated at t)` (nothing at all when the group is empty:
+the logic is never called on an empty group).
+
+When new input updates arrive for a key, the output may have to change at their
+times and at every time that is a lattice join of theirs with times already in
+the key's history (the "interesting times" of seed 000). For product times
+(a product of chains) every such join lies on the *grid* of the key's
+per-coordinate time values, and accumulations are constant between grid points,
+so the operator works on the grid:
+
+1. candidates: grid points `>=` some new time (or some time left pending);
+2. ready candidates are those the frontier has passed; the rest stay pending;
+3. at each ready candidate: `E = logic(accumulated input) - accumulated output`;
+4. the corrections are the Möbius inversion of `E` over the grid: for one
+   coordinate, `E(t) - E(previous candidate)`; for `d` coordinates, the
+   inclusion-exclusion over the `2^d` predecessor combinations.
+
+Every step is a relational query (joins on key, group-bys), written once.
+The logic is a `ReduceLogic`: SQL aggregates, distinct/threshold/count, or a
+Python function over Arrow groups (the documented slow path).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import pyarrow as pa
+from sqlglot import exp, parse_one
+
+from dsql.runtime import relational as rel
+from dsql.runtime.arrangement import Arranged
+from dsql.runtime.dataflow import Batch, Round
+from dsql.runtime.kernel.base import Frame
+from dsql.runtime.lattice import DIFF, Antichain, time_columns
+from dsql.runtime.operators.reduce_logic import ReduceLogic
+from dsql.runtime.trace import Trace
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _list(names: Sequence[str], prefix: str = "") -> str:
+    return ", ".join(f"{prefix}{_q(n)}" for n in names)
+
+
+def _keys_match(a: str, b: str, keys: Sequence[str]) -> str:
+    return " AND ".join(f"{a}.{_q(k)} <=> {b}.{_q(k)}" for k in keys) or "TRUE"
+
+
+class ReduceNode(Arranged):
+    """Applies a `ReduceLogic` per key (see module docstring); its output is arranged by key."""
+
+    def __init__(self, source: Arranged, logic: ReduceLogic) -> None:
+        self.keys = source.keys
+        self.logic = logic
+        self.source_values = source.values
+        schema = logic.output_schema(source)
+        super().__init__(source.worker, (source,), schema, source.depth)
+        self._trace = Trace(self.kernel, self.columns, self.keys, self.depth)
+        self._pending: Frame | None = None
+        self._pending_lower = Antichain()
+
+    @property
+    def trace(self) -> Trace:
+        return self._trace
+
+    def history(self) -> list[Frame]:
+        return self._trace.frames()
+
+    def describe(self) -> str:
+        return f"Reduce(keys={', '.join(self.keys) or '()'}, {self.logic.describe()})"
+
+    # --- the round -----------------------------------------------------------------
+    def step(self, rnd: Round) -> Batch | None:
+        self.current = None
+        source = self.inputs[0]
+        assert isinstance(source, Arranged)
+        woken = any(rnd.frontier.complete(t) for t in self._pending_lower)
+        if source.current is None and not woken:
+            return None
+        frames: dict[str, Frame] = {}
+        input_frames = source.history() + ([source.current.frame] if source.current else [])
+        if not input_frames:
+            return None
+        for i, f in enumerate(input_frames):
+            frames[f"i{i}"] = f
+        for i, f in enumerate(self._trace.frames()):
+            frames[f"o{i}"] = f
+        new_sources = []
+        if source.current is not None:
+            frames["delta"] = source.current.frame
+            new_sources.append("delta")
+        if self._pending is not None:
+            frames["pending"] = self._pending
+            new_sources.append("pending")
+
+        d = self.depth
+        keys, vals, times = self.keys, self.source_values, time_columns(d)
+        kt = [*keys, *times]
+        new_times = " UNION ".join(f"SELECT DISTINCT {_list(kt)} FROM {s}" for s in new_sources)
+        affected = f"SELECT DISTINCT {_list(keys)} FROM ({new_times}) nt"
+        inputs_all = " UNION ALL ".join(
+            f"SELECT {_list([*keys, *vals, *times, DIFF])} FROM i{i}" for i in range(len(input_frames))
+        )
+        outputs_all = " UNION ALL ".join(
+            f"SELECT {_list(self.all_columns())} FROM o{i}" for i in range(len(self._trace.frames()))
+        )
+        # H: the input history of the affected keys, materialized once.
+        hist_sql = (
+            f"SELECT h.* FROM ({inputs_all}) h JOIN ({affected}) k ON {_keys_match('h', 'k', keys)}"
+        )
+        frames["hist"] = self.kernel.materialize(self._run(hist_sql, frames))
+
+        # Grid values per coordinate, at or beyond the least new value of that coordinate.
+        lows = ", ".join(f"MIN({_q(t)}) AS {_q('lo_' + t)}" for t in times)
+        frames["lo"] = self.kernel.materialize(
+            self._run(f"SELECT {_list(keys)}, {lows} FROM ({new_times}) nt GROUP BY {_list(keys)}"
+                      if keys else f"SELECT {lows} FROM ({new_times}) nt", frames)
+        )
+        grid_sources = f"SELECT {_list(kt)} FROM hist UNION ALL SELECT {_list(kt)} FROM ({new_times}) nt"
+        value_sql: dict[str, str] = {}
+        for t in times:
+            value_sql[t] = (
+                f"SELECT DISTINCT {_list(keys, 'g.')}{', ' if keys else ''}g.{_q(t)} "
+                f"FROM ({grid_sources}) g JOIN lo ON {_keys_match('g', 'lo', keys)} "
+                f"WHERE g.{_q(t)} >= lo.{_q('lo_' + t)}"
+            )
+        # Candidates: grid points >= some new time.
+        grid = f"SELECT {_list(keys, 'v0.')}{', ' if keys else ''}v0.{_q(times[0])}"
+        grid_from = f"({value_sql[times[0]]}) v0"
+        for c, t in enumerate(times[1:], start=1):
+            grid += f", v{c}.{_q(t)}"
+            grid_from += f" JOIN ({value_sql[t]}) v{c} ON {_keys_match('v0', f'v{c}', keys)}"
+        candidates = f"{grid} FROM {grid_from}"
+        if d > 1:
+            above = " AND ".join(f"c.{_q(t)} >= n.{_q(t)}" for t in times)
+            candidates = (
+                f"SELECT DISTINCT c.* FROM ({candidates}) c JOIN ({new_times}) n "
+                f"ON {_keys_match('c', 'n', keys)} AND {above}"
+            )
+        frames["cand"] = self.kernel.materialize(self._run(candidates, frames))
+        not_ready = rel.beyond(rnd.frontier, d).sql(dialect="spark")
+        ready = f"SELECT * FROM cand WHERE NOT {not_ready}"
+
+        # Predecessors of each coordinate on the grid.
+        preds = []
+        for t in times:
+            part = ", ".join([*(_q(k) for k in keys)])
+            order = f"PARTITION BY {part} ORDER BY {_q(t)}" if keys else f"ORDER BY {_q(t)}"
+            preds.append(
+                f"SELECT {_list(keys)}{', ' if keys else ''}{_q(t)}, "
+                f"LAG({_q(t)}) OVER ({order}) AS {_q('p_' + t)} FROM ({value_sql[t]}) v"
+            )
+        with_preds = "SELECT r.*" + "".join(f", p{c}.{_q('p_' + t)}" for c, t in enumerate(times))
+        with_preds += " FROM (" + ready + ") r"
+        for c, t in enumerate(times):
+            with_preds += (
+                f" JOIN ({preds[c]}) p{c} ON {_keys_match('r', f'p{c}', keys)}"
+                f" AND r.{_q(t)} = p{c}.{_q(t)}"
+            )
+
+        # E = logic(accumulated input) - accumulated output, at every ready candidate.
+        accumulated = (
+            f"SELECT {_list(kt, 'c.')}, {_list(vals, 'h.') + ', ' if vals else ''}"
+            f"CAST(SUM(h.{_q(DIFF)}) AS BIGINT) AS {_q(DIFF)} FROM ({ready}) c JOIN hist h "
+            f"ON {_keys_match('c', 'h', keys)} AND {rel.times_at_most('h', 'c', d).sql('spark')} "
+            f"GROUP BY {_list(kt, 'c.')}{', ' + _list(vals, 'h.') if vals else ''} "
+            f"HAVING SUM(h.{_q(DIFF)}) <> 0"
+        )
+        out_cols = self.values
+        frames["acc"] = self.kernel.materialize(self._run(accumulated, frames))
+        desired = self.logic.desired(self.kernel, frames["acc"], keys, vals, d, self.schema)
+        frames["desired"] = desired
+        current = "SELECT 1 AS x WHERE FALSE"
+        if self._trace.frames():
+            current = (
+                f"SELECT {_list(kt, 'c.')}, {_list(out_cols, 'o.') + ', ' if out_cols else ''}"
+                f"-CAST(SUM(o.{_q(DIFF)}) AS BIGINT) AS {_q(DIFF)} FROM ({ready}) c JOIN ({outputs_all}) o "
+                f"ON {_keys_match('c', 'o', keys)} AND {rel.times_at_most('o', 'c', d).sql('spark')} "
+                f"GROUP BY {_list(kt, 'c.')}{', ' + _list(out_cols, 'o.') if out_cols else ''} "
+                f"HAVING SUM(o.{_q(DIFF)}) <> 0"
+            )
+        allc = [*keys, *out_cols, *times]
+        error_parts = [f"SELECT {_list(allc)}, {_q(DIFF)} FROM desired"]
+        if self._trace.frames():
+            error_parts.append(f"SELECT {_list(allc)}, {_q(DIFF)} FROM ({current}) cur")
+        errors = (
+            f"SELECT {_list(allc)}, CAST(SUM({_q(DIFF)}) AS BIGINT) AS {_q(DIFF)} FROM ("
+            + " UNION ALL ".join(error_parts)
+            + f") u GROUP BY {_list(allc)} HAVING SUM({_q(DIFF)}) <> 0"
+        )
+        frames["err"] = self.kernel.materialize(self._run(errors, frames))
+
+        # Corrections: Möbius inversion of E over the grid.
+        terms = []
+        for size in range(d + 1):
+            for subset in itertools.combinations(range(d), size):
+                sign = "-" if size % 2 else ""
+                match = " AND ".join(
+                    f"e.{_q(t)} = p.{_q('p_' + t) if c in subset else _q(t)}"
+                    for c, t in enumerate(times)
+                )
+                terms.append(
+                    f"SELECT {_list(keys, 'p.')}{', ' if keys else ''}"
+                    f"{_list(out_cols, 'e.') + ', ' if out_cols else ''}{_list(times, 'p.')}, "
+                    f"{sign}e.{_q(DIFF)} AS {_q(DIFF)} FROM ({with_preds}) p JOIN err e "
+                    f"ON {_keys_match('p', 'e', keys)} AND {match}"
+                )
+        out_all = [*keys, *out_cols, *times]
+        corrections = (
+            f"SELECT {_list(out_all)}, CAST(SUM({_q(DIFF)}) AS BIGINT) AS {_q(DIFF)} FROM ("
+            + " UNION ALL ".join(terms)
+            + f") t GROUP BY {_list(out_all)} HAVING SUM({_q(DIFF)}) <> 0"
+        )
+        ordered = f"SELECT {_list(self.all_columns())} FROM ({corrections}) c"
+        output = self.kernel.materialize(self._run(ordered, frames))
+        rows = self.kernel.count(output)
+
+        # Pending: candidates the frontier has not passed.
+        pending = self.kernel.materialize(
+            self._run(f"SELECT {_list(kt)} FROM cand WHERE {not_ready}", frames)
+        )
+        old_pending = self._pending
+        self._set_pending(pending, d)
+        for name in ("hist", "lo", "cand", "acc", "err"):
+            self.kernel.release(frames[name])
+        if old_pending is not None:
+            self.kernel.release(old_pending)
+        if rows == 0:
+            self.kernel.release(output)
+            return None
+        self.current = Batch(output, rows)
+        return self.current
+
+    def _set_pending(self, pending: Frame, depth: int) -> None:
+        times = time_columns(depth)
+        query = parse_one(f"SELECT DISTINCT {_list(times)} FROM pending", read="spark")
+        lower = self.kernel.to_arrow(self.kernel.query(query, {"pending": pending}))
+        if lower.num_rows == 0:
+            self.kernel.release(pending)
+            self._pending, self._pending_lower = None, Antichain()
+            return
+        rows = zip(*(lower[t].to_pylist() for t in times), strict=True)
+        self._pending = pending
+        self._pending_lower = Antichain(tuple(r) for r in rows)
+
+    def _run(self, sql: str, frames: dict[str, Frame]) -> Frame:
+        query = parse_one(sql, read="spark")
+        used = {t.name for t in query.find_all(exp.Table)}
+        return self.kernel.query(query, {k: v for k, v in frames.items() if k in used})
+
+    def finish(self, rnd: Round) -> None:
+        self._trace.advance(rnd.frontier)
+        if self.current is not None:
+            self._trace.insert(self.current.frame, self.current.rows or 0)
+        self.current = None
+
+    def release(self) -> None:
+        self._trace.release()
+        if self._pending is not None:
+            self.kernel.release(self._pending)
+
+
+__all__ = ["ReduceNode", "pa"]

@@ -1,0 +1,252 @@
+"""What a reduce computes per group: `ReduceLogic` and its kinds.
+
+A logic turns the accumulated groups — a relation with the key columns, the
+candidate time, the value columns and a non-zero `__diff__` (the multiplicity) —
+into the desired output at that time: key columns, output columns, time, diff.
+Groups with no rows never reach it.
+
+- `Aggregates`: SQL aggregates, one output row per group. Aggregates are
+  rewritten to respect multiplicities (`count(*)` → `sum(__diff__)`, `sum(x)` →
+  `sum(x * __diff__)`, ...); aggregates with no rewrite (string_agg, ...) run
+  over the group expanded to one row per copy.
+- `Distinct`, `Threshold`, `Count`: the book's convenience operators.
+- `PythonLogic`: a Python function over each group as an Arrow table. The slow
+  path: the groups are collected to the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp, parse_one
+
+from dsql.errors import SchemaError
+from dsql.runtime import relational as rel
+from dsql.runtime.kernel.base import Frame, Kernel
+from dsql.runtime.lattice import DIFF, time_columns
+
+if TYPE_CHECKING:
+    from dsql.runtime.arrangement import Arranged
+
+_ACC = "acc"
+
+
+class ReduceLogic:
+    """The per-group computation of a reduce (see module docstring)."""
+
+    def desired(
+        self, kernel: Kernel, acc: Frame, keys: Sequence[str], values: Sequence[str],
+        depth: int, schema: pa.Schema,
+    ) -> Frame:
+        raise NotImplementedError
+
+    def output_schema(self, source: Arranged) -> pa.Schema:
+        """Key columns, then output columns (by evaluating over an empty group)."""
+        worker = source.worker
+        acc_schema = pa.schema(list(source.schema))
+        empty = worker.empty_frame(acc_schema, source.depth)
+        frame = self.desired(
+            worker.kernel, empty, source.keys, source.values, source.depth, pa.schema([])
+        )
+        full = worker.kernel.schema(frame)
+        internal = {*time_columns(source.depth), DIFF}
+        return pa.schema([f for f in full if f.name not in internal])
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+def _by_group(keys: Sequence[str], depth: int) -> list[exp.Expression]:
+    return [rel.col(c) for c in (*keys, *time_columns(depth))]
+
+
+@dataclass(frozen=True)
+class Aggregates(ReduceLogic):
+    """SQL aggregate expressions, each with an output name."""
+
+    aggregates: tuple[tuple[str, exp.Expression], ...]
+
+    def __post_init__(self) -> None:
+        for name, e in self.aggregates:
+            if not any(isinstance(n, exp.AggFunc) for n in e.walk()):
+                raise SchemaError(
+                    f"{name} = {e.sql()} has no aggregate function",
+                    hint="each reduce output must aggregate, e.g. sum(x) or count(*)",
+                )
+
+    def desired(self, kernel, acc, keys, values, depth, schema):  # type: ignore[override]
+        needs_expansion = any(_rewrite(e) is None for _, e in self.aggregates)
+        source: str | exp.Query = _ACC
+        if needs_expansion:
+            source = rel.select(
+                _ACC,
+                [*(rel.col(c) for c in (*keys, *time_columns(depth), *values)),
+                 exp.alias_(exp.Explode(this=exp.func("SEQUENCE", rel.lit(1), rel.col(DIFF)))
+                            if kernel.dialect == "spark"
+                            else exp.Explode(this=exp.func("RANGE", rel.lit(0), rel.col(DIFF))),
+                            "__copy", quoted=True)],
+            )
+        outputs = [
+            (name, e.copy() if needs_expansion else _rewrite(e)) for name, e in self.aggregates
+        ]
+        group = _by_group(keys, depth)
+        query = rel.select(
+            source,
+            [*(exp.alias_(g.copy(), g.name, quoted=True) for g in group),
+             *(exp.alias_(e, n, quoted=True) for n, e in outputs),
+             exp.alias_(rel.lit(1), DIFF, quoted=True)],
+        ).group_by(*group)
+        return kernel.query(query, {_ACC: acc})
+
+    def describe(self) -> str:
+        return ", ".join(f"{e.sql()} AS {n}" for n, e in self.aggregates)
+
+
+def _rewrite(e: exp.Expression) -> exp.Expression | None:
+    """`e` with each aggregate weighted by `__diff__`; None if some aggregate has no rewrite."""
+    unsupported = False
+
+    def weigh(node: exp.Expression) -> exp.Expression:
+        nonlocal unsupported
+        d = rel.col(DIFF)
+        if not isinstance(node, exp.AggFunc):
+            return node
+        arg = node.this
+        if isinstance(arg, exp.Distinct) or isinstance(node, exp.Min | exp.Max | exp.AnyValue):
+            return node
+        if isinstance(node, exp.LogicalAnd | exp.LogicalOr):
+            return node
+        if isinstance(node, exp.Count):
+            bigint = exp.DataType.build("bigint")
+            if isinstance(arg, exp.Star) or arg is None:
+                return exp.Cast(this=exp.Sum(this=d), to=bigint)
+            present = exp.Not(this=exp.Is(this=arg.copy(), expression=exp.null()))
+            return exp.Cast(this=exp.Sum(this=exp.If(this=present, true=d, false=rel.lit(0))),
+                            to=bigint)
+        if isinstance(node, exp.Sum):
+            return exp.Sum(this=exp.Mul(this=exp.paren(arg.copy()), expression=d))
+        if isinstance(node, exp.Avg):
+            total = exp.Sum(this=exp.Mul(this=exp.Cast(this=arg.copy(), to=exp.DataType.build("double")),
+                                         expression=d))
+            count = exp.Sum(this=exp.If(this=exp.Not(this=exp.Is(this=arg.copy(), expression=exp.null())),
+                                        true=d, false=exp.null()))
+            return exp.Div(this=total, expression=count)
+        unsupported = True
+        return node
+
+    result = e.copy().transform(weigh, copy=False)
+    return None if unsupported else result
+
+
+@dataclass(frozen=True)
+class Distinct(ReduceLogic):
+    """Each present row once (`count > 0`)."""
+
+    def desired(self, kernel, acc, keys, values, depth, schema):  # type: ignore[override]
+        cols = [rel.col(c) for c in (*keys, *values, *time_columns(depth))]
+        query = rel.select(
+            _ACC, [*cols, exp.alias_(rel.lit(1), DIFF, quoted=True)],
+            where=exp.GT(this=rel.col(DIFF), expression=rel.lit(0)),
+        )
+        return kernel.query(query, {_ACC: acc})
+
+
+@dataclass(frozen=True)
+class Threshold(ReduceLogic):
+    """Each row with the multiplicity `expression` gives, a SQL expression over `__count__`."""
+
+    expression: exp.Expression
+
+    def desired(self, kernel, acc, keys, values, depth, schema):  # type: ignore[override]
+        weight = self.expression.transform(
+            lambda n: rel.col(DIFF) if isinstance(n, exp.Column) and n.name == "__count__" else n
+        )
+        cols = [rel.col(c) for c in (*keys, *values, *time_columns(depth))]
+        inner = rel.select(_ACC, [*cols, exp.alias_(exp.Cast(this=weight, to=exp.DataType.build("bigint")),
+                                                   DIFF, quoted=True)])
+        query = rel.select(inner, [*cols, rel.col(DIFF)],
+                           where=exp.NEQ(this=rel.col(DIFF), expression=rel.lit(0)))
+        return kernel.query(query, {_ACC: acc})
+
+    def describe(self) -> str:
+        return f"Threshold({self.expression.sql()})"
+
+
+@dataclass(frozen=True)
+class Count(ReduceLogic):
+    """Each row with its multiplicity as a column `count` (diff 1)."""
+
+    column: str = "count"
+
+    def desired(self, kernel, acc, keys, values, depth, schema):  # type: ignore[override]
+        cols = [rel.col(c) for c in (*keys, *values, *time_columns(depth))]
+        query = rel.select(
+            _ACC,
+            [*cols, exp.alias_(rel.col(DIFF), self.column, quoted=True),
+             exp.alias_(rel.lit(1), DIFF, quoted=True)],
+        )
+        return kernel.query(query, {_ACC: acc})
+
+
+@dataclass(frozen=True)
+class PythonLogic(ReduceLogic):
+    """`function(key: tuple, group: pa.Table) -> pa.Table` per group (the slow path).
+
+    The group table has the value columns and `__diff__`; the result has the
+    output columns of `output` and optionally `__diff__` (default 1 per row).
+    """
+
+    function: Callable[[tuple, pa.Table], pa.Table]
+    output: pa.Schema
+
+    def desired(self, kernel, acc, keys, values, depth, schema):  # type: ignore[override]
+        table = kernel.to_arrow(acc)
+        times = time_columns(depth)
+        group_cols = [*keys, *times]
+        out_fields = [table.schema.field(k) for k in keys] + list(self.output)
+        out_fields += [pa.field(t, pa.int64()) for t in times] + [pa.field(DIFF, pa.int64())]
+        out_schema = pa.schema(out_fields)
+        pieces: list[pa.Table] = []
+        if table.num_rows:
+            groups = table.group_by(group_cols, use_threads=False).aggregate([])
+            for g in groups.to_pylist():
+                mask = None
+                for c in group_cols:
+                    cond = pc.is_null(table[c]) if g[c] is None else pc.equal(table[c], g[c])
+                    mask = cond if mask is None else pc.and_(mask, cond)
+                group = table.filter(mask).select([*values, DIFF])
+                result = self.function(tuple(g[k] for k in keys), group)
+                n = result.num_rows
+                if n == 0:
+                    continue
+                cols = {k: pa.array([g[k]] * n, table.schema.field(k).type) for k in keys}
+                for f in self.output:
+                    cols[f.name] = result[f.name].cast(f.type)
+                for t in times:
+                    cols[t] = pa.array([g[t]] * n, pa.int64())
+                cols[DIFF] = (result[DIFF].cast(pa.int64()) if DIFF in result.column_names
+                              else pa.array([1] * n, pa.int64()))
+                pieces.append(pa.table(cols, schema=out_schema))
+        out = pa.concat_tables(pieces) if pieces else out_schema.empty_table()
+        return kernel.from_arrow(out)
+
+    def describe(self) -> str:
+        return f"Python({getattr(self.function, '__name__', 'logic')})"
+
+
+def parse_aggregates(items: Sequence[str | tuple[str, str]], dialect: str) -> Aggregates:
+    """Aggregates from `"sum(x) AS s"` strings or `(name, expression)` pairs."""
+    pairs: list[tuple[str, exp.Expression]] = []
+    for item in items:
+        if isinstance(item, tuple):
+            pairs.append((item[0], parse_one(item[1], read=dialect)))
+            continue
+        e = parse_one(item, read=dialect)
+        if not isinstance(e, exp.Alias):
+            raise SchemaError(f"aggregate {item!r} needs a name", hint="write it as '... AS name'")
+        pairs.append((e.alias, e.this))
+    return Aggregates(tuple(pairs))

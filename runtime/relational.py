@@ -1,0 +1,162 @@
+"""The relational steps of the runtime, each built once as a sqlglot query.
+
+Every operator of the runtime is made of these steps; a kernel evaluates them
+(`Kernel.query`). A *batch relation* has the data columns, then the time
+columns (`time_columns(depth)`), then `__diff__`. Table names in the queries
+are the keys under which the caller passes frames to `Kernel.query`.
+
+Semantics the steps keep, whatever the engine:
+
+- rows are compared as data: NULL equals NULL (grouping, and null-safe join keys);
+- `consolidate` sums the diffs of equal (row, time) pairs and drops zeros;
+- a time produced from two times is their lattice join (`GREATEST` per coordinate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlglot import exp
+
+from dsql.runtime.lattice import DIFF, Antichain, time_columns
+
+
+def col(name: str, table: str | None = None) -> exp.Column:
+    """A quoted column reference, optionally qualified by a table alias."""
+    return exp.column(name, table=table, quoted=True)
+
+
+def lit(value: int) -> exp.Expression:
+    """An integer literal (negative values as a negation)."""
+    return exp.Literal.number(value) if value >= 0 else exp.Neg(this=exp.Literal.number(-value))
+
+
+def _table(name: str, alias: str | None = None) -> exp.Table:
+    table = exp.to_table(name)
+    if alias:
+        table.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+    return table
+
+
+def greatest(*args: exp.Expression) -> exp.Expression:
+    """The larger of the arguments (the lattice join of one time coordinate)."""
+    return args[0] if len(args) == 1 else exp.Greatest(this=args[0], expressions=list(args[1:]))
+
+
+def select(
+    source: str | exp.Query,
+    columns: Sequence[tuple[str, exp.Expression]] | Sequence[exp.Expression],
+    where: exp.Expression | None = None,
+) -> exp.Select:
+    """`SELECT columns FROM source [WHERE where]`; named columns are aliased."""
+    projections = [
+        exp.alias_(e, name, quoted=True) if isinstance(item, tuple) else item
+        for item in columns
+        for name, e in ([item] if isinstance(item, tuple) else [(None, item)])
+    ]
+    query = exp.select(*projections)
+    query = (
+        query.from_(_table(source))
+        if isinstance(source, str)
+        else query.from_(exp.Subquery(this=source, alias=exp.TableAlias(this=exp.to_identifier("s"))))
+    )
+    return query.where(where) if where is not None else query
+
+
+def passthrough(columns: Sequence[str]) -> list[tuple[str, exp.Expression]]:
+    """Each named column, unchanged."""
+    return [(c, col(c)) for c in columns]
+
+
+def union_all(tables: Sequence[str], columns: Sequence[str]) -> exp.Query:
+    """The multiset sum of the tables, columns taken by name in the given order."""
+    queries: list[exp.Query] = [select(t, [col(c) for c in columns]) for t in tables]
+    result = queries[0]
+    for q in queries[1:]:
+        result = exp.union(result, q, distinct=False)
+    return result
+
+
+def consolidate(source: str | exp.Query, columns: Sequence[str], depth: int) -> exp.Select:
+    """Sum the diffs of equal (row, time) pairs and drop the pairs that sum to zero."""
+    keys = [col(c) for c in (*columns, *time_columns(depth))]
+    total = exp.Cast(this=exp.Sum(this=col(DIFF)), to=exp.DataType.build("bigint"))
+    query = select(source, [*keys, exp.alias_(total, DIFF, quoted=True)])
+    return query.group_by(*keys).having(exp.NEQ(this=total.copy(), expression=lit(0)))
+
+
+def advance(
+    source: str | exp.Query, columns: Sequence[str], depth: int, frontier: Antichain
+) -> exp.Select:
+    """Advance every time to `frontier` (`lattice.advance_by`) and consolidate."""
+    times = time_columns(depth)
+    advanced: list[tuple[str, exp.Expression]] = []
+    for i, name in enumerate(times):
+        candidates = [greatest(col(name), lit(f[i])) for f in frontier]
+        value = candidates[0] if len(candidates) == 1 else exp.Least(
+            this=candidates[0], expressions=candidates[1:]
+        )
+        advanced.append((name, value))
+    inner = select(source, [*passthrough(columns), *advanced, (DIFF, col(DIFF))])
+    return consolidate(inner, columns, depth)
+
+
+def join_on_keys(
+    left: str,
+    right: str,
+    keys: Sequence[tuple[str, str]],
+    left_columns: Sequence[str],
+    right_columns: Sequence[str],
+    depth: int,
+    kind: str = "inner",
+) -> exp.Select:
+    """Match rows of `left` and `right` with equal keys (NULL equals NULL).
+
+    Output: the left columns (keys included), then `right_columns`, the lattice
+    join of the two times, and the product of the diffs. `kind="semi"` keeps only
+    the left columns but still multiplies by the right diffs.
+    """
+    condition: exp.Expression | None = None
+    for lk, rk in keys:
+        eq = exp.NullSafeEQ(this=col(lk, "l"), expression=col(rk, "r"))
+        condition = eq if condition is None else exp.and_(condition, eq)
+    times = [
+        exp.alias_(greatest(col(t, "l"), col(t, "r")), t, quoted=True) for t in time_columns(depth)
+    ]
+    diff = exp.alias_(exp.Mul(this=col(DIFF, "l"), expression=col(DIFF, "r")), DIFF, quoted=True)
+    outputs = [exp.alias_(col(c, "l"), c, quoted=True) for c in left_columns]
+    if kind == "inner":
+        outputs += [exp.alias_(col(c, "r"), c, quoted=True) for c in right_columns]
+    query = exp.select(*outputs, *times, diff).from_(_table(left, "l"))
+    if condition is None:
+        return query.join(_table(right, "r"), join_type="cross")
+    return query.join(_table(right, "r"), on=condition)
+
+
+def times_at_most(row: str, bound: str, depth: int) -> exp.Expression:
+    """`row`'s time is `<=` `bound`'s time in the product order."""
+    parts = [exp.LTE(this=col(t, row), expression=col(t, bound)) for t in time_columns(depth)]
+    result = parts[0]
+    for p in parts[1:]:
+        result = exp.and_(result, p)
+    return result
+
+
+def beyond(frontier: Antichain, depth: int, table: str | None = None) -> exp.Expression:
+    """The times that are not complete: `>=` some element of `frontier`."""
+    if not frontier:
+        return exp.false()
+    options: list[exp.Expression] = []
+    for f in frontier:
+        parts = [
+            exp.GTE(this=col(t, table), expression=lit(f[i]))
+            for i, t in enumerate(time_columns(depth))
+        ]
+        clause = parts[0]
+        for p in parts[1:]:
+            clause = exp.and_(clause, p)
+        options.append(exp.paren(clause) if len(parts) > 1 else clause)
+    result = options[0]
+    for o in options[1:]:
+        result = exp.or_(result, o)
+    return exp.paren(result)

@@ -1,0 +1,135 @@
+"""A trace: the accumulated updates of an arrangement, as a list of immutable batches.
+
+Each batch is a materialized frame of consolidated updates (data columns, time
+columns, diff), with no lineage behind it. Two kinds of maintenance keep a trace
+small:
+
+- *logical compaction*: times not beyond the compaction frontier (the meet of
+  every reader's frontier) are advanced to it (`lattice.advance_by`) and equal
+  (row, time) pairs consolidated. Readers beyond the frontier see the same
+  accumulations as before.
+- *geometric merging*: after a batch is added, while the newest batch is at least
+  half the size of the one before it, the two merge (compacting as they do). So
+  batch sizes at least double going back in time and there are O(log n) batches.
+
+Invariant: the multiset sum of the batches, accumulated at any time beyond the
+compaction frontier, equals the accumulation of every update ever inserted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dsql.runtime import relational as rel
+from dsql.runtime.kernel.base import Frame, Kernel
+from dsql.runtime.lattice import Antichain, time_columns
+
+
+@dataclass(slots=True)
+class TraceBatch:
+    """One immutable, materialized batch of a trace, with its row count."""
+
+    frame: Frame
+    rows: int
+    #: The frontier its times were last advanced to (empty: never compacted).
+    compacted_to: Antichain = field(default_factory=Antichain)
+
+
+class Trace:
+    """The batches of one arrangement, kept compact (see module docstring)."""
+
+    def __init__(self, kernel: Kernel, columns: tuple[str, ...], keys: tuple[str, ...], depth: int):
+        self.kernel = kernel
+        self.columns = columns
+        self.keys = keys
+        self.depth = depth
+        self.batches: list[TraceBatch] = []
+        #: Frontiers held by readers outside the dataflow (imports, AS OF reads).
+        self._holds: dict[int, Antichain] = {}
+        self._next_hold = 0
+        self._compaction = Antichain()
+
+    # --- readers -------------------------------------------------------------------
+    def frames(self) -> list[Frame]:
+        """The frames of all batches, oldest first."""
+        return [b.frame for b in self.batches]
+
+    @property
+    def rows(self) -> int:
+        """The number of update rows stored (after consolidation within batches)."""
+        return sum(b.rows for b in self.batches)
+
+    def nbytes(self) -> int:
+        """The bytes the batches hold, as the kernel estimates them."""
+        return sum(self.kernel.nbytes(b.frame) for b in self.batches)
+
+    def hold(self, frontier: Antichain) -> int:
+        """Register a reader that may read at times beyond `frontier`; returns its id."""
+        self._next_hold += 1
+        self._holds[self._next_hold] = frontier
+        return self._next_hold
+
+    def set_hold(self, hold: int, frontier: Antichain) -> None:
+        """Let reader `hold` advance to `frontier` (it will read no earlier)."""
+        self._holds[hold] = frontier
+
+    def release_hold(self, hold: int) -> None:
+        """Forget reader `hold`."""
+        self._holds.pop(hold, None)
+
+    # --- writers -------------------------------------------------------------------
+    def insert(self, frame: Frame, rows: int) -> None:
+        """Add a materialized, consolidated batch and merge to restore the size invariant."""
+        self.batches.append(TraceBatch(frame, rows))
+        self._merge()
+
+    def advance(self, frontier: Antichain) -> None:
+        """Allow compaction up to `frontier`, as far as every external reader allows."""
+        allowed = frontier
+        for hold in self._holds.values():
+            allowed = _meet_frontiers(allowed, hold)
+        self._compaction = allowed
+
+    @property
+    def compaction(self) -> Antichain:
+        """The frontier that batches are advanced to when they are merged."""
+        return self._compaction
+
+    def _merge(self) -> None:
+        while len(self.batches) >= 2 and self.batches[-2].rows <= 2 * self.batches[-1].rows:
+            newer = self.batches.pop()
+            older = self.batches.pop()
+            self.batches.append(self._combine([older, newer]))
+
+    def compact_all(self) -> None:
+        """Merge every batch into one, advanced to the compaction frontier."""
+        if len(self.batches) > 1 or (self.batches and self.batches[0].compacted_to != self._compaction):
+            self.batches = [self._combine(self.batches)]
+
+    def _combine(self, batches: list[TraceBatch]) -> TraceBatch:
+        names = {f"b{i}": b.frame for i, b in enumerate(batches)}
+        union = rel.union_all(list(names), (*self.columns, *time_columns(self.depth), rel.DIFF))
+        if self._compaction:
+            query = rel.advance(union, self.columns, self.depth, self._compaction)
+        else:
+            query = rel.consolidate(union, self.columns, self.depth)
+        frame = self.kernel.materialize(self.kernel.query(query, names))
+        rows = self.kernel.count(frame)
+        for b in batches:
+            self.kernel.release(b.frame)
+        return TraceBatch(frame, rows, self._compaction)
+
+    def release(self) -> None:
+        """Free every batch (the arrangement is dropped)."""
+        for b in self.batches:
+            self.kernel.release(b.frame)
+        self.batches = []
+
+
+def _meet_frontiers(a: Antichain, b: Antichain) -> Antichain:
+    """The frontier allowing only what both allow (the minimal elements of the union)."""
+    if not a:
+        return b
+    if not b:
+        return a
+    return a.meet(b)
