@@ -83,12 +83,13 @@ class ArrangeNode(Arranged):
         if delta is None:
             return None
         query = rel.consolidate("d", self.columns, self.depth)
-        frame = self.kernel.materialize(self.kernel.query(query, {"d": delta.frame}))
-        rows = self.kernel.count(frame)
-        if rows == 0:
-            self.kernel.release(frame)
+        stored = self.kernel.materialize(
+            self.kernel.query(query, {"d": delta.frame}), self.keys, delta.rows
+        )
+        if stored.rows == 0:
+            self.kernel.release(stored.frame)
             return None
-        self.current = Batch(frame, rows)
+        self.current = Batch(stored.frame, stored.rows, stored.table)
         return self.current
 
     def finish(self, rnd: Round) -> None:

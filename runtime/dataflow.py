@@ -33,10 +33,12 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class Batch:
-    """Updates produced by one node in one round: a frame and, when known, its row count."""
+    """Updates produced by one node in one round: a frame and, when known, its row count
+    and (for small materialized batches) its rows as an Arrow table."""
 
     frame: Frame
     rows: int | None = None
+    table: pa.Table | None = None
 
 
 @dataclass(slots=True)

@@ -178,7 +178,7 @@ class InputSession:
         if self._tables:
             table = pa.concat_tables(self._tables) if len(self._tables) > 1 else self._tables[0]
             self._tables = []
-            self._flushed.append(Batch(kernel.from_arrow(table), table.num_rows))
+            self._flushed.append(Batch(kernel.from_arrow(table), table.num_rows, table))
         for frame in self._frames:
             self._flushed.append(Batch(frame))
         self._frames = []

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
@@ -160,3 +162,25 @@ def beyond(frontier: Antichain, depth: int, table: str | None = None) -> exp.Exp
     for o in options[1:]:
         result = exp.or_(result, o)
     return exp.paren(result)
+
+
+#: At most this many distinct keys become a literal `IN` list.
+MAX_KEY_FILTER = 10_000
+
+
+def key_filter(column: str, values: pa.ChunkedArray | pa.Array) -> exp.Expression | None:
+    """`column IN (values)` (and `OR column IS NULL` when a value is NULL), or None when the
+    values are too many or of a type without simple literals."""
+    if not (pa.types.is_integer(values.type) or pa.types.is_string(values.type)):
+        return None
+    distinct = pc.unique(values).to_pylist()
+    if len(distinct) > MAX_KEY_FILTER:
+        return None
+    present = [v for v in distinct if v is not None]
+    literals = [exp.convert(v) for v in present]
+    condition: exp.Expression = (
+        exp.In(this=col(column), expressions=literals) if literals else exp.false()
+    )
+    if len(present) < len(distinct):
+        condition = exp.or_(condition, exp.Is(this=col(column), expression=exp.null()))
+    return exp.paren(condition)

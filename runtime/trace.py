@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from dsql.runtime import relational as rel
 from dsql.runtime.kernel.base import Frame, Kernel
-from dsql.runtime.lattice import Antichain, time_columns
+from dsql.runtime.lattice import DIFF, Antichain, time_columns
 
 
 @dataclass(slots=True)
@@ -108,16 +108,16 @@ class Trace:
 
     def _combine(self, batches: list[TraceBatch]) -> TraceBatch:
         names = {f"b{i}": b.frame for i, b in enumerate(batches)}
-        union = rel.union_all(list(names), (*self.columns, *time_columns(self.depth), rel.DIFF))
+        union = rel.union_all(list(names), (*self.columns, *time_columns(self.depth), DIFF))
         if self._compaction:
             query = rel.advance(union, self.columns, self.depth, self._compaction)
         else:
             query = rel.consolidate(union, self.columns, self.depth)
-        frame = self.kernel.materialize(self.kernel.query(query, names))
-        rows = self.kernel.count(frame)
+        estimate = sum(b.rows for b in batches)
+        stored = self.kernel.materialize(self.kernel.query(query, names), self.keys, estimate)
         for b in batches:
             self.kernel.release(b.frame)
-        return TraceBatch(frame, rows, self._compaction)
+        return TraceBatch(stored.frame, stored.rows, self._compaction)
 
     def release(self) -> None:
         """Free every batch (the arrangement is dropped)."""

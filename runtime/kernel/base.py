@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -34,6 +35,16 @@ from sqlglot import exp
 
 Frame = Any
 """An engine-specific relation handle (Spark DataFrame, Arrow table, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A materialized frame: no lineage behind it, its exact row count, and, when it is
+    small enough to hold in the driver, its rows as an Arrow table."""
+
+    frame: Frame
+    rows: int
+    table: pa.Table | None = None
 
 
 class Kernel(ABC):
@@ -56,9 +67,18 @@ class Kernel(ABC):
     def query(self, select: exp.Query, inputs: Mapping[str, Frame]) -> Frame:
         """Evaluate `select`, whose table names are the keys of `inputs`."""
 
+    #: Results with at most this many rows are held in the driver as Arrow tables.
+    small_rows: int = 50_000
+
     @abstractmethod
-    def materialize(self, frame: Frame) -> Frame:
-        """Evaluate `frame` now and store its rows; the result has no lineage."""
+    def materialize(
+        self, frame: Frame, keys: Sequence[str] = (), estimate: int | None = None
+    ) -> Stored:
+        """Evaluate `frame` now and store its rows; the result has no lineage.
+
+        `keys` are the columns readers will look rows up by (stored sorted by them
+        where the engine can use that); `estimate` is a hint at the row count.
+        """
 
     @abstractmethod
     def release(self, frame: Frame) -> None:

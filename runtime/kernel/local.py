@@ -13,7 +13,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dsql.errors import ExecutionError, SchemaError
-from dsql.runtime.kernel.base import Kernel
+from dsql.runtime.kernel.base import Kernel, Stored
 
 
 class LocalKernel(Kernel):
@@ -50,8 +50,11 @@ class LocalKernel(Kernel):
             con.close()
         return result
 
-    def materialize(self, frame: pa.Table) -> pa.Table:
-        return frame.combine_chunks() if frame.num_columns else frame
+    def materialize(
+        self, frame: pa.Table, keys: Sequence[str] = (), estimate: int | None = None
+    ) -> Stored:
+        table = frame.combine_chunks() if frame.num_columns else frame
+        return Stored(table, table.num_rows, table)
 
     def release(self, frame: pa.Table) -> None:
         return None

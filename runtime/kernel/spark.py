@@ -5,13 +5,23 @@ session, a cluster and Spark Connect. Queries are rendered by sqlglot in the
 Spark dialect and evaluated with `SparkSession.sql`, the input frames passed as
 arguments (Spark binds them as temporary views for the analysis only).
 
-`materialize` cuts lineage with an eager `localCheckpoint`: a frame built from a
-checkpoint has a one-node plan, so plans do not grow with the number of rounds.
+`materialize` cuts lineage, so plans do not grow with the number of rounds:
+
+- a small result (at most `small_rows`) is collected as Arrow and re-entered as a
+  local relation: one job, and later joins broadcast it;
+- a large one is written as Parquet, sorted within files by the arrangement's keys,
+  in small row groups, and read back: compressed, with no plan behind it, and a
+  probe by key (`key IN (...)`) skips the row groups that cannot match.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import re
+import shutil
+import tempfile
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -19,7 +29,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dsql.errors import ExecutionError, SchemaError
-from dsql.runtime.kernel.base import Frame, Kernel
+from dsql.runtime.kernel.base import Frame, Kernel, Stored
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -33,8 +43,15 @@ class SparkKernel(Kernel):
     dialect = "spark"
     name = "spark"
 
-    def __init__(self, spark: SparkSession | None = None) -> None:
+    #: Parquet row-group size for stored batches: small groups make key probes selective.
+    row_group_bytes = 4 * 1024 * 1024
+
+    def __init__(self, spark: SparkSession | None = None, small_rows: int | None = None) -> None:
         self._spark = spark
+        if small_rows is not None:
+            self.small_rows = small_rows
+        self._paths: dict[int, str] = {}
+        self._root: str | None = None
 
     @property
     def spark(self) -> SparkSession:
@@ -77,14 +94,39 @@ class SparkKernel(Kernel):
         except Exception as error:  # noqa: BLE001
             raise _engine_error(error, text) from error
 
-    def materialize(self, frame: DataFrame) -> DataFrame:
+    def materialize(
+        self, frame: DataFrame, keys: Sequence[str] = (), estimate: int | None = None
+    ) -> Stored:
         try:
-            return frame.localCheckpoint(eager=True)
+            if estimate is not None and estimate <= self.small_rows:
+                table = frame.toArrow()
+                return Stored(self.from_arrow(table), table.num_rows, table)
+            frame = frame.persist()
+            head = frame.limit(self.small_rows + 1).toArrow()
+            if head.num_rows <= self.small_rows:
+                frame.unpersist(blocking=False)
+                return Stored(self.from_arrow(head), head.num_rows, head)
+            stored = self._write(frame, keys)
+            frame.unpersist(blocking=False)
+            return stored
         except Exception as error:  # noqa: BLE001
             raise _engine_error(error) from error
 
+    def _write(self, frame: DataFrame, keys: Sequence[str]) -> Stored:
+        if self._root is None:
+            self._root = tempfile.mkdtemp(prefix="dsql-traces-")
+            atexit.register(shutil.rmtree, self._root, True)
+        path = os.path.join(self._root, uuid.uuid4().hex)
+        ordered = frame.sortWithinPartitions(*keys) if keys else frame
+        ordered.write.option("parquet.block.size", self.row_group_bytes).parquet(path)
+        stored = self.spark.read.parquet(path)
+        self._paths[id(stored)] = path
+        return Stored(stored, stored.count())
+
     def release(self, frame: DataFrame) -> None:
-        frame.unpersist(blocking=False)
+        path = self._paths.pop(id(frame), None)
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
 
     def count(self, frame: DataFrame) -> int:
         try:

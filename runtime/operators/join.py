@@ -16,6 +16,8 @@ is usually a set).
 
 from __future__ import annotations
 
+from sqlglot import exp
+
 from dsql.errors import SchemaError
 from dsql.runtime import relational as rel
 from dsql.runtime.arrangement import Arranged
@@ -63,23 +65,35 @@ class JoinNode(Node):
         left, right = self.inputs
         assert isinstance(left, Arranged) and isinstance(right, Arranged)
         parts: list[Frame] = []
+        lk, rk = self.pairs[0] if self.pairs else (None, None)
         if left.current is not None:
             right_all = right.history() + ([right.current.frame] if right.current else [])
             if right_all:
-                parts.append(self._join(left.current.frame, right_all))
+                probed = self._probe(right_all, rk, left.current, lk)
+                parts.append(self._join(left.current.frame, probed))
         if right.current is not None and left.history():
-            parts.append(self._join(self.kernel.union(left.history()), [right.current.frame]))
+            probed = self._probe(left.history(), lk, right.current, rk)
+            parts.append(self._join(probed, right.current.frame))
         if not parts:
             return None
         return Batch(self.kernel.union(parts) if len(parts) > 1 else parts[0])
 
-    def _join(self, left: Frame, right: list[Frame]) -> Frame:
+    def _join(self, left: Frame, right: Frame) -> Frame:
         left_node, right_node = self.inputs
         query = rel.join_on_keys(
             "l", "r", self.pairs, left_node.columns, self.right_values, self.depth, self.kind
         )
-        right_frame = self.kernel.union(right) if len(right) > 1 else right[0]
-        return self.kernel.query(query, {"l": left, "r": right_frame})
+        return self.kernel.query(query, {"l": left, "r": right})
+
+    def _probe(self, frames: list[Frame], column: str | None, batch: Batch, by: str | None) -> Frame:
+        """The union of `frames`, filtered to the keys of a small `batch` when it is known."""
+        whole = self.kernel.union(frames) if len(frames) > 1 else frames[0]
+        if column is None or by is None or batch.table is None:
+            return whole
+        condition = rel.key_filter(column, batch.table[by])
+        if condition is None:
+            return whole
+        return self.kernel.query(rel.select("t", [exp.Star()], where=condition), {"t": whole})
 
     def describe(self) -> str:
         keys = ", ".join(f"{a} = {b}" for a, b in self.pairs)

@@ -114,13 +114,13 @@ class ReduceNode(Arranged):
         hist_sql = (
             f"SELECT h.* FROM ({inputs_all}) h JOIN ({affected}) k ON {_keys_match('h', 'k', keys)}"
         )
-        frames["hist"] = self.kernel.materialize(self._run(hist_sql, frames))
+        frames["hist"] = self._store(hist_sql, frames, keys)
 
         # Grid values per coordinate, at or beyond the least new value of that coordinate.
         lows = ", ".join(f"MIN({_q(t)}) AS {_q('lo_' + t)}" for t in times)
-        frames["lo"] = self.kernel.materialize(
-            self._run(f"SELECT {_list(keys)}, {lows} FROM ({new_times}) nt GROUP BY {_list(keys)}"
-                      if keys else f"SELECT {lows} FROM ({new_times}) nt", frames)
+        frames["lo"] = self._store(
+            f"SELECT {_list(keys)}, {lows} FROM ({new_times}) nt GROUP BY {_list(keys)}",
+            frames, keys,
         )
         grid_sources = f"SELECT {_list(kt)} FROM hist UNION ALL SELECT {_list(kt)} FROM ({new_times}) nt"
         value_sql: dict[str, str] = {}
@@ -143,7 +143,7 @@ class ReduceNode(Arranged):
                 f"SELECT DISTINCT c.* FROM ({candidates}) c JOIN ({new_times}) n "
                 f"ON {_keys_match('c', 'n', keys)} AND {above}"
             )
-        frames["cand"] = self.kernel.materialize(self._run(candidates, frames))
+        frames["cand"] = self._store(candidates, frames, keys)
         not_ready = rel.beyond(rnd.frontier, d).sql(dialect="spark")
         ready = f"SELECT * FROM cand WHERE NOT {not_ready}"
 
@@ -173,7 +173,7 @@ class ReduceNode(Arranged):
             f"HAVING SUM(h.{_q(DIFF)}) <> 0"
         )
         out_cols = self.values
-        frames["acc"] = self.kernel.materialize(self._run(accumulated, frames))
+        frames["acc"] = self._store(accumulated, frames, keys)
         desired = self.logic.desired(self.kernel, frames["acc"], keys, vals, d, self.schema)
         frames["desired"] = desired
         current = "SELECT 1 AS x WHERE FALSE"
@@ -194,7 +194,7 @@ class ReduceNode(Arranged):
             + " UNION ALL ".join(error_parts)
             + f") u GROUP BY {_list(allc)} HAVING SUM({_q(DIFF)}) <> 0"
         )
-        frames["err"] = self.kernel.materialize(self._run(errors, frames))
+        frames["err"] = self._store(errors, frames, keys)
 
         # Corrections: Möbius inversion of E over the grid.
         terms = []
@@ -218,13 +218,11 @@ class ReduceNode(Arranged):
             + f") t GROUP BY {_list(out_all)} HAVING SUM({_q(DIFF)}) <> 0"
         )
         ordered = f"SELECT {_list(self.all_columns())} FROM ({corrections}) c"
-        output = self.kernel.materialize(self._run(ordered, frames))
-        rows = self.kernel.count(output)
+        stored = self.kernel.materialize(self._run(ordered, frames), keys)
+        output, rows = stored.frame, stored.rows
 
         # Pending: candidates the frontier has not passed.
-        pending = self.kernel.materialize(
-            self._run(f"SELECT {_list(kt)} FROM cand WHERE {not_ready}", frames)
-        )
+        pending = self._store(f"SELECT {_list(kt)} FROM cand WHERE {not_ready}", frames, keys)
         old_pending = self._pending
         self._set_pending(pending, d)
         for name in ("hist", "lo", "cand", "acc", "err"):
@@ -234,7 +232,7 @@ class ReduceNode(Arranged):
         if rows == 0:
             self.kernel.release(output)
             return None
-        self.current = Batch(output, rows)
+        self.current = Batch(output, rows, stored.table)
         return self.current
 
     def _set_pending(self, pending: Frame, depth: int) -> None:
@@ -248,6 +246,9 @@ class ReduceNode(Arranged):
         rows = zip(*(lower[t].to_pylist() for t in times), strict=True)
         self._pending = pending
         self._pending_lower = Antichain(tuple(r) for r in rows)
+
+    def _store(self, sql: str, frames: dict[str, Frame], keys: Sequence[str]) -> Frame:
+        return self.kernel.materialize(self._run(sql, frames), keys).frame
 
     def _run(self, sql: str, frames: dict[str, Frame]) -> Frame:
         query = parse_one(sql, read="spark")
