@@ -13,8 +13,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"dsql {__version__}")
         return 0
-    print("dsql: the SQL front-end is not built yet; use the Python runtime API (dsql.runtime).",
-          file=sys.stderr)
+    print(
+        "dsql: the SQL front-end is not built yet; use the Python runtime API (dsql.runtime).",
+        file=sys.stderr,
+    )
     return 2
 
 

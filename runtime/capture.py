@@ -100,7 +100,9 @@ def _complete_mask(table: pa.Table, times: tuple[str, ...], frontier: Antichain)
     return pc.invert(beyond)
 
 
-def consolidate_table(table: pa.Table, columns: tuple[str, ...], times: tuple[str, ...]) -> pa.Table:
+def consolidate_table(
+    table: pa.Table, columns: tuple[str, ...], times: tuple[str, ...]
+) -> pa.Table:
     """Sum diffs of equal (row, time) pairs in an Arrow table, drop zeros, sort by time."""
     if table.num_rows == 0:
         return table
@@ -110,8 +112,9 @@ def consolidate_table(table: pa.Table, columns: tuple[str, ...], times: tuple[st
         [DIFF if n == f"{DIFF}_sum" else n for n in grouped.column_names]
     )
     grouped = grouped.filter(pc.not_equal(grouped[DIFF], 0)).select([*keys, DIFF])
-    order = [(t, "ascending") for t in times] + [(c, "ascending") for c in columns
-                                                 if _sortable(table.schema.field(c).type)]
+    order = [(t, "ascending") for t in times] + [
+        (c, "ascending") for c in columns if _sortable(table.schema.field(c).type)
+    ]
     return grouped.sort_by(order)
 
 

@@ -40,7 +40,12 @@ from dsql.runtime.linear import Branch, Branches, Linear, Unnest
 from dsql.runtime.operators.join import JoinNode
 from dsql.runtime.operators.reduce import ReduceNode
 from dsql.runtime.operators.reduce_logic import (
-    Count, Distinct, PythonLogic, ReduceLogic, Threshold, parse_aggregates,
+    Count,
+    Distinct,
+    PythonLogic,
+    ReduceLogic,
+    Threshold,
+    parse_aggregates,
 )
 
 Expr = str | exp.Expression
@@ -57,7 +62,8 @@ def parse_expression(text: Expr, dialect: str) -> exp.Expression:
         line, column = info.get("line", 1), info.get("col", 1)
         raise ParseError(
             f"cannot parse expression: {info.get('description', str(error))}",
-            statement=text, position=(line, column),
+            statement=text,
+            position=(line, column),
         ) from error
 
 
@@ -189,9 +195,7 @@ class Collection:
         """Each row replaced by the named expressions (`"a + 1 AS b"`, or a column name)."""
         if not outputs:
             raise SchemaError("map needs at least one output column")
-        return self._linear(
-            Branches.single([parse_named(o, self.worker.dialect) for o in outputs])
-        )
+        return self._linear(Branches.single([parse_named(o, self.worker.dialect) for o in outputs]))
 
     def filter(self, predicate: Expr) -> Collection:
         """The rows for which `predicate` is true (NULL counts as false)."""
@@ -228,12 +232,14 @@ class Collection:
             columns = [parse_named(c, self.worker.dialect) for c in b.get("columns", self.columns)]
             time = b.get("time")
             times = time if isinstance(time, list | tuple) else [time]
-            built.append(Branch(
-                tuple(columns),
-                where=self._parse(b["where"]) if b.get("where") is not None else None,
-                time=tuple(self._parse(t) if t is not None else None for t in times),
-                diff=self._parse(b["diff"]) if b.get("diff") is not None else None,
-            ))
+            built.append(
+                Branch(
+                    tuple(columns),
+                    where=self._parse(b["where"]) if b.get("where") is not None else None,
+                    time=tuple(self._parse(t) if t is not None else None for t in times),
+                    diff=self._parse(b["diff"]) if b.get("diff") is not None else None,
+                )
+            )
         names = [tuple(n for n, _ in b.columns) for b in built]
         if len(set(names)) > 1:
             raise SchemaError("every branch of join_function must name the same output columns")

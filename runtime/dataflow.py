@@ -222,11 +222,21 @@ def _as_type(t: Any) -> pa.DataType:
     if isinstance(t, pa.DataType):
         return t
     names = {
-        "int": pa.int64(), "bigint": pa.int64(), "integer": pa.int64(), "int64": pa.int64(),
-        "int32": pa.int32(), "double": pa.float64(), "float": pa.float64(),
-        "float64": pa.float64(), "string": pa.string(), "text": pa.string(),
-        "varchar": pa.string(), "bool": pa.bool_(), "boolean": pa.bool_(),
-        "date": pa.date32(), "timestamp": pa.timestamp("us"),
+        "int": pa.int64(),
+        "bigint": pa.int64(),
+        "integer": pa.int64(),
+        "int64": pa.int64(),
+        "int32": pa.int32(),
+        "double": pa.float64(),
+        "float": pa.float64(),
+        "float64": pa.float64(),
+        "string": pa.string(),
+        "text": pa.string(),
+        "varchar": pa.string(),
+        "bool": pa.bool_(),
+        "boolean": pa.bool_(),
+        "date": pa.date32(),
+        "timestamp": pa.timestamp("us"),
     }
     if isinstance(t, str) and t.lower() in names:
         return names[t.lower()]

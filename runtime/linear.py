@@ -109,7 +109,9 @@ class Linear:
             columns = step.output_columns(columns)
         return columns
 
-    def compile(self, kernel: Kernel, source: str, inputs: tuple[str, ...], depth: int) -> exp.Query:
+    def compile(
+        self, kernel: Kernel, source: str, inputs: tuple[str, ...], depth: int
+    ) -> exp.Query:
         """One query evaluating the chain over the batch relation `source`."""
         query: str | exp.Query = source
         columns = inputs
@@ -127,7 +129,8 @@ def _compile_step(
     if isinstance(step, Unnest):
         exploded = exp.alias_(exp.Explode(this=step.array), step.column, quoted=True)
         return rel.select(
-            source, [*(rel.col(c) for c in step.keep), exploded, *(rel.col(t) for t in (*times, DIFF))]
+            source,
+            [*(rel.col(c) for c in step.keep), exploded, *(rel.col(t) for t in (*times, DIFF))],
         )
     branches = step.branches
     rendered = [_branch_columns(b, times) for b in branches]

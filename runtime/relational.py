@@ -60,7 +60,9 @@ def select(
     query = (
         query.from_(_table(source))
         if isinstance(source, str)
-        else query.from_(exp.Subquery(this=source, alias=exp.TableAlias(this=exp.to_identifier("s"))))
+        else query.from_(
+            exp.Subquery(this=source, alias=exp.TableAlias(this=exp.to_identifier("s")))
+        )
     )
     return query.where(where) if where is not None else query
 
@@ -95,8 +97,10 @@ def advance(
     advanced: list[tuple[str, exp.Expression]] = []
     for i, name in enumerate(times):
         candidates = [greatest(col(name), lit(f[i])) for f in frontier]
-        value = candidates[0] if len(candidates) == 1 else exp.Least(
-            this=candidates[0], expressions=candidates[1:]
+        value = (
+            candidates[0]
+            if len(candidates) == 1
+            else exp.Least(this=candidates[0], expressions=candidates[1:])
         )
         advanced.append((name, value))
     inner = select(source, [*passthrough(columns), *advanced, (DIFF, col(DIFF))])

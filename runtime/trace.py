@@ -103,7 +103,9 @@ class Trace:
 
     def compact_all(self) -> None:
         """Merge every batch into one, advanced to the compaction frontier."""
-        if len(self.batches) > 1 or (self.batches and self.batches[0].compacted_to != self._compaction):
+        if len(self.batches) > 1 or (
+            self.batches and self.batches[0].compacted_to != self._compaction
+        ):
             self.batches = [self._combine(self.batches)]
 
     def _combine(self, batches: list[TraceBatch]) -> TraceBatch:

@@ -77,6 +77,7 @@ class SparkKernel(Kernel):
 
     def query(self, select: exp.Query, inputs: Mapping[str, Frame]) -> DataFrame:
         renamed = {name: f"__in_{name.strip('_')}" for name in inputs}
+
         def rename(node: exp.Expression) -> exp.Expression:
             if isinstance(node, exp.Table) and node.name in renamed:
                 table = exp.to_table(renamed[node.name])

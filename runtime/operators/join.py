@@ -85,7 +85,9 @@ class JoinNode(Node):
         )
         return self.kernel.query(query, {"l": left, "r": right})
 
-    def _probe(self, frames: list[Frame], column: str | None, batch: Batch, by: str | None) -> Frame:
+    def _probe(
+        self, frames: list[Frame], column: str | None, batch: Batch, by: str | None
+    ) -> Frame:
         """The union of `frames`, filtered to the keys of a small `batch` when it is known."""
         whole = self.kernel.union(frames) if len(frames) > 1 else frames[0]
         if column is None or by is None or batch.table is None:

@@ -52,6 +52,28 @@ def _keys_match(a: str, b: str, keys: Sequence[str]) -> str:
     return " AND ".join(f"{a}.{_q(k)} <=> {b}.{_q(k)}" for k in keys) or "TRUE"
 
 
+def _accumulate_at(
+    candidates: str,
+    source: str,
+    keys: Sequence[str],
+    cols: Sequence[str],
+    depth: int,
+    negate: bool = False,
+) -> str:
+    """Per candidate (keys, time), the rows of `source` accumulated at that time."""
+    times = time_columns(depth)
+    kt = [*keys, *times]
+    values = _list(cols, "s.") + ", " if cols else ""
+    total = f"{'-' if negate else ''}CAST(SUM(s.{_q(DIFF)}) AS BIGINT)"
+    at_most = rel.times_at_most("s", "c", depth).sql("spark")
+    group = _list(kt, "c.") + (", " + _list(cols, "s.") if cols else "")
+    return (
+        f"SELECT {_list(kt, 'c.')}, {values}{total} AS {_q(DIFF)} "
+        f"FROM ({candidates}) c JOIN {source} s ON {_keys_match('c', 's', keys)} AND {at_most} "
+        f"GROUP BY {group} HAVING SUM(s.{_q(DIFF)}) <> 0"
+    )
+
+
 class ReduceNode(Arranged):
     """Applies a `ReduceLogic` per key (see module docstring); its output is arranged by key."""
 
@@ -105,10 +127,12 @@ class ReduceNode(Arranged):
         new_times = " UNION ".join(f"SELECT DISTINCT {_list(kt)} FROM {s}" for s in new_sources)
         affected = f"SELECT DISTINCT {_list(keys)} FROM ({new_times}) nt"
         inputs_all = " UNION ALL ".join(
-            f"SELECT {_list([*keys, *vals, *times, DIFF])} FROM i{i}" for i in range(len(input_frames))
+            f"SELECT {_list([*keys, *vals, *times, DIFF])} FROM i{i}"
+            for i in range(len(input_frames))
         )
         outputs_all = " UNION ALL ".join(
-            f"SELECT {_list(self.all_columns())} FROM o{i}" for i in range(len(self._trace.frames()))
+            f"SELECT {_list(self.all_columns())} FROM o{i}"
+            for i in range(len(self._trace.frames()))
         )
         # H: the input history of the affected keys, materialized once.
         hist_sql = (
@@ -120,9 +144,12 @@ class ReduceNode(Arranged):
         lows = ", ".join(f"MIN({_q(t)}) AS {_q('lo_' + t)}" for t in times)
         frames["lo"] = self._store(
             f"SELECT {_list(keys)}, {lows} FROM ({new_times}) nt GROUP BY {_list(keys)}",
-            frames, keys,
+            frames,
+            keys,
         )
-        grid_sources = f"SELECT {_list(kt)} FROM hist UNION ALL SELECT {_list(kt)} FROM ({new_times}) nt"
+        grid_sources = (
+            f"SELECT {_list(kt)} FROM hist UNION ALL SELECT {_list(kt)} FROM ({new_times}) nt"
+        )
         value_sql: dict[str, str] = {}
         for t in times:
             value_sql[t] = (
@@ -165,26 +192,12 @@ class ReduceNode(Arranged):
             )
 
         # E = logic(accumulated input) - accumulated output, at every ready candidate.
-        accumulated = (
-            f"SELECT {_list(kt, 'c.')}, {_list(vals, 'h.') + ', ' if vals else ''}"
-            f"CAST(SUM(h.{_q(DIFF)}) AS BIGINT) AS {_q(DIFF)} FROM ({ready}) c JOIN hist h "
-            f"ON {_keys_match('c', 'h', keys)} AND {rel.times_at_most('h', 'c', d).sql('spark')} "
-            f"GROUP BY {_list(kt, 'c.')}{', ' + _list(vals, 'h.') if vals else ''} "
-            f"HAVING SUM(h.{_q(DIFF)}) <> 0"
-        )
+        accumulated = _accumulate_at(ready, "hist", keys, vals, d)
         out_cols = self.values
         frames["acc"] = self._store(accumulated, frames, keys)
         desired = self.logic.desired(self.kernel, frames["acc"], keys, vals, d, self.schema)
         frames["desired"] = desired
-        current = "SELECT 1 AS x WHERE FALSE"
-        if self._trace.frames():
-            current = (
-                f"SELECT {_list(kt, 'c.')}, {_list(out_cols, 'o.') + ', ' if out_cols else ''}"
-                f"-CAST(SUM(o.{_q(DIFF)}) AS BIGINT) AS {_q(DIFF)} FROM ({ready}) c JOIN ({outputs_all}) o "
-                f"ON {_keys_match('c', 'o', keys)} AND {rel.times_at_most('o', 'c', d).sql('spark')} "
-                f"GROUP BY {_list(kt, 'c.')}{', ' + _list(out_cols, 'o.') if out_cols else ''} "
-                f"HAVING SUM(o.{_q(DIFF)}) <> 0"
-            )
+        current = _accumulate_at(ready, f"({outputs_all})", keys, out_cols, d, negate=True)
         allc = [*keys, *out_cols, *times]
         error_parts = [f"SELECT {_list(allc)}, {_q(DIFF)} FROM desired"]
         if self._trace.frames():

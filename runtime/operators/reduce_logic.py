@@ -39,8 +39,13 @@ class ReduceLogic:
     """The per-group computation of a reduce (see module docstring)."""
 
     def desired(
-        self, kernel: Kernel, acc: Frame, keys: Sequence[str], values: Sequence[str],
-        depth: int, schema: pa.Schema,
+        self,
+        kernel: Kernel,
+        acc: Frame,
+        keys: Sequence[str],
+        values: Sequence[str],
+        depth: int,
+        schema: pa.Schema,
     ) -> Frame:
         raise NotImplementedError
 
@@ -84,11 +89,16 @@ class Aggregates(ReduceLogic):
         if needs_expansion:
             source = rel.select(
                 _ACC,
-                [*(rel.col(c) for c in (*keys, *time_columns(depth), *values)),
-                 exp.alias_(exp.Explode(this=exp.func("SEQUENCE", rel.lit(1), rel.col(DIFF)))
-                            if kernel.dialect == "spark"
-                            else exp.Explode(this=exp.func("RANGE", rel.lit(0), rel.col(DIFF))),
-                            "__copy", quoted=True)],
+                [
+                    *(rel.col(c) for c in (*keys, *time_columns(depth), *values)),
+                    exp.alias_(
+                        exp.Explode(this=exp.func("SEQUENCE", rel.lit(1), rel.col(DIFF)))
+                        if kernel.dialect == "spark"
+                        else exp.Explode(this=exp.func("RANGE", rel.lit(0), rel.col(DIFF))),
+                        "__copy",
+                        quoted=True,
+                    ),
+                ],
             )
         outputs = [
             (name, e.copy() if needs_expansion else _rewrite(e)) for name, e in self.aggregates
@@ -96,9 +106,11 @@ class Aggregates(ReduceLogic):
         group = _by_group(keys, depth)
         query = rel.select(
             source,
-            [*(exp.alias_(g.copy(), g.name, quoted=True) for g in group),
-             *(exp.alias_(e, n, quoted=True) for n, e in outputs),
-             exp.alias_(rel.lit(1), DIFF, quoted=True)],
+            [
+                *(exp.alias_(g.copy(), g.name, quoted=True) for g in group),
+                *(exp.alias_(e, n, quoted=True) for n, e in outputs),
+                exp.alias_(rel.lit(1), DIFF, quoted=True),
+            ],
         ).group_by(*group)
         return kernel.query(query, {_ACC: acc})
 
@@ -125,15 +137,24 @@ def _rewrite(e: exp.Expression) -> exp.Expression | None:
             if isinstance(arg, exp.Star) or arg is None:
                 return exp.Cast(this=exp.Sum(this=d), to=bigint)
             present = exp.Not(this=exp.Is(this=arg.copy(), expression=exp.null()))
-            return exp.Cast(this=exp.Sum(this=exp.If(this=present, true=d, false=rel.lit(0))),
-                            to=bigint)
+            return exp.Cast(
+                this=exp.Sum(this=exp.If(this=present, true=d, false=rel.lit(0))), to=bigint
+            )
         if isinstance(node, exp.Sum):
             return exp.Sum(this=exp.Mul(this=exp.paren(arg.copy()), expression=d))
         if isinstance(node, exp.Avg):
-            total = exp.Sum(this=exp.Mul(this=exp.Cast(this=arg.copy(), to=exp.DataType.build("double")),
-                                         expression=d))
-            count = exp.Sum(this=exp.If(this=exp.Not(this=exp.Is(this=arg.copy(), expression=exp.null())),
-                                        true=d, false=exp.null()))
+            total = exp.Sum(
+                this=exp.Mul(
+                    this=exp.Cast(this=arg.copy(), to=exp.DataType.build("double")), expression=d
+                )
+            )
+            count = exp.Sum(
+                this=exp.If(
+                    this=exp.Not(this=exp.Is(this=arg.copy(), expression=exp.null())),
+                    true=d,
+                    false=exp.null(),
+                )
+            )
             return exp.Div(this=total, expression=count)
         unsupported = True
         return node
@@ -149,7 +170,8 @@ class Distinct(ReduceLogic):
     def desired(self, kernel, acc, keys, values, depth, schema):  # type: ignore[override]
         cols = [rel.col(c) for c in (*keys, *values, *time_columns(depth))]
         query = rel.select(
-            _ACC, [*cols, exp.alias_(rel.lit(1), DIFF, quoted=True)],
+            _ACC,
+            [*cols, exp.alias_(rel.lit(1), DIFF, quoted=True)],
             where=exp.GT(this=rel.col(DIFF), expression=rel.lit(0)),
         )
         return kernel.query(query, {_ACC: acc})
@@ -166,10 +188,18 @@ class Threshold(ReduceLogic):
             lambda n: rel.col(DIFF) if isinstance(n, exp.Column) and n.name == "__count__" else n
         )
         cols = [rel.col(c) for c in (*keys, *values, *time_columns(depth))]
-        inner = rel.select(_ACC, [*cols, exp.alias_(exp.Cast(this=weight, to=exp.DataType.build("bigint")),
-                                                   DIFF, quoted=True)])
-        query = rel.select(inner, [*cols, rel.col(DIFF)],
-                           where=exp.NEQ(this=rel.col(DIFF), expression=rel.lit(0)))
+        inner = rel.select(
+            _ACC,
+            [
+                *cols,
+                exp.alias_(
+                    exp.Cast(this=weight, to=exp.DataType.build("bigint")), DIFF, quoted=True
+                ),
+            ],
+        )
+        query = rel.select(
+            inner, [*cols, rel.col(DIFF)], where=exp.NEQ(this=rel.col(DIFF), expression=rel.lit(0))
+        )
         return kernel.query(query, {_ACC: acc})
 
     def describe(self) -> str:
@@ -186,8 +216,11 @@ class Count(ReduceLogic):
         cols = [rel.col(c) for c in (*keys, *values, *time_columns(depth))]
         query = rel.select(
             _ACC,
-            [*cols, exp.alias_(rel.col(DIFF), self.column, quoted=True),
-             exp.alias_(rel.lit(1), DIFF, quoted=True)],
+            [
+                *cols,
+                exp.alias_(rel.col(DIFF), self.column, quoted=True),
+                exp.alias_(rel.lit(1), DIFF, quoted=True),
+            ],
         )
         return kernel.query(query, {_ACC: acc})
 
@@ -228,8 +261,11 @@ class PythonLogic(ReduceLogic):
                     cols[f.name] = result[f.name].cast(f.type)
                 for t in times:
                     cols[t] = pa.array([g[t]] * n, pa.int64())
-                cols[DIFF] = (result[DIFF].cast(pa.int64()) if DIFF in result.column_names
-                              else pa.array([1] * n, pa.int64()))
+                cols[DIFF] = (
+                    result[DIFF].cast(pa.int64())
+                    if DIFF in result.column_names
+                    else pa.array([1] * n, pa.int64())
+                )
                 pieces.append(pa.table(cols, schema=out_schema))
         out = pa.concat_tables(pieces) if pieces else out_schema.empty_table()
         return kernel.from_arrow(out)
