@@ -34,7 +34,7 @@ from dsql.errors import ParseError, SchemaError
 from dsql.runtime import relational as rel
 from dsql.runtime.arrangement import Arranged, ArrangeNode
 from dsql.runtime.capture import CaptureNode, Probe
-from dsql.runtime.dataflow import Batch, Node, Round, Worker
+from dsql.runtime.dataflow import Batch, Node, Round, Worker, batch_schema
 from dsql.runtime.lattice import DIFF, time_columns
 from dsql.runtime.linear import Branch, Branches, Linear, Unnest
 from dsql.runtime.operators.join import JoinNode
@@ -101,6 +101,36 @@ class LinearNode(Node):
 
     def describe(self) -> str:
         return f"Linear({len(self.linear.steps)} steps)"
+
+
+class MapBatchesNode(Node):
+    """A row-wise Python function over Arrow batches (the slow path of `map`)."""
+
+    lazy = True
+
+    def __init__(self, source: Node, function: Callable[[pa.Table], pa.Table], schema: pa.Schema):
+        self.function = function
+        super().__init__(source.worker, (source,), schema, source.depth)
+
+    def step(self, rnd: Round) -> Batch | None:
+        delta = rnd.delta(self.inputs[0])
+        if delta is None:
+            return None
+        data, times = self.inputs[0].columns, (*time_columns(self.depth), DIFF)
+        function, names = self.function, self.columns
+
+        def apply(table: pa.Table) -> pa.Table:
+            result = function(table.select(list(data)))
+            if result.num_rows != table.num_rows:
+                raise SchemaError(
+                    f"map_batches function returned {result.num_rows} rows for "
+                    f"{table.num_rows}: it must map rows one to one"
+                )
+            columns = [result[n] for n in names] + [table[t] for t in times]
+            return pa.Table.from_arrays(columns, names=[*names, *times])
+
+        full = batch_schema(self.schema, self.depth)
+        return Batch(self.kernel.map_arrow(delta.frame, apply, full))
 
 
 class ConcatNode(Node):
@@ -212,6 +242,19 @@ class Collection:
     def explode(self, diff: Expr) -> Collection:
         """Each row with its diff multiplied by `diff` (may be zero or negative)."""
         return self._linear(Branches.single(self._identity(), diff=self._parse(diff)))
+
+    def map_batches(
+        self, function: Callable[[pa.Table], pa.Table], schema: pa.Schema | dict[str, Any]
+    ) -> Collection:
+        """Each row mapped by a Python function over Arrow batches (the slow path).
+
+        `function` gets a table of the data columns and returns one output row per
+        input row, with the columns of `schema`. Prefer `map` with SQL expressions:
+        they run inside the engine's code generator.
+        """
+        from dsql.runtime.dataflow import _as_schema
+
+        return Collection(MapBatchesNode(self.node, function, _as_schema(schema)))
 
     def flat_map(self, array: Expr, name: str, keep: Sequence[str] | None = None) -> Collection:
         """One row per element of the array expression, as column `name` beside `keep`."""

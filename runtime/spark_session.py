@@ -415,6 +415,9 @@ def spark_settings(
                 "spark.default.parallelism": str(cores),
                 "spark.driver.host": "127.0.0.1",
                 "spark.driver.bindAddress": "127.0.0.1",
+                # Python workers must see the driver's packages (pyarrow, dsql).
+                "spark.pyspark.python": sys.executable,
+                "spark.pyspark.driver.python": sys.executable,
             }
         )
     if log_config is not None:
@@ -502,6 +505,9 @@ def get_spark(
             _session, _owned = active, False
             return active
         ensure_java()
+        # PySpark picks the Python of its workers from the environment when the
+        # context starts: the driver's interpreter, so workers see its packages.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = SparkSession.builder
         for key, value in spark_settings(master, conf, log_config=_log_config()).items():
             builder = builder.config(key, value)

@@ -26,7 +26,7 @@ returns a frame with the same rows as its argument.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +101,16 @@ class Kernel(ABC):
         """A select-list expression turning each input row into one row per branch.
 
         Every branch names the same output columns, in the same order.
+        """
+
+    @abstractmethod
+    def map_arrow(
+        self, frame: Frame, function: Callable[[pa.Table], pa.Table], schema: pa.Schema
+    ) -> Frame:
+        """Apply a Python function to the frame's rows, one Arrow batch at a time.
+
+        `function` gets the batch (every column) and returns a table of `schema`.
+        The slow path: Spark runs it in Python workers (tens of ms per action).
         """
 
     def union(self, frames: Sequence[Frame]) -> Frame:

@@ -7,7 +7,7 @@ the identity and lineage never grows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow as pa
 from sqlglot import exp
@@ -67,6 +67,11 @@ class LocalKernel(Kernel):
 
     def schema(self, frame: pa.Table) -> pa.Schema:
         return frame.schema
+
+    def map_arrow(
+        self, frame: pa.Table, function: Callable[[pa.Table], pa.Table], schema: pa.Schema
+    ) -> pa.Table:
+        return function(frame).select(schema.names).cast(schema)
 
     def union(self, frames: Sequence[pa.Table]) -> pa.Table:
         first = frames[0].schema

@@ -22,7 +22,7 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -147,6 +147,18 @@ class SparkKernel(Kernel):
 
         return to_arrow_schema(frame.schema)
 
+    def map_arrow(
+        self, frame: DataFrame, function: Callable[[pa.Table], pa.Table], schema: pa.Schema
+    ) -> DataFrame:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        def batches(iterator):  # runs in Spark's Python workers, a batch at a time
+            for batch in iterator:
+                result = function(pa.Table.from_batches([batch]))
+                yield from result.select(schema.names).cast(schema).to_batches()
+
+        return frame.mapInArrow(batches, from_arrow_schema(schema))
+
     def union(self, frames: Sequence[Frame]) -> DataFrame:
         result = frames[0]
         for frame in frames[1:]:
@@ -163,8 +175,14 @@ class SparkKernel(Kernel):
 
 def _engine_error(error: Exception, text: str | None = None) -> Exception:
     """Turn a Spark exception into a DsqlError with the first line of Spark's message."""
-    message = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    message = lines[0] if lines else repr(error)
     kind = type(error).__name__
+    if kind == "PythonException":
+        raised = [line for line in lines if re.match(r"^[A-Za-z_.]+(Error|Exception):", line)]
+        message = raised[-1] if raised else message
+        if raised and raised[-1].split(":")[0].endswith("SchemaError"):
+            return SchemaError(raised[-1].split(":", 1)[1].strip())
     if "UNRESOLVED_COLUMN" in message or "cannot be resolved" in message:
         return SchemaError(f"unknown column: {message}", hint="check the column names")
     return ExecutionError(f"Spark failed ({kind}): {message}", statement=text)

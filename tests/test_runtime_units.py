@@ -1,0 +1,147 @@
+"""Unit tests of runtime pieces: lattice, traces (compaction, merging), imports, map_batches."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dsql.runtime import lattice
+from dsql.runtime.collection import import_arrangement
+from dsql.runtime.dataflow import Worker
+from dsql.runtime.kernel.local import LocalKernel
+from dsql.runtime.kernel.spark import SparkKernel
+from dsql.runtime.lattice import Antichain, advance_by, join, less_equal, meet
+
+times2 = st.tuples(st.integers(0, 5), st.integers(0, 5))
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["lattice", "input", "collection", "linear"],
+)
+def test_doctests(module: str) -> None:
+    mod = importlib.import_module(f"dsql.runtime.{module}")
+    failures, _ = doctest.testmod(mod)
+    assert failures == 0
+
+
+def test_error_doctest() -> None:
+    import dsql.errors
+
+    assert doctest.testmod(dsql.errors).failed == 0
+
+
+@given(times2, times2, times2)
+def test_lattice_laws(a, b, c) -> None:
+    assert join(a, b) == join(b, a) and meet(a, b) == meet(b, a)
+    assert less_equal(a, join(a, b)) and less_equal(meet(a, b), a)
+    assert join(a, join(b, c)) == join(join(a, b), c)
+    assert join(a, meet(a, b)) == a  # absorption
+
+
+@given(st.lists(times2, max_size=5), times2)
+def test_antichain_is_minimal_and_advance_by_preserves_order(elements, t) -> None:
+    frontier = Antichain(elements)
+    for x in frontier:
+        for y in frontier:
+            assert x == y or not less_equal(x, y)
+    if frontier:
+        advanced = advance_by(t, frontier)
+        # For every time beyond the frontier, comparisons with t are unchanged.
+        for s in [(i, j) for i in range(7) for j in range(7)]:
+            if frontier.less_equal(s):
+                assert less_equal(t, s) == less_equal(advanced, s)
+
+
+@pytest.fixture(params=["local", "spark"])
+def kernel(request, spark):
+    return LocalKernel() if request.param == "local" else SparkKernel(spark)
+
+
+def test_trace_merges_geometrically_and_compacts(kernel) -> None:
+    worker = Worker(kernel)
+    data = worker.new_input({"k": "int", "v": "int"})
+    arranged = data.to_collection().arrange_by_key("k")
+    rounds = 12 if isinstance(kernel, LocalKernel) else 6
+    for t in range(rounds):
+        data.insert((t % 3, t))
+        if t:
+            data.remove(((t - 1) % 3, t - 1))
+        data.advance_to(t + 1)
+        data.flush()
+        worker.step()
+    trace = arranged.trace
+    assert len(trace.batches) <= 2 * rounds.bit_length()
+    trace.compact_all()
+    (only,) = trace.batches
+    table = kernel.to_arrow(only.frame)
+    # Everything before the frontier collapsed to it: one live row remains.
+    assert table.num_rows == 1
+    assert table.to_pylist()[0]["__time__"] == rounds
+    assert arranged.stats()["rows"] == 1
+
+
+def test_imported_trace_replays_history(kernel) -> None:
+    worker = Worker(kernel)
+    data = worker.new_input({"k": "int", "v": "int"})
+    shared = data.to_collection().arrange_by_key("k")
+    for i in range(4):
+        data.insert((i, i * 10))
+    data.advance_to(1)
+    data.flush()
+    worker.step()
+    handle = shared.trace_handle()
+    later = import_arrangement(handle).as_collection().filter("v >= 20").capture()
+    data.remove((3, 30))
+    data.advance_to(2)
+    data.flush()
+    worker.step()
+    rows = sorted((r["k"], r["__diff__"]) for r in later.poll().to_pylist())
+    assert rows == [(2, 1), (3, -1), (3, 1)]
+    handle.release()
+
+
+def test_map_batches_slow_path(kernel) -> None:
+    worker = Worker(kernel)
+    data = worker.new_input({"x": "int"})
+    tenfold = data.to_collection().map_batches(
+        lambda t: pa.table({"y": pc.multiply(t["x"], 10)}), {"y": "int"}
+    )
+    out = tenfold.capture()
+    data.insert((1,))
+    data.insert((2,))
+    data.advance_to(1)
+    data.flush()
+    worker.step()
+    data.remove((1,))
+    data.advance_to(2)
+    data.flush()
+    worker.step()
+    got = sorted((r["y"], r["__time__"], r["__diff__"]) for r in out.poll().to_pylist())
+    assert got == [(10, 0, 1), (10, 1, -1), (20, 0, 1)]
+
+
+def test_capture_holds_future_updates_until_frontier_passes() -> None:
+    worker = Worker(LocalKernel())
+    data = worker.new_input({"x": "int"})
+    out = data.to_collection().capture()
+    data.update_at((1,), 5, 1)
+    data.insert((2,))
+    data.advance_to(1)
+    data.flush()
+    worker.step()
+    assert [r["x"] for r in out.poll().to_pylist()] == [2]
+    data.advance_to(6)
+    data.flush()
+    worker.step()
+    assert [(r["x"], r["__time__"]) for r in out.poll().to_pylist()] == [(1, 5)]
+
+
+def test_lattice_time_columns() -> None:
+    assert lattice.time_columns(2) == ("__time__", "__time1__")
