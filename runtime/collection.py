@@ -97,7 +97,9 @@ class LinearNode(Node):
             return None
         source = self.inputs[0]
         query = self.linear.compile(self.kernel, "src", source.columns, self.depth)
-        return Batch(self.kernel.query(query, {"src": delta.frame}))
+        bound = self.linear.fanout_bound()
+        rows = None if bound is None or delta.rows is None else delta.rows * bound
+        return Batch(self.kernel.query(query, {"src": delta.frame}), rows)
 
     def describe(self) -> str:
         return f"Linear({len(self.linear.steps)} steps)"
@@ -152,13 +154,15 @@ class ConcatNode(Node):
         super().__init__(first.worker, tuple(sources), first.schema, first.depth)
 
     def step(self, rnd: Round) -> Batch | None:
-        frames = [d.frame for n in self.inputs if (d := rnd.delta(n)) is not None]
-        if not frames:
+        deltas = [d for n in self.inputs if (d := rnd.delta(n)) is not None]
+        if not deltas:
             return None
-        if len(frames) == 1:
-            return Batch(frames[0])
+        if len(deltas) == 1:
+            return deltas[0]
+        sizes = [d.rows for d in deltas]
+        rows = None if None in sizes else sum(r for r in sizes if r is not None)
         cols = list(self.all_columns())
-        return Batch(self.kernel.union([self._select(f, cols) for f in frames]))
+        return Batch(self.kernel.union([self._select(d.frame, cols) for d in deltas]), rows)
 
     def _select(self, frame: Any, cols: list[str]) -> Any:
         return self.kernel.query(rel.select("f", [rel.col(c) for c in cols]), {"f": frame})

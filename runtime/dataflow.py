@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class Batch:
-    """Updates produced by one node in one round: a frame and, when known, its row count
-    and (for small materialized batches) its rows as an Arrow table."""
+    """Updates produced by one node in one round: a frame, when known an upper bound on
+    its row count (exact once materialized), and for small materialized batches its
+    rows as an Arrow table."""
 
     frame: Frame
     rows: int | None = None

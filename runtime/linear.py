@@ -103,6 +103,15 @@ class Linear:
         """The operator that applies `self`, then `other`."""
         return Linear(self.steps + other.steps)
 
+    def fanout_bound(self) -> int | None:
+        """The most output rows one input row can yield (None: unbounded, an `Unnest`)."""
+        bound = 1
+        for step in self.steps:
+            if isinstance(step, Unnest):
+                return None
+            bound *= len(step.branches)
+        return bound
+
     def output_columns(self, inputs: tuple[str, ...]) -> tuple[str, ...]:
         columns = inputs
         for step in self.steps:
