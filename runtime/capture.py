@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dsql.runtime.dataflow import Batch, Node, Round
+from dsql.runtime.dataflow import Batch, Node, Round, batch_schema
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 
 
@@ -50,6 +50,8 @@ class CaptureNode(Node):
         delta = rnd.delta(self.inputs[0])
         if delta is not None:
             table = self.kernel.to_arrow(delta.frame).select(list(self.all_columns()))
+            # Engines differ in nullability from round to round: one schema for all.
+            table = table.cast(batch_schema(self.schema, self.depth))
             if table.num_rows:
                 if self._callback is not None:
                     self._callback(table)
