@@ -17,3 +17,20 @@ def spark():
     session = get_spark()
     yield session
     stop_spark()
+
+
+# --- Kernels ----------------------------------------------------------------------------
+# Results never depend on placement (DESIGN §3.1): tests that take `kernel` run once on
+# the in-process kernel and once on Spark (sharing the session-scoped `spark`).
+
+
+@pytest.fixture(params=["local", "spark"])
+def kernel(request):
+    """A fresh runtime kernel: `LocalKernel()` (DuckDB) or `SparkKernel(spark)`."""
+    if request.param == "local":
+        from dsql.runtime.kernel.local import LocalKernel
+
+        return LocalKernel()
+    from dsql.runtime.kernel.spark import SparkKernel
+
+    return SparkKernel(request.getfixturevalue("spark"))
