@@ -37,7 +37,7 @@ from dsql.runtime.capture import CaptureNode, Probe
 from dsql.runtime.dataflow import Batch, Node, Round, Worker, batch_schema
 from dsql.runtime.lattice import DIFF, time_columns
 from dsql.runtime.linear import Branch, Branches, Linear, Unnest
-from dsql.runtime.operators.join import JoinNode
+from dsql.runtime.operators.join import JoinNode, check_key_types
 from dsql.runtime.operators.reduce import ReduceNode
 from dsql.runtime.operators.reduce_logic import (
     Count,
@@ -326,6 +326,8 @@ class Collection:
     def join(self, other: Collection, on: Sequence[str | tuple[str, str]]) -> Collection:
         """Pairs of rows with equal keys: this row's columns, then the other's non-key columns."""
         left_keys, right_keys = _split_on(on)
+        # Checked before arranging, so a refused join leaves nothing in the graph.
+        check_key_types(self.schema, left_keys, other.schema, right_keys)
         return self.arrange_by_key(*left_keys).join_core(other.arrange_by_key(*right_keys))
 
     def semijoin(self, keys: Collection, on: Sequence[str | tuple[str, str]]) -> Collection:

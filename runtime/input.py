@@ -167,9 +167,11 @@ class InputSession:
                     for values, f in zip(columns, self.schema, strict=True)
                 ]
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as error:
+                refused = len(self._rows)
                 self._clear_rows()
                 raise SchemaError(
-                    f"rows do not match the input's column types: {error}",
+                    f"rows do not match the input's column types: {error}; none of the "
+                    f"{refused} updates buffered since the last flush was applied",
                     hint=", ".join(f"{f.name} {f.type}" for f in self.schema),
                 ) from error
             arrays += [pa.array(self._times, pa.int64()), pa.array(self._diffs, pa.int64())]

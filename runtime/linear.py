@@ -136,7 +136,8 @@ def _compile_step(
 ) -> exp.Query:
     times = time_columns(depth)
     if isinstance(step, Unnest):
-        exploded = exp.alias_(exp.Explode(this=step.array), step.column, quoted=True)
+        array = _as_array(step.array)
+        exploded = exp.alias_(exp.Explode(this=array), step.column, quoted=True)
         return rel.select(
             source,
             [*(rel.col(c) for c in step.keep), exploded, *(rel.col(t) for t in (*times, DIFF))],
@@ -155,6 +156,32 @@ def _compile_step(
         [rel.col(c) for c in (*step.output_columns(columns), *times, DIFF)],
         where=exp.NEQ(this=rel.col(DIFF), expression=rel.lit(0)),
     )
+
+
+def _as_array(e: exp.Expression) -> exp.Expression:
+    """The array an `Unnest` explodes, in a form every engine reads alike.
+
+    A table function written as such (`unnest(a)`, PostgreSQL's `generate_series`)
+    is unwrapped to its array, and a series is guarded so an empty range is empty
+    everywhere (Spark's SEQUENCE counts down when the end is below the start).
+    """
+    if isinstance(e, exp.Explode | exp.Unnest) and not isinstance(e, exp.ExplodingGenerateSeries):
+        inner = e.this if isinstance(e, exp.Explode) else (e.expressions or [e])[0]
+        return _as_array(inner)
+    if isinstance(e, exp.GenerateSeries | exp.ExplodingGenerateSeries):
+        start, end = e.args["start"], e.args["end"]
+        step = e.args.get("step") or exp.Literal.number(1)
+        series = exp.GenerateSeries(start=start.copy(), end=end.copy(), step=step.copy())
+        up = exp.and_(
+            exp.GT(this=step.copy(), expression=rel.lit(0)),
+            exp.LTE(this=start.copy(), expression=end.copy()),
+        )
+        down = exp.and_(
+            exp.LT(this=step.copy(), expression=rel.lit(0)),
+            exp.GTE(this=start.copy(), expression=end.copy()),
+        )
+        return exp.Case(ifs=[exp.If(this=exp.or_(up, down), true=series)])
+    return e
 
 
 def _branch_columns(branch: Branch, times: tuple[str, ...]) -> list[tuple[str, exp.Expression]]:

@@ -48,7 +48,7 @@ class LocalKernel(Kernel):
             raise ExecutionError(f"DuckDB failed: {message}", statement=text) from error
         finally:
             con.close()
-        return result
+        return _spark_types(result)
 
     def materialize(
         self, frame: pa.Table, keys: Sequence[str] = (), estimate: int | None = None
@@ -96,3 +96,19 @@ class LocalKernel(Kernel):
                 exp.Kwarg(this=exp.var("recursive"), expression=exp.true()),
             ],
         )
+
+
+def _spark_types(table: pa.Table) -> pa.Table:
+    """Align DuckDB's result types with Spark's where they differ.
+
+    DuckDB sums integers into HUGEINT (Arrow decimal128(38, 0)); Spark into BIGINT.
+    Results must not depend on the kernel, so such columns become int64 (an
+    overflow is an error, as in Spark's ANSI mode).
+    """
+    huge = pa.decimal128(38, 0)
+    if not any(f.type == huge for f in table.schema):
+        return table
+    fields = [
+        pa.field(f.name, pa.int64(), f.nullable) if f.type == huge else f for f in table.schema
+    ]
+    return table.cast(pa.schema(fields))

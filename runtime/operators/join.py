@@ -16,6 +16,9 @@ is usually a set).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import pyarrow as pa
 from sqlglot import exp
 
 from dsql.errors import SchemaError
@@ -46,20 +49,11 @@ class JoinNode(Node):
                 hint="rename the columns of one side with map(... AS ...) before joining",
             )
         self.right_values = right_values
+        check_key_types(left.schema, left.keys, right.schema, right.keys)
         probe = rel.join_on_keys("l", "r", self.pairs, left.columns, right_values, left.depth, kind)
         worker = left.worker
         schema = worker.output_schema(probe, {"l": left, "r": right})
         super().__init__(worker, (left, right), schema, left.depth)
-        self._check_key_types(left, right)
-
-    def _check_key_types(self, left: Arranged, right: Arranged) -> None:
-        for lk, rk in self.pairs:
-            lt, rt = left.schema.field(lk).type, right.schema.field(rk).type
-            if lt != rt and not (_numeric(lt) and _numeric(rt)):
-                raise SchemaError(
-                    f"join key {lk} ({lt}) and {rk} ({rt}) have different types",
-                    hint="cast one side with map(...) so the key types agree",
-                )
 
     def step(self, rnd: Round) -> Batch | None:
         left, right = self.inputs
@@ -102,7 +96,20 @@ class JoinNode(Node):
         return f"Join[{self.kind}]({keys})"
 
 
-def _numeric(t: object) -> bool:
-    import pyarrow as pa
+def check_key_types(
+    left: pa.Schema, left_keys: Sequence[str], right: pa.Schema, right_keys: Sequence[str]
+) -> None:
+    """Refuse join keys whose types cannot be compared (numbers compare with numbers)."""
+    for lk, rk in zip(left_keys, right_keys, strict=False):
+        if lk not in left.names or rk not in right.names:
+            continue  # unknown columns are reported by the arrangement
+        lt, rt = left.field(lk).type, right.field(rk).type
+        if lt != rt and not (_numeric(lt) and _numeric(rt)):
+            raise SchemaError(
+                f"join key {lk} ({lt}) and {rk} ({rt}) have different types",
+                hint="cast one side with map(...) so the key types agree",
+            )
 
+
+def _numeric(t: object) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
