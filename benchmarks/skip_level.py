@@ -180,21 +180,26 @@ def machine() -> str:
                     break
     except OSError:
         pass
-    return f"{cores} cores ({model or platform.machine()}), {total / 2**30:.0f} GiB RAM, {platform.system()}"
+    cpu = model or platform.machine()
+    return f"{cores} cores ({cpu}), {total / 2**30:.0f} GiB RAM, {platform.system()}"
 
 
 def git_rev() -> str:
+    """HEAD, the last commit that changed runtime/, and whether runtime/ has local edits."""
+
+    def git(*cmd: str) -> str:
+        return subprocess.run(
+            ["git", *cmd], cwd=HERE.parent, capture_output=True, text=True
+        ).stdout.strip()
+
     try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "runtime"], cwd=HERE.parent,
-            capture_output=True, text=True,
-        ).stdout.strip()
-        return rev + (" (runtime/ has uncommitted changes)" if dirty else "")
+        head = git("rev-parse", "--short", "HEAD")
+        runtime = git("log", "-1", "--format=%h", "--", "runtime")
+        dirty = git("status", "--porcelain", "--", "runtime")
     except OSError:
         return "?"
+    text = f"HEAD {head}, runtime/ last changed in {runtime}"
+    return text + (" plus uncommitted edits in runtime/" if dirty else "")
 
 
 # --------------------------------------------------------------------------- Spark jobs
@@ -406,6 +411,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     res: dict[str, Any] = {"notes": [], "load": {}, "changes": [], "profile": {}}
     n = args.n
     res["loadavg_start"] = os.getloadavg()
+    res["code"] = git_rev()
 
     t0 = now()
     spark = None
@@ -461,8 +467,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         t = 1
         used_hi = n  # single changes use p from the top down; change loops from 1 up
         lat = []
+        warm = []
         j0 = jobs.last()
-        for r in range(args.rounds):
+        for i in range(args.warmup + args.rounds):
+            if i == args.warmup:
+                j0 = jobs.last()
             p = used_hi - 1
             used_hi -= 1
             t0 = now()
@@ -472,11 +481,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             flow.input.advance_to(t)
             flow.input.flush()
             flow.step()
-            lat.append(now() - t0)
+            (lat if i >= args.warmup else warm).append(now() - t0)
         res["rounds"] = {
             "n": len(lat), "p50": median(lat), "p95": pct(lat, 0.95), "max": max(lat, default=0),
             "min": min(lat, default=0), "jobs_per_round": (jobs.last() - j0) / max(1, len(lat)),
-            "all": lat,
+            "all": lat, "warmup": warm,
         }
         print(f"[rounds] p50 {ms(res['rounds']['p50'])} p95 {ms(res['rounds']['p95'])}", flush=True)
 
@@ -518,7 +527,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.profile_rounds:
             totals = []
             jround = []
-            for r in range(args.profile_rounds):
+            for _ in range(args.profile_rounds):
                 p = used_hi - 1
                 used_hi -= 1
                 j0 = jobs.last()
@@ -700,10 +709,13 @@ def figures(args: argparse.Namespace, res: dict[str, Any]) -> list[tuple[str, st
                      + (f"; capture poll {ms(load['poll_s'])}" if args.sink == "capture" else "")))
     r = res.get("rounds")
     if r:
+        warm = r.get("warmup") or []
         rows.append((f"single-change round p50 / p95 ({r['n']} rounds)",
                      f"{ms(r['p50'])} / {ms(r['p95'])}",
                      f"min {ms(r['min'])}, max {ms(r['max'])}; "
-                     f"{r['jobs_per_round']:.1f} Spark jobs/round"))
+                     f"{r['jobs_per_round']:.1f} Spark jobs/round"
+                     + (f"; after {len(warm)} warm-up rounds "
+                        f"({', '.join(ms(x) for x in warm)}), not counted" if warm else "")))
     sp = res.get("single_profiled")
     if sp:
         rows.append((f"single-change round p50, profiled ({sp['rounds']} rounds)", ms(sp["p50"]),
@@ -718,12 +730,13 @@ def figures(args: argparse.Namespace, res: dict[str, Any]) -> list[tuple[str, st
         bk = res["book"]
         ok = "" if bk["net"] is None else (
             " (OK)" if bk["net"] == bk["expected"] else " (MISMATCH)")
+        rate = bk["k"] / max(bk["round_s"] + bk["stage_s"], 1e-9)
         rows.append((f"book: load {bk['n']:,} + {bk['k']:,} changes at their own times",
                      ms(bk["total_s"]),
-                     f"target for 10M + 10M: <= 40 s. Load {ms(bk['load_stage_s'] + bk['load_round_s'])}"
-                     f"; changes in one flush: flush {ms(bk['stage_s'])} + round "
-                     f"{ms(bk['round_s'])} ({bk['k'] / max(bk['round_s'] + bk['stage_s'], 1e-9):,.0f}"
-                     f" changes/s); {bk['jobs']} jobs; join size {_n(bk['net'])} vs "
+                     f"target for 10M + 10M: <= 40 s. Load "
+                     f"{ms(bk['load_stage_s'] + bk['load_round_s'])}; changes in one flush: flush "
+                     f"{ms(bk['stage_s'])} + round {ms(bk['round_s'])} ({rate:,.0f} changes/s); "
+                     f"{bk['jobs']} jobs; join size {_n(bk['net'])} vs "
                      f"DuckDB {_n(bk['expected'])}{ok}"))
         for name, st in bk["stats"].items():
             rows.append((f"book arrangement {name}",
@@ -867,7 +880,8 @@ def markdown(args: argparse.Namespace, res: dict[str, Any], command: str) -> str
         f"- machine: {machine()}; shared with other jobs (load average "
         f"{la0[0]:.1f} at start, {la1[0]:.1f} at end), so timings are noisy: repeated "
         "figures are medians",
-        f"- code: {git_rev()}; Python {platform.python_version()}",
+        f"- code: {res.get('code') or git_rev()} (at the start of the run); "
+        f"Python {platform.python_version()}",
         f"- command: `{command}`",
         "",
         "| figure | value | note |",
@@ -912,6 +926,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=30, help="single-change rounds (default 30)")
     ap.add_argument("--changes", type=lambda s: [int(x) for x in s.split(",") if x],
                     default=[10_000], help="comma-separated K for the change loop (default 10000)")
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="single-change rounds run before the timed ones, not counted (default 3)")
     ap.add_argument("--kernel", choices=("spark", "local"), default="spark")
     ap.add_argument("--sink", choices=("count", "capture", "probe"), default="count",
                     help="count: aggregate action per round (default); capture: collect to "
