@@ -56,7 +56,29 @@ class Arranged(Node):
         return TraceHandle(self)
 
 
-class ArrangeNode(Arranged):
+class TracedNode(Arranged):
+    """An arranged node that owns its trace: each round's batch is appended at `finish`."""
+
+    _trace: Trace
+
+    @property
+    def trace(self) -> Trace:
+        return self._trace
+
+    def history(self) -> list[Frame]:
+        return self._trace.frames()
+
+    def finish(self, rnd: Round) -> None:
+        self._trace.advance(rnd.frontier)
+        if self.current is not None:
+            self._trace.insert(self.current.frame, self.current.rows or 0)
+        self.current = None
+
+    def release(self) -> None:
+        self._trace.release()
+
+
+class ArrangeNode(TracedNode):
     """Arranges its input by `keys` (see module docstring)."""
 
     def __init__(self, source: Node, keys: tuple[str, ...]) -> None:
@@ -69,13 +91,6 @@ class ArrangeNode(Arranged):
         self.keys = keys
         super().__init__(source.worker, (source,), source.schema, source.depth)
         self._trace = Trace(self.kernel, self.columns, keys, self.depth)
-
-    @property
-    def trace(self) -> Trace:
-        return self._trace
-
-    def history(self) -> list[Frame]:
-        return self._trace.frames()
 
     def step(self, rnd: Round) -> Batch | None:
         self.current = None
@@ -91,15 +106,6 @@ class ArrangeNode(Arranged):
             return None
         self.current = Batch(stored.frame, stored.rows, stored.table)
         return self.current
-
-    def finish(self, rnd: Round) -> None:
-        self._trace.advance(rnd.frontier)
-        if self.current is not None:
-            self._trace.insert(self.current.frame, self.current.rows or 0)
-        self.current = None
-
-    def release(self) -> None:
-        self._trace.release()
 
     def describe(self) -> str:
         return f"Arrange(keys={', '.join(self.keys) or '()'})"

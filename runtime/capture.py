@@ -29,7 +29,7 @@ class Probe:
 
     def less_than(self, time: int) -> bool:
         """Whether some time strictly before `time` may still change."""
-        return self.frontier.less_than((time,)) or any(f[0] < time for f in self.frontier)
+        return any(f[0] < time for f in self.frontier)
 
     def less_equal(self, time: int) -> bool:
         """Whether `time` or an earlier time may still change."""

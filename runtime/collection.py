@@ -161,11 +161,8 @@ class ConcatNode(Node):
             return deltas[0]
         sizes = [d.rows for d in deltas]
         rows = None if None in sizes else sum(r for r in sizes if r is not None)
-        cols = list(self.all_columns())
-        return Batch(self.kernel.union([self._select(d.frame, cols) for d in deltas]), rows)
-
-    def _select(self, frame: Any, cols: list[str]) -> Any:
-        return self.kernel.query(rel.select("f", [rel.col(c) for c in cols]), {"f": frame})
+        # Kernels union by column name, so inputs need no re-projection.
+        return Batch(self.kernel.union([d.frame for d in deltas]), rows)
 
 
 class ConsolidateNode(Node):
@@ -433,4 +430,4 @@ def import_arrangement(handle: Any) -> Arrangement:
     return Arrangement(handle.import_into())
 
 
-__all__ = ["Arrangement", "Collection", "import_arrangement", "DIFF", "time_columns"]
+__all__ = ["Arrangement", "Collection", "import_arrangement"]

@@ -15,7 +15,7 @@ What a kernel must provide:
   of `inputs` (lazily where the engine allows);
 - `materialize` / `release`: evaluate a frame now and cut its lineage, so later
   steps read stored rows; release the storage when no reader remains;
-- `count`, `nbytes`, `schema`: sizes and column types;
+- `nbytes`, `schema`: sizes and column types (`materialize` gives exact row counts);
 - `fanout(branches)`: the engine's spelling of "one input row becomes these rows"
   (Spark: `inline(array(struct...))`; DuckDB: `unnest([{...}], recursive := true)`).
 
@@ -84,9 +84,6 @@ class Kernel(ABC):
     def release(self, frame: Frame) -> None:
         """Free storage held by a frame returned from `materialize`."""
 
-    @abstractmethod
-    def count(self, frame: Frame) -> int:
-        """The number of rows of a frame (an action)."""
 
     @abstractmethod
     def nbytes(self, frame: Frame) -> int:

@@ -59,8 +59,6 @@ class LocalKernel(Kernel):
     def release(self, frame: pa.Table) -> None:
         return None
 
-    def count(self, frame: pa.Table) -> int:
-        return frame.num_rows
 
     def nbytes(self, frame: pa.Table) -> int:
         return frame.nbytes

@@ -129,11 +129,6 @@ class SparkKernel(Kernel):
         if path is not None:
             shutil.rmtree(path, ignore_errors=True)
 
-    def count(self, frame: DataFrame) -> int:
-        try:
-            return frame.count()
-        except Exception as error:  # noqa: BLE001
-            raise _engine_error(error) from error
 
     def nbytes(self, frame: DataFrame) -> int:
         try:

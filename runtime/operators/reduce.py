@@ -28,11 +28,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-import pyarrow as pa
 from sqlglot import exp, parse_one
 
 from dsql.runtime import relational as rel
-from dsql.runtime.arrangement import Arranged
+from dsql.runtime.arrangement import Arranged, TracedNode
 from dsql.runtime.dataflow import Batch, Round
 from dsql.runtime.kernel.base import Frame
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
@@ -74,7 +73,7 @@ def _accumulate_at(
     )
 
 
-class ReduceNode(Arranged):
+class ReduceNode(TracedNode):
     """Applies a `ReduceLogic` per key (see module docstring); its output is arranged by key."""
 
     def __init__(self, source: Arranged, logic: ReduceLogic) -> None:
@@ -86,13 +85,6 @@ class ReduceNode(Arranged):
         self._trace = Trace(self.kernel, self.columns, self.keys, self.depth)
         self._pending: Frame | None = None
         self._pending_lower = Antichain()
-
-    @property
-    def trace(self) -> Trace:
-        return self._trace
-
-    def history(self) -> list[Frame]:
-        return self._trace.frames()
 
     def describe(self) -> str:
         return f"Reduce(keys={', '.join(self.keys) or '()'}, {self.logic.describe()})"
@@ -268,16 +260,8 @@ class ReduceNode(Arranged):
         used = {t.name for t in query.find_all(exp.Table)}
         return self.kernel.query(query, {k: v for k, v in frames.items() if k in used})
 
-    def finish(self, rnd: Round) -> None:
-        self._trace.advance(rnd.frontier)
-        if self.current is not None:
-            self._trace.insert(self.current.frame, self.current.rows or 0)
-        self.current = None
-
     def release(self) -> None:
-        self._trace.release()
+        super().release()
         if self._pending is not None:
             self.kernel.release(self._pending)
 
-
-__all__ = ["ReduceNode", "pa"]
