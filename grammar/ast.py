@@ -1,0 +1,248 @@
+"""The statement AST: one frozen value per dsql statement, queries kept as sqlglot trees.
+
+This is the first IR layer. It says *what* the user asked for (create, insert, read,
+subscribe, explain, ...) and nothing about how to compute it; every embedded query or
+expression is the tree sqlglot parsed from the statement's text (`read="postgres"`),
+untouched. The planner binds those trees against the catalog; this layer knows no
+catalog.
+
+Invariants: every statement carries `text` (its source text without the `;`) and
+`position` (1-based line and column of its first character in the whole input);
+collections are tuples; unquoted names are folded to lower case, quoted names are kept
+as written. Example:
+
+>>> from dsql.grammar import parse
+>>> (stmt,) = parse("DROP VIEW IF EXISTS v, W CASCADE")
+>>> stmt.kind, stmt.names, stmt.if_exists, stmt.cascade
+('view', ('v', 'w'), True, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sqlglot import exp
+
+Position = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnDef:
+    """A typed column: `name type [NOT NULL] [DEFAULT expr]`."""
+
+    name: str
+    type: exp.DataType
+    not_null: bool = False
+    default: exp.Expression | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecursiveBinding:
+    """One binding `name (col type, ...) AS (query)` of WITH MUTUALLY RECURSIVE."""
+
+    name: str
+    columns: tuple[ColumnDef, ...]
+    query: exp.Query | exp.Values
+
+
+@dataclass(frozen=True, slots=True)
+class MutuallyRecursive:
+    """A `WITH MUTUALLY RECURSIVE` query (Materialize), which sqlglot cannot parse.
+
+    The bindings may refer to each other and themselves; `body` reads them.
+    `limit`/`on_limit` come from `(RETURN | ERROR AT RECURSION LIMIT n)`; both are None
+    without that option. Example: `WITH MUTUALLY RECURSIVE (RETURN AT RECURSION LIMIT 5)
+    a (n int) AS (SELECT 1 UNION SELECT n + 1 FROM a) SELECT * FROM a`.
+    """
+
+    bindings: tuple[RecursiveBinding, ...]
+    body: exp.Query | exp.Values
+    limit: int | None = None
+    on_limit: Literal["error", "return"] | None = None
+
+
+Query = exp.Query | exp.Values | MutuallyRecursive
+"""Any query: a sqlglot query tree (VALUES is `exp.Values`), or a MutuallyRecursive."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Statement:
+    """Base of all statements: the source text (without `;`) and where it starts."""
+
+    text: str = field(default="", repr=False, compare=False)
+    position: Position = field(default=(1, 1), repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateTable(Statement):
+    """`CREATE TABLE [IF NOT EXISTS] name (col type [NOT NULL] [DEFAULT e], ...)`."""
+
+    name: str
+    columns: tuple[ColumnDef, ...]
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Insert(Statement):
+    """`INSERT INTO table [(cols)] <VALUES ... | query>`; VALUES is an `exp.Values`."""
+
+    table: str
+    columns: tuple[str, ...] | None
+    query: exp.Query | exp.Values
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Update(Statement):
+    """`UPDATE table SET col = expr, ... [WHERE cond]`."""
+
+    table: str
+    assignments: tuple[tuple[str, exp.Expression], ...]
+    where: exp.Expression | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delete(Statement):
+    """`DELETE FROM table [WHERE cond]`."""
+
+    table: str
+    where: exp.Expression | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateView(Statement):
+    """`CREATE [OR REPLACE] [MATERIALIZED] VIEW [IF NOT EXISTS] name [(cols)] AS query`."""
+
+    name: str
+    query: Query
+    materialized: bool = False
+    columns: tuple[str, ...] | None = None
+    or_replace: bool = False
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateIndex(Statement):
+    """`CREATE INDEX [name] ON obj (expr, ...)`; `CREATE DEFAULT INDEX ON obj` has no keys."""
+
+    name: str | None
+    on: str
+    keys: tuple[exp.Expression, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Drop(Statement):
+    """`DROP TABLE|VIEW|MATERIALIZED VIEW|INDEX [IF EXISTS] name, ... [CASCADE|RESTRICT]`."""
+
+    kind: Literal["table", "view", "index"]
+    names: tuple[str, ...]
+    if_exists: bool = False
+    cascade: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Select(Statement):
+    """A one-off read: any query statement, with an optional trailing `AS OF <expr>`."""
+
+    query: Query
+    as_of: exp.Expression | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Subscribe(Statement):
+    """`SUBSCRIBE [TO] <name | (query)> [WITH (SNAPSHOT [=] b, PROGRESS [=] b)]
+    [AS OF e] [UP TO e]` (DESIGN §2.3). An option left out is None."""
+
+    target: str | Query
+    snapshot: bool | None = None
+    progress: bool | None = None
+    as_of: exp.Expression | None = None
+    up_to: exp.Expression | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeclareCursor(Statement):
+    """`DECLARE name CURSOR FOR SUBSCRIBE ...`."""
+
+    name: str
+    subscribe: Subscribe
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fetch(Statement):
+    """`FETCH [n | ALL] [FROM] cursor [WITH (timeout = '1s')]`: ALL is None, no count 1."""
+
+    cursor: str
+    count: int | None = 1
+    timeout: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Close(Statement):
+    """`CLOSE cursor`."""
+
+    cursor: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Explain(Statement):
+    """`EXPLAIN [RAW|DECORRELATED|OPTIMIZED|PHYSICAL] [PLAN] [WITH (opt, ...)] [FOR] target`.
+
+    `target` is a query, or the name of a view (`VIEW v`, `MATERIALIZED VIEW v`).
+    Options are (lower-case name, value) pairs; a bare option has the value "true".
+    """
+
+    stage: Literal["raw", "decorrelated", "optimized", "physical"]
+    target: Query | str
+    options: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Show(Statement):
+    """`SHOW TABLES | VIEWS | MATERIALIZED VIEWS | INDEXES [ON t] | COLUMNS FROM t |
+    ARRANGEMENTS | SUBSCRIPTIONS | CREATE (VIEW|MATERIALIZED VIEW|TABLE|INDEX) name`.
+
+    `what` is the lower-case subject ("create view" for SHOW CREATE VIEW), `of` the
+    object the subject is about, if any.
+    """
+
+    what: str
+    of: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Advance(Statement):
+    """`ADVANCE TO <time>` or `ADVANCE BY <interval>`: moves the manual clock.
+
+    Exactly one of `to` and `by` is set.
+    """
+
+    to: exp.Expression | None = None
+    by: exp.Expression | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Begin(Statement):
+    """`BEGIN [TRANSACTION|WORK]` or `START TRANSACTION`."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Commit(Statement):
+    """`COMMIT [TRANSACTION|WORK]` or `END [TRANSACTION|WORK]`."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rollback(Statement):
+    """`ROLLBACK [TRANSACTION|WORK]` or `ABORT`."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetVariable(Statement):
+    """`SET [SESSION|LOCAL] name = value` or `... TO value`.
+
+    `value` is the text after `=`/`TO`, stripped; a single string literal gives its
+    content (`SET x = 'a b'` has value "a b").
+    """
+
+    name: str
+    value: str

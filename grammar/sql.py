@@ -1,0 +1,157 @@
+"""The bridge to sqlglot: query, expression and column-definition text to sqlglot trees.
+
+Every SQL query or expression inside a statement is parsed here, by sqlglot's
+PostgreSQL dialect, and only here; the grammar only finds where each one is. A piece
+of text is passed with the absolute offset of its first character, so a sqlglot error
+becomes a `ParseError` at the right (line, column) of the whole input.
+
+Invariant: every function either returns a tree or raises `ParseError`, whatever the
+text (sqlglot's own exceptions never escape).
+
+>>> from dsql.grammar.source import Source
+>>> fragment = Source("SELECT 1 +").statements()[0]
+>>> parse_query(fragment, "SELECT 1 +", 0)
+Traceback (most recent call last):
+...
+dsql.errors.ParseError: syntax error in query: Required keyword: 'expression' missing ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
+
+from dsql.grammar.ast import ColumnDef
+from dsql.grammar.source import Fragment
+
+T = TypeVar("T")
+
+_CONTEXT = 1 << 30  # sqlglot quotes this much text before an error: all of it
+
+
+def parse_query(fragment: Fragment, text: str, offset: int) -> exp.Query | exp.Values:
+    """The query in `text` (at absolute `offset`): a sqlglot Query, or Values for VALUES."""
+    tree = _parse(fragment, text, offset, "query", _parse_one)
+    if not isinstance(tree, exp.Query | exp.Values):
+        raise fragment.error_at(
+            offset,
+            f"expected a query, found {type(tree).__name__.upper()}",
+            "a query is SELECT, VALUES, TABLE, WITH ... or a set operation of them",
+        )
+    return tree
+
+
+def parse_expression(fragment: Fragment, text: str, offset: int) -> exp.Expression:
+    """The one scalar expression in `text` (at absolute `offset`)."""
+    return _parse(fragment, text, offset, "expression", _parse_condition)
+
+
+def parse_expressions(fragment: Fragment, text: str, offset: int) -> tuple[exp.Expression, ...]:
+    """The comma-separated expressions in `text`, the inside of a `( ... )` at `offset`."""
+    tree = _parse(fragment, text, offset, "expression", _parse_condition, wrap=("(", ")"))
+    match tree:
+        case exp.Tuple():
+            return tuple(tree.expressions)
+        case exp.Paren():
+            return (tree.this,)
+    return (tree,)
+
+
+def parse_columns(fragment: Fragment, text: str, offset: int) -> tuple[ColumnDef, ...]:
+    """The column definitions `(name type [NOT NULL | NULL] [DEFAULT e], ...)` in `text`.
+
+    `text` includes its parentheses and starts at absolute `offset`.
+    """
+    wrap = ("CREATE TABLE t ", "")
+    tree = _parse(fragment, text, offset, "column list", _parse_one, wrap=wrap)
+    schema = tree.this if isinstance(tree, exp.Create) else None
+    if not isinstance(schema, exp.Schema) or not schema.expressions:
+        raise fragment.error_at(
+            offset, "expected column definitions", "write (name type, ...), e.g. (a int, b text)"
+        )
+    base = offset - len(wrap[0])
+    return tuple(_column(fragment, node, base) for node in schema.expressions)
+
+
+def string_value(text: str) -> str:
+    """The value of one SQL string literal's source text (quotes and escapes resolved)."""
+    (token,) = Postgres().tokenizer_class().tokenize(text)
+    return token.text
+
+
+def _column(fragment: Fragment, node: exp.Expression, base: int) -> ColumnDef:
+    """One sqlglot ColumnDef as ours; `base` maps sqlglot offsets to the input."""
+    ident = node if isinstance(node, exp.Identifier) else node.find(exp.Identifier)
+    where = base + ident.meta["start"] if ident and "start" in ident.meta else fragment.start
+    if isinstance(node, exp.Identifier):
+        raise fragment.error_at(where, f"column {node.name} has no type", _COLUMN_HINT)
+    if not isinstance(node, exp.ColumnDef):
+        raise fragment.error_at(
+            where, f"unsupported table element: {node.sql('postgres')}", _COLUMN_HINT
+        )
+    name = node.this
+    if not isinstance(node.args.get("kind"), exp.DataType):
+        raise fragment.error_at(where, f"column {name.name} has no type", "write `name type`")
+    not_null, default = False, None
+    for constraint in node.args.get("constraints") or ():
+        match constraint.kind:
+            case exp.NotNullColumnConstraint(args={"allow_null": True}):
+                not_null = False
+            case exp.NotNullColumnConstraint():
+                not_null = True
+            case exp.DefaultColumnConstraint():
+                default = constraint.kind.this
+            case _:
+                raise fragment.error_at(
+                    where,
+                    f"unsupported constraint on column {name.name}: {constraint.sql('postgres')}",
+                    _COLUMN_HINT,
+                )
+    folded = name.name if name.quoted else name.name.lower()
+    return ColumnDef(folded, node.args["kind"], not_null, default)
+
+
+_COLUMN_HINT = "a column is `name type [NOT NULL | NULL] [DEFAULT expr]`"
+
+
+def _parse_one(sql: str) -> exp.Expression:
+    return sqlglot.parse_one(sql, read="postgres", error_message_context=_CONTEXT)
+
+
+def _parse_condition(sql: str) -> exp.Expression:
+    return sqlglot.parse_one(
+        sql, read="postgres", into=exp.Condition, error_message_context=_CONTEXT
+    )
+
+
+def _parse(
+    fragment: Fragment,
+    text: str,
+    offset: int,
+    what: str,
+    parse: Callable[[str], T],
+    wrap: tuple[str, str] = ("", ""),
+) -> T:
+    """`parse(before + text + after)`, a failure raised as a ParseError at its input position.
+
+    `text` starts at absolute `offset`; an error inside the added `wrap` text is reported
+    at the nearest end of `text`.
+    """
+    before, after = wrap
+    try:
+        return parse(before + text + after)
+    except sqlglot.errors.ParseError as e:
+        first = e.errors[0] if e.errors else {}
+        at = len(first["start_context"]) - len(before) if first else len(text.rstrip())
+        at = min(max(at, 0), len(text))
+        description = first.get("description") or str(e).splitlines()[0]
+        highlight = first.get("highlight")
+        hint = f"check the {what} near {highlight!r}" if highlight else f"check the {what}"
+        error = fragment.error_at(offset + at, f"syntax error in {what}: {description}", hint)
+    except Exception as e:  # noqa: BLE001 -- any sqlglot failure on user text is a parse error
+        error = fragment.error_at(offset, f"cannot parse the {what}: {e}", f"check the {what}")
+    raise error from None
