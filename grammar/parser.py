@@ -149,8 +149,9 @@ class _Builder(Transformer):
         return _Option(tuple(w.lower() for w in words), text, self._at(meta))
 
     def recursion_limit(self, meta: Meta, *children: Token | None) -> tuple[int, str]:
-        on = "return" if any(c is not None and c.type == "RETURN" for c in children) else "error"
-        return int(children[-1]), on
+        *keywords, limit = [c for c in children if c is not None]
+        on = "return" if any(k.type == "RETURN" for k in keywords) else "error"
+        return int(limit), on
 
     # ---- statements ---------------------------------------------------------------------
     def create_table(self, meta, _c, _t, if_not_exists, name, group) -> ast.CreateTable:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from functools import cached_property
+from typing import ClassVar
 
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import TokenError
@@ -38,7 +39,7 @@ class _Tokenizer(Postgres.Tokenizer):
     """PostgreSQL's tokenizer without "command" keywords (SHOW, FETCH, ...), after which
     sqlglot would read the rest of the statement as one string."""
 
-    COMMANDS: set[TokenType] = set()
+    COMMANDS: ClassVar[set[TokenType]] = set()
 
 
 _STRINGS = frozenset(

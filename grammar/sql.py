@@ -19,7 +19,7 @@ dsql.errors.ParseError: syntax error in query: Required keyword: 'expression' mi
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import sqlglot
 from sqlglot import exp
@@ -119,13 +119,15 @@ _COLUMN_HINT = "a column is `name type [NOT NULL | NULL] [DEFAULT expr]`"
 
 
 def _parse_one(sql: str) -> exp.Expression:
-    return sqlglot.parse_one(sql, read="postgres", error_message_context=_CONTEXT)
+    tree = sqlglot.parse_one(sql, read="postgres", error_message_context=_CONTEXT)
+    return cast(exp.Expression, tree)
 
 
 def _parse_condition(sql: str) -> exp.Expression:
-    return sqlglot.parse_one(
+    tree = sqlglot.parse_one(
         sql, read="postgres", into=exp.Condition, error_message_context=_CONTEXT
     )
+    return cast(exp.Expression, tree)
 
 
 def _parse(
