@@ -69,7 +69,7 @@ class TracedNode(Arranged):
         return self._trace.frames()
 
     def finish(self, rnd: Round) -> None:
-        self._trace.advance(rnd.frontier)
+        self._trace.advance(rnd.compaction_frontier)
         if self.current is not None:
             self._trace.insert(self.current.frame, self.current.rows or 0)
         self.current = None

@@ -311,6 +311,40 @@ class Collection:
         """A sink collecting the updates (see `CaptureNode.poll`)."""
         return CaptureNode(self.node)
 
+    # --- iteration -----------------------------------------------------------------
+    def iterate(
+        self,
+        body: Callable[[Any, Collection], Collection],
+        limit: int | None = None,
+        on_limit: str = "error",
+        name: str = "iterate",
+    ) -> Collection:
+        """The fixpoint of `body`, starting from this collection (see `dsql.runtime.scope`).
+
+        `body(scope, variable)` returns the variable's next value, built from the
+        variable and collections entered into `scope`. The loop runs until a round
+        changes nothing; `limit` bounds the rounds (`on_limit="error"` fails,
+        `"return"` keeps the values at the limit); without one the worker's
+        `recursion_limit` applies and reaching it is an error naming `name`.
+        """
+        from dsql.runtime.iterate import iterate
+
+        return iterate(self, body, limit, on_limit, name)
+
+    def enter(self, scope: Any) -> Collection:
+        """This collection inside a loop `scope` (a child of its own scope), at round 0."""
+        from dsql.runtime.iterate import EnterNode
+
+        return Collection(EnterNode(self.node, scope))
+
+    def leave(self) -> Collection:
+        """This loop collection outside its (closed) loop: its value at the fixpoint."""
+        from dsql.runtime.iterate import LeaveNode
+
+        if self.node.scope is None:
+            raise SchemaError("leave() of a collection that is not in a loop")
+        return Collection(LeaveNode(self.node))
+
     # --- arrangements, joins, reductions -------------------------------------------
     def arrange_by_key(self, *keys: str) -> Arrangement:
         """The collection arranged (indexed, shared) by the key columns."""
@@ -400,6 +434,12 @@ class Arrangement:
     def trace_handle(self) -> Any:
         """A handle to import this arrangement into dataflows built later."""
         return self.node.trace_handle()
+
+    def enter(self, scope: Any) -> Arrangement:
+        """This arrangement inside a loop `scope`, sharing the outer trace (no copy)."""
+        from dsql.runtime.iterate import EnterArrangedNode
+
+        return Arrangement(EnterArrangedNode(self.node, scope))
 
     def join_core(self, other: Arrangement) -> Collection:
         """Pairs of rows with equal keys: this side's columns, then the other's values."""

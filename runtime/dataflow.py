@@ -25,10 +25,27 @@ import pyarrow as pa
 
 from dsql.errors import SchemaError
 from dsql.runtime.kernel.base import Frame, Kernel
-from dsql.runtime.lattice import DIFF, Antichain, time_columns
+from dsql.runtime.lattice import DIFF, Antichain, Time, time_columns
 
 if TYPE_CHECKING:
     from dsql.runtime.input import InputSession
+    from dsql.runtime.scope import Scope
+
+#: Default recursion limit: the rounds an iteration may take before it fails (or returns).
+DEFAULT_RECURSION_LIMIT = 1000
+
+#: Marker for "the node belongs to the scope of its inputs".
+INHERIT = object()
+
+
+def _inherited_scope(inputs: tuple[Node, ...]) -> Scope | None:
+    scopes = {id(n.scope): n.scope for n in inputs}
+    if len(scopes) > 1:
+        raise SchemaError(
+            "an operator mixes collections of different iteration scopes",
+            hint="bring outer collections into a loop with enter(scope), results out with leave()",
+        )
+    return next(iter(scopes.values())) if scopes else None
 
 
 @dataclass(slots=True)
@@ -44,16 +61,29 @@ class Batch:
 
 @dataclass(slots=True)
 class Round:
-    """What a round knows: its number, the frontiers before and after, and the batches so far."""
+    """What a round knows: its number, the frontiers before and after, and the batches so far.
+
+    Inside an iteration a round is one inner step of the loop: `number` is the step,
+    `frontier` says which product times are complete after it, `parent` is the
+    enclosing scope's round, and `compaction` (when set) is the frontier traces may
+    be compacted to, which inside a loop lags the completeness frontier.
+    """
 
     number: int
     previous: Antichain
     frontier: Antichain
     outputs: dict[int, Batch | None] = field(default_factory=dict)
+    parent: Round | None = None
+    compaction: Antichain | None = None
 
     def delta(self, node: Node) -> Batch | None:
         """The batch `node` produced this round (None when it produced nothing)."""
         return self.outputs.get(node.id)
+
+    @property
+    def compaction_frontier(self) -> Antichain:
+        """The frontier traces may advance their times to at the end of this round."""
+        return self.frontier if self.compaction is None else self.compaction
 
 
 class Node:
@@ -67,8 +97,20 @@ class Node:
     #: A lazy node is skipped in rounds when nothing reads it (e.g. a map fused into another).
     lazy = False
 
-    def __init__(self, worker: Worker, inputs: tuple[Node, ...], schema: pa.Schema, depth: int):
+    def __init__(
+        self,
+        worker: Worker,
+        inputs: tuple[Node, ...],
+        schema: pa.Schema,
+        depth: int,
+        scope: Scope | None | object = INHERIT,
+    ):
         self.worker = worker
+        #: The iteration scope the node belongs to (None: the worker's top level).
+        chosen: Any = _inherited_scope(inputs) if scope is INHERIT else scope
+        self.scope: Scope | None = chosen
+        if chosen is not None:
+            chosen.check_open()
         self.consumers = 0
         for node in inputs:
             node.consumers += 1
@@ -98,6 +140,10 @@ class Node:
     def finish(self, rnd: Round) -> None:
         """Tidy state at the end of a round (after every node has stepped)."""
 
+    def pending(self) -> tuple[Time, ...]:
+        """Times at which the node holds work that waits for the frontier to pass them."""
+        return ()
+
     def release(self) -> None:
         """Free any storage the node holds (it is being dropped)."""
 
@@ -121,11 +167,15 @@ class Worker:
         self.inputs: list[InputSession] = []
         self.frontier = Antichain([(0,)])
         self.rounds = 0
+        #: The round limit of iterations that do not set one (they fail when they reach it).
+        self.recursion_limit = DEFAULT_RECURSION_LIMIT
         self._woken = False
         self._empty: dict[tuple[tuple[str, str], ...], Frame] = {}
 
     def _register(self, node: Node) -> int:
         self.nodes.append(node)
+        if node.scope is not None:
+            node.scope.nodes.append(node)
         return len(self.nodes) - 1
 
     # --- building ------------------------------------------------------------------
@@ -153,6 +203,12 @@ class Worker:
         data = [f for f in full if not f.name.startswith("__time") and f.name != DIFF]
         return pa.schema(data)
 
+    def scope(self, name: str = "loop", limit: int | None = None, on_limit: str = "error") -> Scope:
+        """A new iteration scope at the top level (use `with`; see `dsql.runtime.scope`)."""
+        from dsql.runtime.scope import Scope
+
+        return Scope(self, None, 1, name, limit, on_limit)
+
     # --- running -------------------------------------------------------------------
     def input_frontier(self) -> Antichain:
         """The meet of the open inputs' frontiers (empty when every input is closed)."""
@@ -176,12 +232,8 @@ class Worker:
         self._woken = False
         self.rounds += 1
         rnd = Round(self.rounds, self.frontier, frontier)
-        for node in self.nodes:
-            if not node.dropped and not (node.lazy and node.consumers == 0):
-                rnd.outputs[node.id] = node.step(rnd)
-        for node in self.nodes:
-            if not node.dropped:
-                node.finish(rnd)
+        top = [node for node in self.nodes if node.scope is None]
+        run_nodes(top, rnd)
         self.frontier = frontier
         return True
 
@@ -195,6 +247,16 @@ class Worker:
         for node in nodes:
             node.dropped = True
             node.release()
+
+
+def run_nodes(nodes: list[Node], rnd: Round) -> None:
+    """Step every live node in order (skipping lazy ones nobody reads), then finish each."""
+    for node in nodes:
+        if not node.dropped and not (node.lazy and node.consumers == 0):
+            rnd.outputs[node.id] = node.step(rnd)
+    for node in nodes:
+        if not node.dropped:
+            node.finish(rnd)
 
 
 def batch_schema(data: pa.Schema, depth: int) -> pa.Schema:

@@ -238,3 +238,40 @@ def distinct(ms: Multiset) -> Multiset:
 def threshold(ms: Multiset, weight: Callable[[int], int]) -> Multiset:
     """Each row with count `weight(count)` (the book's `threshold`)."""
     return multiset((row, weight(c)) for row, c in ms.items() if c != 0)
+
+
+# --- iteration -----------------------------------------------------------------------------
+
+
+class LimitReached(Exception):
+    """`iterate` with `on_limit="error"` did not converge within its limit."""
+
+
+def iterate(
+    initial: Multiset,
+    body: Callable[[Multiset], Multiset],
+    limit: int | None = None,
+    on_limit: str = "error",
+) -> Multiset:
+    """The fixpoint of `body` from `initial`: `x0 = initial`, `x(i+1) = body(x(i))`.
+
+    Returns the first `x(i)` with `body(x(i)) == x(i)`. With a `limit`, at most
+    `limit` steps are taken: `on_limit="return"` returns `x(limit)`, `"error"`
+    raises `LimitReached` when `x(limit)` is not a fixpoint. Mutual recursion is a
+    body over a tuple of multisets packed into one (tag each row with its binding).
+
+    >>> iterate(Counter({(1,): 1}), lambda x: multiset([((1,), 1), *(((r[0] + 1,), 1)
+    ...     for r in x if r[0] < 3)]))
+    Counter({(1,): 1, (2,): 1, (3,): 1})
+    """
+    x = multiset(initial.items())
+    steps = 0
+    while True:
+        nxt = body(x)
+        if nxt == x:
+            return x
+        if limit is not None and steps >= limit:
+            if on_limit == "return":
+                return x
+            raise LimitReached(f"no fixpoint within {limit} steps")
+        x, steps = nxt, steps + 1

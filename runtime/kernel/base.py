@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import sqlglot
 from sqlglot import exp
 
 Frame = Any
@@ -84,7 +85,6 @@ class Kernel(ABC):
     def release(self, frame: Frame) -> None:
         """Free storage held by a frame returned from `materialize`."""
 
-
     @abstractmethod
     def nbytes(self, frame: Frame) -> int:
         """An estimate of the bytes a materialized frame holds."""
@@ -117,6 +117,20 @@ class Kernel(ABC):
         names = {f"__u{i}": frame for i, frame in enumerate(frames)}
         columns = self.schema(frames[0]).names
         return self.query(relational.union_all(list(names), columns), names)
+
+    def append_time(self, frame: Frame, name: str, value: int) -> Frame:
+        """The frame with one more time column `name` (placed before `__diff__`) set to `value`.
+
+        How a collection enters a loop: its times gain a round coordinate. Lazy where
+        the engine allows, and without copying the other columns where it can.
+        """
+        names = [n for n in self.schema(frame).names if n != "__diff__"]
+        columns = ", ".join(f"`{n}`" for n in names)
+        query = sqlglot.parse_one(
+            f"SELECT {columns}, {int(value)} AS `{name}`, `__diff__` FROM f", read="spark"
+        )
+        assert isinstance(query, exp.Query)
+        return self.query(query, {"f": frame})
 
     def sql(self, select: exp.Expression) -> str:
         """The text of `select` in this kernel's dialect."""

@@ -59,7 +59,6 @@ class LocalKernel(Kernel):
     def release(self, frame: pa.Table) -> None:
         return None
 
-
     def nbytes(self, frame: pa.Table) -> int:
         return frame.nbytes
 
@@ -76,6 +75,11 @@ class LocalKernel(Kernel):
         return pa.concat_tables(
             [frames[0]] + [f.select(first.names).cast(first) for f in frames[1:]]
         )
+
+    def append_time(self, frame: pa.Table, name: str, value: int) -> pa.Table:
+        # Arrow shares the existing columns: only the new constant column is allocated.
+        column = pa.repeat(pa.scalar(value, pa.int64()), frame.num_rows)
+        return frame.add_column(frame.schema.get_field_index("__diff__"), name, column)
 
     def fanout(self, branches: Sequence[Sequence[tuple[str, exp.Expression]]]) -> exp.Expression:
         structs = [

@@ -240,6 +240,9 @@ class ReduceNode(TracedNode):
         self.current = Batch(output, rows, stored.table)
         return self.current
 
+    def pending(self) -> tuple[tuple[int, ...], ...]:
+        return self._pending_lower.elements
+
     def _set_pending(self, pending: Frame, depth: int) -> None:
         times = time_columns(depth)
         query = parse_one(f"SELECT DISTINCT {_list(times)} FROM pending", read="spark")
@@ -264,4 +267,3 @@ class ReduceNode(TracedNode):
         super().release()
         if self._pending is not None:
             self.kernel.release(self._pending)
-
