@@ -1,0 +1,1 @@
+"""The sqllogictest runner: parser, engines, direct and incremental modes (README.md)."""

@@ -1,0 +1,158 @@
+"""The sqllogictest runner's command line and report.
+
+    python -m tests.slt.runner FILE... --engine duckdb|dsql --mode direct|incremental
+        [--kernel local|spark|auto] [--verbose] [--max-failures N] [--skips PATH|none]
+
+Prints one line per file (`path: P passed, F failed, S skipped (1.2s)`), each failure
+with its location and why, the skipped records counted per reason, skip-list entries
+that matched nothing, and a final `N passed, M failed, K skipped` line. Exits 1 if a
+record failed. `run_suite` is the same as a function, for pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from .engines import Engine, make_engine
+from .execute import FileReport, Mode, file_dialect, run_file
+from .skips import DEFAULT_SKIPS, SkipList
+
+__all__ = ["SuiteReport", "run_suite", "main"]
+
+
+@dataclass
+class SuiteReport:
+    """The reports of every file run, and the skip entries left unused."""
+
+    files: list[FileReport] = field(default_factory=list)
+    unused_skips: list[str] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        return sum(f.count(status) for f in self.files)  # type: ignore[arg-type]
+
+    @property
+    def summary(self) -> str:
+        passed, failed, skipped = self.count("pass"), self.count("fail"), self.count("skip")
+        return f"{passed} passed, {failed} failed, {skipped} skipped"
+
+    def skip_reasons(self) -> Counter[str]:
+        return Counter(o.detail for f in self.files for o in f.outcomes if o.status == "skip")
+
+    def failures(self) -> list[str]:
+        """Each failure as `file:line: detail`."""
+        return [
+            f"{o.record.location}: {o.detail}"
+            for f in self.files
+            for o in f.outcomes
+            if o.status == "fail"
+        ]
+
+
+def _engine_factory(engine: str, kernel: str):
+    def make(path: str) -> Engine:
+        sqlite_compat = file_dialect(path) == "sqlite"
+        return make_engine(engine, kernel=kernel, sqlite_compat=sqlite_compat)
+
+    return make
+
+
+def run_suite(
+    paths: Sequence[str | Path],
+    engine: str = "duckdb",
+    mode: Mode = "direct",
+    kernel: str = "auto",
+    skips: SkipList | None = None,
+    max_failures: int | None = None,
+    out: TextIO | None = None,
+    verbose: bool = False,
+) -> SuiteReport:
+    """Run every file in `paths` (each on a fresh engine) and report; print if `out`."""
+    skips = SkipList.load() if skips is None else skips
+    report = SuiteReport()
+    make = _engine_factory(engine, kernel)
+    for path in paths:
+        budget = None if max_failures is None else max_failures - report.count("fail")
+        file_report = run_file(str(path), make, engine, mode, skips, budget)
+        report.files.append(file_report)
+        if out is not None:
+            _print_file(file_report, out, verbose)
+        if file_report.stopped:
+            if out is not None:
+                print(f"stopped after {max_failures} failures", file=out)
+            break
+    run = [str(p) for p in paths]
+    report.unused_skips = [
+        f"{e.file}:{e.line or '*'} ({e.reason})"
+        for e in skips.unused(engine, mode)
+        if any(e.covers(p) for p in run)
+    ]
+    if out is not None:
+        _print_summary(report, out)
+    return report
+
+
+def _print_file(report: FileReport, out: TextIO, verbose: bool) -> None:
+    counts = ", ".join(
+        f"{report.count(s)} {word}" for s, word in (("pass", "passed"), ("fail", "failed"))
+    )
+    print(
+        f"{report.path}: {counts}, {report.count('skip')} skipped ({report.seconds:.1f}s)", file=out
+    )
+    for outcome in report.outcomes:
+        if outcome.status == "fail":
+            print(f"  FAIL {outcome.record.location}: {outcome.detail}", file=out)
+            sql = outcome.record.sql if verbose else outcome.record.sql.splitlines()[0]
+            print("    " + sql.replace("\n", "\n    "), file=out)
+        elif verbose and outcome.status == "skip":
+            print(f"  skip {outcome.record.location}: {outcome.detail}", file=out)
+
+
+def _print_summary(report: SuiteReport, out: TextIO) -> None:
+    stats = sum((f.stats for f in report.files), Counter[str]())
+    if stats:
+        print("incremental mode:", file=out)
+        for what, n in sorted(stats.items()):
+            print(f"  {n:6d}  {what}", file=out)
+    reasons = report.skip_reasons()
+    if reasons:
+        print("skipped by reason:", file=out)
+        for reason, n in reasons.most_common():
+            print(f"  {n:6d}  {reason}", file=out)
+    for entry in report.unused_skips:
+        print(f"unused skip entry: {entry}", file=out)
+    print(report.summary, file=out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; returns the exit status (1 if a record failed)."""
+    parser = argparse.ArgumentParser(prog="python -m tests.slt.runner", description=__doc__)
+    parser.add_argument("files", nargs="+", help=".slt/.test files")
+    parser.add_argument("--engine", choices=["duckdb", "dsql"], default="duckdb")
+    parser.add_argument("--mode", choices=["direct", "incremental"], default="direct")
+    parser.add_argument("--kernel", choices=["local", "spark", "auto"], default="auto")
+    parser.add_argument("--verbose", "-v", action="store_true", help="full SQL, skipped records")
+    parser.add_argument("--max-failures", type=int, default=None, metavar="N")
+    parser.add_argument("--skips", default=str(DEFAULT_SKIPS), help="skip list (TOML), or `none`")
+    args = parser.parse_args(argv)
+    skips = SkipList.load(None if args.skips == "none" else Path(args.skips))
+    report = run_suite(
+        args.files,
+        engine=args.engine,
+        mode=args.mode,
+        kernel=args.kernel,
+        skips=skips,
+        max_failures=args.max_failures,
+        out=sys.stdout,
+        verbose=args.verbose,
+    )
+    return 1 if report.count("fail") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
