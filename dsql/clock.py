@@ -1,0 +1,82 @@
+"""The session's clock: which time writes are stamped with, and when a time closes.
+
+User-facing time is milliseconds (`mz_timestamp`). The runtime counts in ticks,
+`TICKS_PER_MS` per millisecond, so that a read can *close* the current time
+(advance the runtime's frontier past it and see every write so far) without
+moving the millisecond: writes after the read go to the next tick of the same
+millisecond, and every output is reported at `tick // TICKS_PER_MS`, where the
+updates of one millisecond consolidate together.
+
+- manual clock: the millisecond moves only by `advance_to`/`advance_by`;
+- wall clock: each write (or transaction) gets `max(now, last + 1)`.
+
+>>> c = Clock("manual")
+>>> c.write_tick(), c.close(), c.write_tick(), c.now_ms()
+(0, 1, 1, 0)
+"""
+
+from __future__ import annotations
+
+import time as _time
+
+from dsql.errors import TimeError
+
+TICKS_PER_MS = 1_000_000
+
+
+class Clock:
+    """Manual or wall clock over runtime ticks (see module docstring)."""
+
+    def __init__(self, kind: str = "manual", start_ms: int = 0) -> None:
+        if kind not in ("manual", "wall"):
+            raise TimeError(f"unknown clock {kind!r}", hint="use clock='manual' or clock='wall'")
+        self.kind = kind
+        start = start_ms if kind == "manual" else int(_time.time() * 1000)
+        #: The tick writes go to now; every tick before it is closed (final).
+        self.tick = start * TICKS_PER_MS
+        self.dirty = False
+        self.in_transaction = False
+
+    def now_ms(self) -> int:
+        return self.tick // TICKS_PER_MS
+
+    def write_tick(self) -> int:
+        """The tick the next write is stamped with."""
+        if self.kind == "wall" and not self.in_transaction and self.dirty:
+            self.close()
+        if self.kind == "wall":
+            now = int(_time.time() * 1000) * TICKS_PER_MS
+            if now > self.tick:
+                self.tick = now
+        self.dirty = True
+        return self.tick
+
+    def close(self) -> int:
+        """Close the current tick; returns the new frontier (the next open tick)."""
+        self.tick += 1
+        if self.tick % TICKS_PER_MS == 0:
+            raise TimeError(
+                "too many reads after writes within one millisecond",
+                hint="ADVANCE the clock between batches of statements",
+            )
+        self.dirty = False
+        return self.tick
+
+    def advance_to(self, ms: int) -> int:
+        """Move to millisecond `ms` (not backwards); returns the new tick."""
+        if ms * TICKS_PER_MS < self.tick and ms < self.now_ms():
+            raise TimeError(
+                f"cannot advance to {ms}: the clock is at {self.now_ms()}",
+                hint="time only moves forward",
+            )
+        if ms > self.now_ms():
+            self.tick = ms * TICKS_PER_MS
+            self.dirty = False
+        return self.tick
+
+
+def to_ms(tick: int) -> int:
+    return tick // TICKS_PER_MS
+
+
+__all__ = ["TICKS_PER_MS", "Clock", "to_ms"]

@@ -1,0 +1,400 @@
+"""Statement execution: each grammar statement becomes session operations and a `Result`.
+
+>>> from dsql.session import Session
+>>> ex = Executor(Session(kernel="local"))
+>>> _ = ex.run("CREATE TABLE t (a int); INSERT INTO t VALUES (1), (2)")
+>>> ex.run("SELECT sum(a) AS s FROM t")[-1].table.to_pylist()
+[{'s': 3}]
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+
+from dsql import grammar
+from dsql.errors import DsqlError, SchemaError, TypeMismatchError, UnsupportedError
+from dsql.explain import explain
+from dsql.planner import types
+from dsql.planner.plan import Column, Query
+from dsql.planner.temporal import is_mz_now
+from dsql.session import Result, Session
+from dsql.subscribe import Subscription
+
+
+class Executor:
+    """Runs statements against one session; keeps cursors and subscriptions."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.cursors: dict[str, Subscription] = {}
+
+    def run(self, text: str) -> list[Result]:
+        """Parse and execute every statement of `text`; results in order."""
+        return [self.execute(s) for s in grammar.parse(text)]
+
+    def execute(self, stmt: Any) -> Result:
+        try:
+            return self._execute(stmt)
+        except DsqlError as error:
+            if error.statement is None:
+                error.statement = getattr(stmt, "text", None)
+                if error.position is not None and error.statement is not None:
+                    pass
+                else:
+                    error.position = None
+            raise
+
+    def _execute(self, stmt: Any) -> Result:
+        s = self.session
+        match stmt:
+            case grammar.CreateTable():
+                cols = tuple(Column(c.name, types.build(c.type)) for c in stmt.columns)
+                for c in cols:
+                    types.to_arrow(c.type)
+                s.create_table(
+                    stmt.name,
+                    cols,
+                    tuple(c.not_null for c in stmt.columns),
+                    tuple(c.default for c in stmt.columns),
+                    stmt.if_not_exists,
+                )
+                return Result(status="CREATE TABLE")
+            case grammar.Insert():
+                return self._insert(stmt)
+            case grammar.Delete():
+                old = self._matching(stmt.table, stmt.where)
+                n = s.write(stmt.table, old, -1)
+                return Result(status=f"DELETE {n}", rowcount=n)
+            case grammar.Update():
+                return self._update(stmt)
+            case grammar.CreateView():
+                s.create_view(
+                    stmt.name,
+                    stmt.query,
+                    stmt.text,
+                    stmt.materialized,
+                    stmt.columns,
+                    stmt.or_replace,
+                    stmt.if_not_exists,
+                )
+                return Result(
+                    status="CREATE MATERIALIZED VIEW" if stmt.materialized else "CREATE VIEW"
+                )
+            case grammar.CreateIndex():
+                return self._create_index(stmt)
+            case grammar.Drop():
+                dropped = []
+                for name in stmt.names:
+                    if stmt.kind == "index":
+                        raise UnsupportedError(
+                            "DROP INDEX is not supported yet", hint="DROP the view instead"
+                        )
+                    dropped += s.drop(name, stmt.cascade, stmt.kind, stmt.if_exists)
+                return Result(status=f"DROP {stmt.kind.upper()}")
+            case grammar.Select():
+                return self._select(stmt)
+            case grammar.Subscribe():
+                sub = self._subscribe(stmt)
+                table = sub.poll()
+                self.cursors[f"__subscribe{id(sub)}"] = sub
+                return Result(table=table, status="SUBSCRIBE")
+            case grammar.DeclareCursor():
+                if stmt.name in self.cursors:
+                    raise SchemaError(f"cursor '{stmt.name}' already exists", hint="CLOSE it first")
+                self.cursors[stmt.name] = self._subscribe(stmt.subscribe)
+                return Result(status="DECLARE CURSOR")
+            case grammar.Fetch():
+                sub = self._cursor(stmt.cursor)
+                table = sub.poll()
+                if stmt.count is not None:
+                    pending = table.slice(stmt.count)
+                    table = table.slice(0, stmt.count)
+                    if pending.num_rows:
+                        sub._capture._ready.insert(0, pending)  # noqa: SLF001 - re-queue the rest
+                return Result(table=table, status=f"FETCH {table.num_rows}")
+            case grammar.Close():
+                self._cursor(stmt.cursor).close()
+                del self.cursors[stmt.cursor]
+                return Result(status="CLOSE CURSOR")
+            case grammar.Explain():
+                text = explain(s, stmt.target, stmt.stage)
+                return Result(table=pa.table({"plan": [text]}), status="EXPLAIN")
+            case grammar.Show():
+                return self._show(stmt)
+            case grammar.Advance():
+                if stmt.to is not None:
+                    s.advance_to(_as_ms(stmt.to))
+                else:
+                    s.advance_to(s.clock.now_ms() + _as_ms(stmt.by, interval=True))
+                return Result(status=f"ADVANCE {s.clock.now_ms()}")
+            case grammar.Begin():
+                s.clock.in_transaction = True
+                return Result(status="BEGIN")
+            case grammar.Commit() | grammar.Rollback():
+                s.clock.in_transaction = False
+                if isinstance(stmt, grammar.Rollback):
+                    raise UnsupportedError(
+                        "ROLLBACK is not supported: writes apply as they run",
+                        hint="use BEGIN/COMMIT to share one timestamp",
+                    )
+                return Result(status="COMMIT")
+            case grammar.SetVariable():
+                return Result(status="SET")
+        raise UnsupportedError(f"{type(stmt).__name__} statements are not supported yet")
+
+    # --- writes ----------------------------------------------------------------------------
+    def _insert(self, stmt: Any) -> Result:
+        s = self.session
+        rel = s._table(stmt.table)
+        bound = s.plan(stmt.query)
+        given = stmt.columns or tuple(c.name for c in rel.columns)
+        unknown = [g for g in given if g not in [c.name for c in rel.columns]]
+        if unknown:
+            raise SchemaError(f"column '{unknown[0]}' of relation '{rel.name}' does not exist")
+        if bound.visible != len(given):
+            raise SchemaError(
+                f"INSERT has {bound.visible} values for {len(given)} columns of '{rel.name}'",
+                hint="list the target columns: INSERT INTO t (a, b) VALUES ...",
+            )
+        source = s.read(bound)
+        arrays = []
+        for i, c in enumerate(rel.columns):
+            target = types.to_arrow(c.type)
+            if c.name in given:
+                arrays.append(_cast(source.column(given.index(c.name)), target, c.name))
+            else:
+                arrays.append(self._default(rel.defaults[i], target, source.num_rows, c.name))
+        rows = pa.table(arrays, names=[f"_c{i}" for i in range(len(arrays))])
+        n = s.write(rel.name, rows, 1)
+        return Result(status=f"INSERT 0 {n}", rowcount=n)
+
+    def _default(
+        self, default: exp.Expression | None, target: pa.DataType, n: int, name: str
+    ) -> pa.Array:
+        if default is None:
+            return pa.nulls(n, target)
+        bound = self.session.plan(exp.select(default.copy()))
+        value = self.session.read(bound).column(0)
+        return _cast(
+            pa.chunked_array([value.chunk(0).take(pa.array([0] * n))] if n else [], value.type),
+            target,
+            name,
+        )
+
+    def _matching(
+        self, table: str, where: exp.Expression | None, extra: list[exp.Expression] = ()
+    ) -> pa.Table:  # type: ignore[assignment]
+        rel = self.session._table(table)
+        query = exp.select(*[exp.column(c.name, quoted=True) for c in rel.columns], *extra).from_(
+            exp.to_table(table)
+        )
+        if where is not None:
+            query = query.where(where.copy())
+        return self.session.read(self.session.plan(query))
+
+    def _update(self, stmt: Any) -> Result:
+        s = self.session
+        rel = s._table(stmt.table)
+        names = [c.name for c in rel.columns]
+        for name, _ in stmt.assignments:
+            if name not in names:
+                raise SchemaError(f"column '{name}' of relation '{rel.name}' does not exist")
+        values = [exp.alias_(e.copy(), f"__new{i}") for i, (_, e) in enumerate(stmt.assignments)]
+        rows = self._matching(stmt.table, stmt.where, values)
+        n = len(names)
+        old = rows.select(list(range(n)))
+        new_cols = []
+        for i, c in enumerate(rel.columns):
+            hit = [j for j, (name, _) in enumerate(stmt.assignments) if name == c.name]
+            col = rows.column(n + hit[-1]) if hit else rows.column(i)
+            new_cols.append(_cast(col, types.to_arrow(c.type), c.name))
+        new = pa.table(new_cols, names=[f"_c{i}" for i in range(n)])
+        s._check_not_null(rel, new)
+        s.write(rel.name, old, -1)
+        s.write(rel.name, new, 1)
+        return Result(status=f"UPDATE {old.num_rows}", rowcount=old.num_rows)
+
+    # --- reads ----------------------------------------------------------------------------
+    def _select(self, stmt: Any) -> Result:
+        s = self.session
+        as_of = _as_ms(stmt.as_of) if stmt.as_of is not None else None
+        query = _replace_mz_now(stmt.query, as_of if as_of is not None else s.clock.now_ms())
+        table = s.read(s.plan(query), as_of)
+        return Result(table=table, status=f"SELECT {table.num_rows}", rowcount=table.num_rows)
+
+    def _subscribe(self, stmt: Any) -> Subscription:
+        s = self.session
+        if isinstance(stmt.target, str):
+            s.columns(stmt.target)
+            bound = s.plan(exp.select("*").from_(exp.to_table(stmt.target)))
+        else:
+            bound = s.plan(stmt.target)
+        return Subscription(
+            s,
+            bound,
+            snapshot=stmt.snapshot if stmt.snapshot is not None else True,
+            progress=bool(stmt.progress),
+            as_of=_as_ms(stmt.as_of) if stmt.as_of is not None else None,
+            up_to=_as_ms(stmt.up_to) if stmt.up_to is not None else None,
+        )
+
+    def _cursor(self, name: str) -> Subscription:
+        if name not in self.cursors:
+            raise SchemaError(
+                f"cursor '{name}' does not exist", hint="DECLARE c CURSOR FOR SUBSCRIBE ... first"
+            )
+        return self.cursors[name]
+
+    def _create_index(self, stmt: Any) -> Result:
+        s = self.session
+        rel = s.relations.get(stmt.on)
+        if rel is None:
+            s.columns(stmt.on)
+            raise AssertionError
+        if rel.kind == "view":
+            s.relations.pop(stmt.on)
+            try:
+                s.create_view(rel.name, _reparse(rel), rel.sql, True)
+            except DsqlError:
+                s.relations[stmt.on] = rel
+                raise
+        return Result(status="CREATE INDEX")
+
+    def _show(self, stmt: Any) -> Result:
+        s = self.session
+        what = stmt.what
+        rels = sorted(s.relations.values(), key=lambda r: r.name)
+        if what == "tables":
+            return _rows({"name": [r.name for r in rels if r.kind == "table"]})
+        if what in ("views", "materialized views"):
+            kinds = ("view", "materialized view") if what == "views" else ("materialized view",)
+            return _rows(
+                {
+                    "name": [r.name for r in rels if r.kind in kinds],
+                    "type": [r.kind for r in rels if r.kind in kinds],
+                }
+            )
+        if what == "columns":
+            if stmt.of is None:
+                raise SchemaError("SHOW COLUMNS needs a relation: SHOW COLUMNS FROM t")
+            cols = s.columns(stmt.of)
+            rel = s.relations[stmt.of]
+            return _rows(
+                {
+                    "name": [c.name for c in cols],
+                    "nullable": [
+                        not (rel.not_null[i] if i < len(rel.not_null) else False)
+                        for i in range(len(cols))
+                    ],
+                    "type": [c.type.sql("postgres").lower() for c in cols],
+                }
+            )
+        if what in ("arrangements", "indexes"):
+            out: dict[str, list[Any]] = {
+                "name": [],
+                "kind": [],
+                "kernel": [],
+                "rows": [],
+                "bytes": [],
+                "batches": [],
+            }
+            for r in rels:
+                if r.arrangement is None:
+                    continue
+                st = r.arrangement.stats()
+                out["name"].append(r.name)
+                out["kind"].append(r.kind)
+                out["kernel"].append(s.kernel_name)
+                out["rows"].append(st["rows"])
+                out["bytes"].append(st["bytes"])
+                out["batches"].append(st["batches"])
+            return _rows(out)
+        if what == "create view":
+            rel = s.relations.get(stmt.of or "")
+            if rel is None or rel.kind == "table":
+                raise SchemaError(f"'{stmt.of}' is not a view")
+            return _rows({"name": [rel.name], "create_sql": [rel.sql]})
+        raise UnsupportedError(f"SHOW {what.upper()} is not supported")
+
+
+def _rows(columns: dict[str, list[Any]]) -> Result:
+    table = pa.table(columns)
+    return Result(table=table, status=f"SHOW {table.num_rows}", rowcount=table.num_rows)
+
+
+def _reparse(rel: Any) -> Any:
+    stmt = grammar.parse(rel.sql)[0]
+    return stmt.query
+
+
+def _cast(values: Any, target: pa.DataType, name: str) -> Any:
+    if values.type == target:
+        return values
+    try:
+        return values.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        raise TypeMismatchError(
+            f"column '{name}' is of type {types.from_arrow(target).sql('postgres').lower()} "
+            f"but the value is of type {types.from_arrow(values.type).sql('postgres').lower()}",
+            hint=f"cast the value: CAST(... AS {types.from_arrow(target).sql('postgres').lower()}) ({error})",
+        ) from None
+
+
+def _replace_mz_now(query: Any, ms: int) -> Any:
+    """One-off reads: mz_now() outside a temporal filter is the read's time."""
+    if not isinstance(query, exp.Expression):
+        return query
+    return query.transform(
+        lambda n: exp.Literal.number(ms) if is_mz_now(n) and _in_select_list(n) else n
+    )
+
+
+def _in_select_list(node: exp.Expression) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if isinstance(parent, exp.Where | exp.Having):
+            return False
+        if isinstance(parent, exp.Select):
+            return True
+        parent = parent.parent
+    return True
+
+
+def _as_ms(e: exp.Expression, interval: bool = False) -> int:
+    """A time given in SQL: milliseconds, a timestamp literal, or (for BY) an interval."""
+    if isinstance(e, exp.Literal) and not e.is_string:
+        return int(e.this)
+    if isinstance(e, exp.Neg):
+        raise TypeMismatchError("a time cannot be negative")
+    try:
+        import duckdb
+
+        value = duckdb.sql(f"SELECT {e.sql('duckdb')}").fetchone()[0]  # type: ignore[index]
+    except Exception:
+        value = None
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return int(value.timestamp() * 1000)
+    if isinstance(value, dt.date):
+        return int(
+            dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC).timestamp()
+            * 1000
+        )
+    if isinstance(value, dt.timedelta) and interval:
+        return int(value.total_seconds() * 1000)
+    if isinstance(value, int):
+        return value
+    raise TypeMismatchError(
+        f"'{e.sql('postgres')}' is not a time",
+        hint="give milliseconds, TIMESTAMP '2024-01-01 00:00:00'"
+        + (", or INTERVAL '5 minutes'" if interval else ""),
+    )
+
+
+__all__ = ["Executor", "Query", "sqlglot"]

@@ -1,0 +1,389 @@
+"""Rendering: a decorrelated logical plan becomes runtime collections.
+
+Every collection a plan node renders to has the columns `_c0 .. _c{n-1}` (the
+plan's positions), so plan expressions run unchanged. SQL meaning the runtime
+does not give by itself is added here:
+
+- equi-join keys use SQL equality: rows with a NULL key never match (the
+  runtime's keys match NULL to NULL, which decorrelation's NULL-safe keys want);
+- outer joins are the inner join plus the unmatched rows padded with NULLs
+  (unmatched = rows minus the rows that matched, so retractions stay exact);
+- a global aggregate has one row even over no input (SQL's empty-group rule);
+- `mz_now()` bounds in WHERE become the temporal branches of a `join_function`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from sqlglot import exp
+
+from dsql.errors import UnsupportedError
+from dsql.planner import types
+from dsql.planner.plan import (
+    Constant,
+    Distinct,
+    Filter,
+    FlatMap,
+    Get,
+    Join,
+    LetRec,
+    LocalGet,
+    Map,
+    Negate,
+    Plan,
+    Project,
+    Reduce,
+    Threshold,
+    TopK,
+    Union,
+    col,
+    refs,
+    remap,
+)
+from dsql.planner.temporal import split_temporal
+from dsql.runtime.collection import Collection
+from dsql.runtime.operators.reduce_logic import Aggregates
+
+Source = Callable[[str], Collection]
+
+
+def names(n: int) -> list[str]:
+    return [f"_c{i}" for i in range(n)]
+
+
+@dataclass
+class Renderer:
+    """Renders plans into one worker; `source(name)` gives a catalog relation's collection."""
+
+    source: Source
+    unit: Callable[[], Collection]
+    time_scale: int = 1
+    locals: dict[str, Collection] = field(default_factory=dict)
+    _memo: dict[int, Collection] = field(default_factory=dict)
+
+    def render(self, plan: Plan) -> Collection:
+        key = id(plan)
+        if key not in self._memo:
+            self._memo[key] = self._render(plan)
+        return self._memo[key]
+
+    def _render(self, plan: Plan) -> Collection:
+        match plan:
+            case Get(name=name):
+                return self.source(name)
+            case LocalGet(name=name):
+                return self.locals[name]
+            case Constant(rows=rows):
+                return self._constant(plan, rows)
+            case Map(input=inp, exprs=exprs):
+                c = self.render(inp)
+                n = inp.arity
+                return c.map(
+                    *names(n), *(exp.alias_(e.copy(), f"_c{n + i}") for i, e in enumerate(exprs))
+                )
+            case Filter(input=inp, predicates=preds):
+                return self._filter(self.render(inp), inp.arity, preds)
+            case Project(input=inp, outputs=outs):
+                c = self.render(inp)
+                if tuple(outs) == tuple(range(inp.arity)):
+                    return c
+                if not outs:  # arity 0 renders as one constant column (see `_constant`)
+                    return c.map("0 AS _c0")
+                return c.map(*(exp.alias_(col(o), f"_c{i}") for i, o in enumerate(outs)))
+            case FlatMap(input=inp, function=f, names=ns):
+                c = self.render(inp)
+                if not ns:
+                    return c.explode(f.copy())
+                return c.flat_map(f.copy(), f"_c{inp.arity}", keep=names(inp.arity))
+            case Join():
+                return self._join(plan)
+            case Reduce():
+                return self._reduce(plan)
+            case Distinct(input=inp):
+                return self.render(inp).distinct()
+            case Union(parts=parts):
+                first, *rest = [self._aligned(self.render(p), plan) for p in parts]
+                return first.concat(*rest)
+            case Negate(input=inp):
+                return self.render(inp).negate()
+            case Threshold(input=inp):
+                return self.render(inp).threshold(
+                    "CASE WHEN __count__ > 0 THEN __count__ ELSE 0 END"
+                )
+            case TopK():
+                from dsql.render_topk import render_topk
+
+                return render_topk(self, plan)
+            case LetRec():
+                from dsql.render_recursive import render_letrec
+
+                return render_letrec(self, plan)
+        raise UnsupportedError(f"cannot render {type(plan).__name__}")
+
+    # --- pieces ------------------------------------------------------------------------
+    def _constant(self, plan: Plan, rows: tuple[tuple[exp.Expression, ...], ...]) -> Collection:
+        unit = self.unit()
+        if not rows:
+            return (
+                unit.filter("FALSE").map(
+                    *(exp.alias_(_typed_null(c.type), f"_c{i}") for i, c in enumerate(plan.columns))
+                )
+                if plan.arity
+                else unit.filter("FALSE")
+            )
+        if plan.arity == 0:
+            # A relation with no columns is carried as one constant column `_c0`.
+            return unit if len(rows) == 1 else unit.explode(exp.Literal.number(len(rows)))
+        branches = [
+            {
+                "columns": [
+                    exp.alias_(_cast(v, c.type), f"_c{i}")
+                    for i, (v, c) in enumerate(zip(row, plan.columns))
+                ]
+            }
+            for row in rows
+        ]
+        return unit.join_function(branches)
+
+    def _filter(self, c: Collection, arity: int, preds: tuple[exp.Expression, ...]) -> Collection:
+        safe, lower, upper = split_temporal(preds, self.time_scale)
+        if lower or upper:
+            return c.join_function(_temporal_branches(arity, safe, lower, upper))
+        if not safe:
+            return c
+        return c.filter(exp.and_(*(p.copy() for p in safe)))
+
+    def _aligned(self, c: Collection, plan: Plan) -> Collection:
+        """The collection cast to the plan's Arrow types where the engine typed it otherwise."""
+        want = [_arrow(col_.type) for col_ in plan.columns]
+        have = c.schema
+        if all(w is None or have.field(i).type == w for i, w in enumerate(want)):
+            return c
+        return c.map(
+            *(
+                exp.alias_(
+                    col(i)
+                    if w is None or have.field(i).type == w
+                    else exp.Cast(this=col(i), to=types.from_arrow(w)),
+                    f"_c{i}",
+                )
+                for i, w in enumerate(want)
+            )
+        )
+
+    def _join(self, plan: Join) -> Collection:
+        left, right = self.render(plan.left), self.render(plan.right)
+        la, ra = plan.left.arity, plan.right.arity
+        keys, residual = _equi_keys(plan.on, la, ra)
+        lk = [exp.alias_(k.copy(), f"__k{i}") for i, (k, _, _) in enumerate(keys)] or [
+            exp.alias_(exp.Literal.number(0), "__k0")
+        ]
+        rk = [
+            exp.alias_(remap(k2, {j: j - la for j in refs(k2)}), f"__k{i}")
+            for i, (_, k2, _) in enumerate(keys)
+        ] or [exp.alias_(exp.Literal.number(0), "__k0")]
+        lkeyed = left.map(*lk, *names(la))
+        rkeyed = right.map(*rk, *(exp.alias_(col(j), f"_c{la + j}") for j in range(ra)))
+        strict = [i for i, (_, _, null_safe) in enumerate(keys) if not null_safe]
+        if strict:
+            not_null = [
+                exp.Not(this=exp.Is(this=exp.column(f"__k{i}"), expression=exp.Null()))
+                for i in strict
+            ]
+            lkeyed = lkeyed.filter(exp.and_(*not_null))
+            rkeyed = rkeyed.filter(exp.and_(*(p.copy() for p in not_null)))
+        key_names = [f"__k{i}" for i in range(max(len(keys), 1))]
+        inner = lkeyed.join(rkeyed, on=key_names).project(*names(la + ra))
+        if residual:
+            inner = inner.filter(exp.and_(*(p.copy() for p in residual)))
+        if plan.kind == "inner":
+            return inner
+        parts = [inner]
+        if plan.kind in ("left", "full"):
+            matched = inner.project(*names(la))
+            unmatched = left.antijoin(matched, on=names(la))
+            parts.append(
+                unmatched.map(
+                    *names(la),
+                    *(
+                        exp.alias_(_typed_null_arrow(right.schema.field(j).type), f"_c{la + j}")
+                        for j in range(ra)
+                    ),
+                )
+            )
+        if plan.kind in ("right", "full"):
+            matched = inner.map(*(exp.alias_(col(la + j), f"_c{j}") for j in range(ra)))
+            unmatched = right.antijoin(matched, on=names(ra))
+            parts.append(
+                unmatched.map(
+                    *(
+                        exp.alias_(_typed_null_arrow(left.schema.field(i).type), f"_c{i}")
+                        for i in range(la)
+                    ),
+                    *(exp.alias_(col(j), f"_c{la + j}") for j in range(ra)),
+                )
+            )
+        first, *rest = parts
+        return first.concat(*(self._like(p, first.schema) for p in rest))
+
+    def _like(self, c: Collection, schema: pa.Schema) -> Collection:
+        if c.schema.types == schema.types:
+            return c
+        return c.map(
+            *(
+                exp.alias_(exp.Cast(this=col(i), to=types.from_arrow(f.type)), f.name)
+                if c.schema.field(i).type != f.type
+                else col(i)
+                for i, f in enumerate(schema)
+            )
+        )
+
+    def _reduce(self, plan: Reduce) -> Collection:
+        c = self.render(plan.input)
+        g = len(plan.group)
+        key_cols = [f"_c{i}" for i in plan.group]
+        aggs = Aggregates(tuple((f"__a{i}", _agg(a)) for i, a in enumerate(plan.aggregates)))
+        reduced = c.reduce(list(dict.fromkeys(key_cols)), logic=aggs)
+        out = reduced.map(
+            *(exp.alias_(exp.column(k), f"_c{i}") for i, k in enumerate(key_cols)),
+            *(exp.alias_(exp.column(f"__a{i}"), f"_c{g + i}") for i in range(len(plan.aggregates))),
+        )
+        if g and plan.domain is None:
+            return out
+        # SQL's empty-group rule: a row for each domain key with no input rows.
+        if g:
+            domain = self.render(plan.domain).map(*(exp.alias_(col(i), f"_c{i}") for i in range(g)))
+            present = c.map(*(exp.alias_(exp.column(k), f"_c{i}") for i, k in enumerate(key_cols)))
+            missing = domain.antijoin(present, on=names(g))
+        else:
+            present = c.map("0 AS _c0")
+            missing = self.unit().antijoin(present, on=["_c0"])
+        defaults = missing.map(
+            *names(g),
+            *(
+                exp.alias_(_empty_value(a, out.schema.field(g + i).type), f"_c{g + i}")
+                for i, a in enumerate(plan.aggregates)
+            ),
+        )
+        return out.concat(self._like(defaults, out.schema))
+
+
+def _equi_keys(
+    on: exp.Expression | None, la: int, ra: int
+) -> tuple[list[tuple[exp.Expression, exp.Expression, bool]], list[exp.Expression]]:
+    """Split a join condition into (left expr, right expr, null-safe) keys and the rest."""
+    if on is None:
+        return [], []
+    keys = []
+    rest = []
+    for p in _conjuncts(on):
+        if isinstance(p, exp.EQ | exp.NullSafeEQ):
+            a, b = p.this, p.expression
+            ra_, rb_ = refs(a), refs(b)
+            if ra_ and rb_:
+                if max(ra_) < la and min(rb_) >= la:
+                    keys.append((a, b, isinstance(p, exp.NullSafeEQ)))
+                    continue
+                if max(rb_) < la and min(ra_) >= la:
+                    keys.append((b, a, isinstance(p, exp.NullSafeEQ)))
+                    continue
+        rest.append(p)
+    return keys, rest
+
+
+def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
+    if isinstance(e, exp.And):
+        return _conjuncts(e.this) + _conjuncts(e.expression)
+    if isinstance(e, exp.Paren) and isinstance(e.this, exp.And):
+        return _conjuncts(e.this)
+    return [e]
+
+
+def _agg(a: exp.Expression) -> exp.Expression:
+    """An aggregate call with its FILTER clause folded into the argument."""
+    if isinstance(a, exp.Filter):
+        cond = a.expression.this
+        call = a.this.copy()
+        arg = call.this
+        if isinstance(call, exp.Count) and (arg is None or isinstance(arg, exp.Star)):
+            call.set("this", exp.Case(ifs=[exp.If(this=cond.copy(), true=exp.Literal.number(1))]))
+        elif isinstance(arg, exp.Distinct):
+            inner = arg.expressions[0]
+            arg.set("expressions", [exp.Case(ifs=[exp.If(this=cond.copy(), true=inner.copy())])])
+        else:
+            call.set("this", exp.Case(ifs=[exp.If(this=cond.copy(), true=arg.copy())]))
+        return call
+    return a.copy()
+
+
+def _empty_value(a: exp.Expression, arrow_type: pa.DataType) -> exp.Expression:
+    """An aggregate's value over no rows: 0 for count, NULL otherwise."""
+    call = a.this if isinstance(a, exp.Filter) else a
+    if isinstance(call, exp.Count):
+        return exp.Cast(this=exp.Literal.number(0), to=types.from_arrow(arrow_type))
+    return _typed_null_arrow(arrow_type)
+
+
+def _typed_null(t: exp.DataType) -> exp.Expression:
+    return exp.Null() if types.is_unknown(t) else exp.Cast(this=exp.Null(), to=t.copy())
+
+
+def _typed_null_arrow(t: pa.DataType) -> exp.Expression:
+    return exp.Null() if pa.types.is_null(t) else exp.Cast(this=exp.Null(), to=types.from_arrow(t))
+
+
+def _cast(v: exp.Expression, t: exp.DataType) -> exp.Expression:
+    return (
+        v.copy()
+        if types.is_unknown(t) or isinstance(v, exp.Cast)
+        else exp.Cast(this=v.copy(), to=t.copy())
+    )
+
+
+def _arrow(t: exp.DataType) -> pa.DataType | None:
+    if types.is_unknown(t):
+        return None
+    try:
+        return types.to_arrow(t)
+    except Exception:
+        return None
+
+
+def _temporal_branches(
+    arity: int, safe: list[exp.Expression], lower: list[exp.Expression], upper: list[exp.Expression]
+) -> list[dict]:
+    where = exp.and_(*(p.copy() for p in safe)) if safe else None
+    lo = (
+        exp.Greatest(this=lower[0].copy(), expressions=[x.copy() for x in lower[1:]])
+        if len(lower) > 1
+        else (lower[0].copy() if lower else None)
+    )
+    hi = (
+        exp.Least(this=upper[0].copy(), expressions=[x.copy() for x in upper[1:]])
+        if len(upper) > 1
+        else (upper[0].copy() if upper else None)
+    )
+    cols = names(arity)
+    enter = {"columns": cols, "where": where, "time": lo}
+    if hi is None:
+        return [enter]
+    in_window = exp.GT(this=hi.copy(), expression=lo.copy()) if lo is not None else None
+    cond = (
+        exp.and_(*(x for x in (where, in_window) if x is not None))
+        if (where is not None or in_window is not None)
+        else None
+    )
+    enter["where"] = cond
+    leave = {
+        "columns": cols,
+        "where": cond.copy() if cond is not None else None,
+        "time": hi,
+        "diff": "-1",
+    }
+    return [enter, leave]
+
+
+__all__ = ["Renderer", "names"]

@@ -1,0 +1,381 @@
+"""The session: catalog, clock and runtime behind every way into dsql.
+
+A `Session` executes parsed statements. Tables are runtime inputs arranged by
+all their columns; each materialized view is a dataflow whose result is
+arranged likewise, so later views and reads import the arrangement (its
+history replays into the new dataflow, then it follows). A one-off SELECT is a
+short-lived dataflow of the same kind, read once and dropped. Writes are
+stamped by the clock (`dsql.clock`); a read first closes the current time, so
+it sees every write so far.
+
+Inside the runtime every relation's columns are `_c0 .. _c{n-1}`; names live in
+the catalog.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import sqlglot
+from sqlglot import exp
+
+from dsql.clock import TICKS_PER_MS, Clock
+from dsql.errors import DsqlError, ExecutionError, SchemaError, TypeMismatchError
+from dsql.planner import types
+from dsql.planner.bind import bind
+from dsql.planner.catalog import unknown_relation
+from dsql.planner.decorrelate import decorrelate
+from dsql.planner.plan import Column, Get, Plan, Query, walk
+from dsql.render import Renderer
+from dsql.runtime.capture import consolidate_table
+from dsql.runtime.collection import Arrangement, Collection, import_arrangement
+from dsql.runtime.dataflow import Worker
+from dsql.runtime.input import InputSession
+from dsql.runtime.lattice import DIFF, TIME
+
+
+@dataclass
+class Relation:
+    """A catalog entry: a table, a materialized view, or a (non-materialized) view."""
+
+    name: str
+    kind: str  # "table" | "materialized view" | "view"
+    columns: tuple[Column, ...]
+    sql: str = ""
+    plan: Plan | None = None
+    arrangement: Arrangement | None = None
+    input: InputSession | None = None
+    not_null: tuple[bool, ...] = ()
+    defaults: tuple[exp.Expression | None, ...] = ()
+    nodes: list[Any] = field(default_factory=list)
+    depends_on: tuple[str, ...] = ()
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema([(f"_c{i}", types.to_arrow(c.type)) for i, c in enumerate(self.columns)])
+
+
+@dataclass
+class Result:
+    """A statement's outcome: rows (Arrow, user column names) and/or a status message."""
+
+    table: pa.Table | None = None
+    status: str = ""
+    rowcount: int = -1
+
+
+class Session:
+    """Owns the catalog, the clock and the runtime worker (see module docstring)."""
+
+    def __init__(self, kernel: str = "local", clock: str = "manual", spark: Any = None) -> None:
+        self.kernel_name = kernel
+        self.clock = Clock(clock)
+        self.worker = Worker(_make_kernel(kernel, spark))
+        self.relations: dict[str, Relation] = {}
+        self._unit = self._new_input(pa.schema([("_c0", pa.int32())]))
+        self._unit.update_at((0,), self.clock.write_tick(), 1)
+        self._unit_arrangement = self._unit.to_collection().arrange_by_self()
+        self.close_time()
+
+    # --- catalog protocol (for the planner) -----------------------------------------------
+    def columns(self, name: str) -> tuple[Column, ...]:
+        if name not in self.relations:
+            raise unknown_relation(name, self.names())
+        return self.relations[name].columns
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(self.relations))
+
+    # --- time ------------------------------------------------------------------------------
+    def _new_input(self, schema: pa.Schema) -> InputSession:
+        session = self.worker.new_input(schema)
+        session.advance_to(self.clock.tick)
+        return session
+
+    def _inputs(self) -> list[InputSession]:
+        return [s for s in self.worker.inputs if not s.closed]
+
+    def _sync(self) -> None:
+        """Tell every input the clock's tick, flush, and run the worker to quiescence."""
+        for s in self._inputs():
+            if s.time < self.clock.tick:
+                s.advance_to(self.clock.tick)
+            s.flush()
+        self.worker.run()
+
+    def close_time(self, force: bool = False) -> int:
+        """Make every write so far final; returns the open tick, which reads happen at.
+
+        Traces compact up to the open tick, so what a new dataflow imports is at
+        that tick; `force` closes it too, making such outputs final.
+        """
+        if self.clock.dirty or force:
+            self.clock.close()
+        self._sync()
+        # No write is at the open tick yet, and traces are compacted up to it.
+        return self.clock.tick
+
+    def advance_to(self, ms: int) -> None:
+        self.clock.advance_to(ms)
+        self._sync()
+
+    # --- tables ---------------------------------------------------------------------------------
+    def create_table(
+        self,
+        name: str,
+        columns: tuple[Column, ...],
+        not_null: tuple[bool, ...] = (),
+        defaults: tuple[exp.Expression | None, ...] = (),
+        if_not_exists: bool = False,
+    ) -> None:
+        if name in self.relations:
+            if if_not_exists:
+                return
+            raise SchemaError(
+                f"relation '{name}' already exists", hint="DROP it first, or pick another name"
+            )
+        if len({c.name for c in columns}) != len(columns):
+            raise SchemaError(f"table '{name}' has two columns with the same name")
+        rel = Relation(
+            name,
+            "table",
+            columns,
+            not_null=not_null or (False,) * len(columns),
+            defaults=defaults or (None,) * len(columns),
+        )
+        rel.input = self._new_input(rel.schema)
+        rel.arrangement = rel.input.to_collection().arrange_by_self()
+        self.relations[name] = rel
+
+    def write(self, name: str, rows: pa.Table, diff: int) -> int:
+        """Add (diff=1) or remove (diff=-1) rows of a table at the clock's tick; returns the count."""
+        rel = self._table(name)
+        self._check_not_null(rel, rows)
+        if rows.num_rows == 0:
+            return 0
+        tick = self.clock.write_tick()
+        data = rows.rename_columns([f"_c{i}" for i in range(rows.num_columns)]).cast(rel.schema)
+        data = data.append_column(DIFF, pa.array([diff] * rows.num_rows, pa.int64()))
+        data = data.append_column(TIME, pa.array([tick] * rows.num_rows, pa.int64()))
+        assert rel.input is not None
+        rel.input.load_arrow(data)
+        return rows.num_rows
+
+    def _table(self, name: str) -> Relation:
+        rel = self.relations.get(name)
+        if rel is None:
+            raise unknown_relation(name, self.names())
+        if rel.kind != "table":
+            raise SchemaError(
+                f"'{name}' is a {rel.kind}, not a table", hint="only tables can be changed"
+            )
+        return rel
+
+    def _check_not_null(self, rel: Relation, rows: pa.Table) -> None:
+        for i, required in enumerate(rel.not_null):
+            if required and rows.num_rows and rows.column(i).null_count:
+                raise SchemaError(
+                    f"null value in column '{rel.columns[i].name}' of '{rel.name}' violates NOT NULL",
+                    hint="give a value for it",
+                )
+
+    # --- views -----------------------------------------------------------------------------
+    def create_view(
+        self,
+        name: str,
+        query: Any,
+        sql: str,
+        materialized: bool,
+        column_names: tuple[str, ...] | None = None,
+        or_replace: bool = False,
+        if_not_exists: bool = False,
+    ) -> None:
+        if name in self.relations:
+            if if_not_exists:
+                return
+            if not or_replace:
+                raise SchemaError(
+                    f"relation '{name}' already exists", hint="use CREATE OR REPLACE, or DROP it"
+                )
+            self.drop(name, cascade=False, kind=None)
+        bound = self.plan(query)
+        plan = _view_plan(bound)
+        cols = plan.columns
+        if column_names:
+            if len(column_names) != len(cols):
+                raise SchemaError(
+                    f"view '{name}' names {len(column_names)} columns; its query has {len(cols)}"
+                )
+            cols = tuple(Column(n, c.type) for n, c in zip(column_names, cols))
+        deps = tuple(sorted({n.name for n in walk(plan) if isinstance(n, Get)}))
+        rel = Relation(
+            name,
+            "materialized view" if materialized else "view",
+            cols,
+            sql=sql,
+            plan=plan,
+            depends_on=deps,
+        )
+        if materialized:
+            self.close_time()
+            start = len(self.worker.nodes)
+            collection = self._render(plan)
+            rel.columns = _typed_columns(cols, collection.schema)
+            rel.arrangement = collection.arrange_by_self()
+            rel.nodes = self.worker.nodes[start:]
+            try:
+                self._sync()
+            except DsqlError:
+                self.worker.drop(rel.nodes)
+                raise
+        self.relations[name] = rel
+
+    def drop(
+        self, name: str, cascade: bool, kind: str | None, if_exists: bool = False
+    ) -> list[str]:
+        rel = self.relations.get(name)
+        if rel is None:
+            if if_exists:
+                return []
+            raise unknown_relation(name, self.names())
+        if kind is not None and not rel.kind.endswith(kind):
+            raise SchemaError(
+                f"'{name}' is a {rel.kind}, not a {kind}", hint=f"use DROP {rel.kind.upper()}"
+            )
+        dependents = [r.name for r in self.relations.values() if name in r.depends_on]
+        dropped = []
+        if dependents and not cascade:
+            raise SchemaError(
+                f"cannot drop '{name}': {', '.join(sorted(dependents))} depend on it",
+                hint="drop those first, or use DROP ... CASCADE",
+            )
+        for d in dependents:
+            if d in self.relations:
+                dropped += self.drop(d, cascade=True, kind=None)
+        if rel.nodes:
+            self.worker.drop(rel.nodes)
+        if rel.input is not None:
+            rel.input.close()
+            if rel.arrangement is not None:
+                self.worker.drop([rel.input.node, rel.arrangement.node])
+        del self.relations[name]
+        return [*dropped, name]
+
+    # --- planning and reading -------------------------------------------------------------
+    def plan(self, query: Any) -> Query:
+        """Bind a query against the catalog (views inlined later, at rendering)."""
+        return bind(query, self)
+
+    def _render(self, plan: Plan) -> Collection:
+        renderer = Renderer(self._source, self._unit_collection, TICKS_PER_MS)
+        return renderer.render(decorrelate(plan))
+
+    def _source(self, name: str) -> Collection:
+        rel = self.relations[name]
+        if rel.arrangement is not None:
+            return import_arrangement(rel.arrangement.trace_handle()).as_collection()
+        assert rel.plan is not None
+        return self._render(rel.plan)
+
+    def _unit_collection(self) -> Collection:
+        return import_arrangement(self._unit_arrangement.trace_handle()).as_collection()
+
+    def read(self, bound: Query, as_of_ms: int | None = None) -> pa.Table:
+        """The query's result at the current time (rows in order if it has ORDER BY)."""
+        tick = self.close_time()
+        if as_of_ms is not None:
+            if as_of_ms > self.clock.now_ms():
+                raise SchemaError(
+                    f"AS OF {as_of_ms} is in the future (now {self.clock.now_ms()})",
+                    hint="ADVANCE the clock first",
+                )
+            tick = min(
+                tick, (as_of_ms + 1) * TICKS_PER_MS - 1
+            )  # older times need holds: see README
+        start = len(self.worker.nodes)
+        try:
+            collection = self._render(bound.plan)
+            capture = collection.capture()
+            self.worker.wake()
+            self.close_time(force=True)
+            updates = capture.poll()
+        finally:
+            self.worker.drop(self.worker.nodes[start:])
+        table = accumulate(updates, tick, bound.plan.arity)
+        return present(table, bound)
+
+
+def accumulate(updates: pa.Table, tick: int, arity: int) -> pa.Table:
+    """The rows a stream of updates holds at `tick`, each repeated by its count."""
+    cols = [f"_c{i}" for i in range(arity)]
+    if arity == 0:
+        cols = []
+    updates = updates.filter(pc.less_equal(updates[TIME], tick))
+    if not cols:
+        total = pc.sum(updates[DIFF]).as_py() or 0 if updates.num_rows else 0
+        return pa.table({"_c0": pa.array([0] * max(total, 0), pa.int32())})
+    summed = consolidate_table(updates.select([*cols, DIFF]), tuple(cols), ())
+    if summed.num_rows and pc.min(summed[DIFF]).as_py() < 0:
+        raise ExecutionError(
+            "a result has a row with a negative count", hint="this is a dsql bug; please report it"
+        )
+    indices = [i for i, n in enumerate(summed[DIFF].to_pylist()) for _ in range(n)]
+    return summed.select(cols).take(pa.array(indices, pa.int64()))
+
+
+def present(table: pa.Table, bound: Query) -> pa.Table:
+    """Order, limit and name a read's rows as the query asks."""
+    import duckdb
+
+    visible = bound.visible
+    if bound.order or bound.limit is not None or bound.offset:
+        order = ", ".join(
+            f'"_c{o.column}" {"DESC" if o.desc else "ASC"} NULLS {"FIRST" if o.nulls_first else "LAST"}'
+            for o in bound.order
+        )
+        sql = "SELECT * FROM t" + (f" ORDER BY {order}" if order else "")
+        if bound.limit is not None:
+            sql += f" LIMIT {bound.limit}"
+        if bound.offset:
+            sql += f" OFFSET {bound.offset}"
+        con = duckdb.connect()
+        con.register("t", table)
+        table = con.sql(sql).to_arrow_table()
+        con.close()
+    if table.num_columns > visible:
+        table = table.select(list(range(visible)))
+    names = [c.name for c in bound.columns]
+    if visible == 0:
+        return pa.table({})
+    return table.rename_columns(names)
+
+
+def _view_plan(bound: Query) -> Plan:
+    from dsql.planner.bind import _visible
+
+    if bound.limit is None and not bound.offset:
+        bound = Query(bound.plan, bound.visible)
+    return _visible(bound)
+
+
+def _typed_columns(cols: tuple[Column, ...], schema: pa.Schema) -> tuple[Column, ...]:
+    """The view's columns with the types the engine produced (authoritative)."""
+    return tuple(Column(c.name, types.from_arrow(schema.field(i).type)) for i, c in enumerate(cols))
+
+
+def _make_kernel(kind: str, spark: Any) -> Any:
+    if kind == "local":
+        from dsql.runtime.kernel.local import LocalKernel
+
+        return LocalKernel()
+    if kind == "spark":
+        from dsql.runtime.kernel.spark import SparkKernel
+
+        return SparkKernel(spark)
+    raise TypeMismatchError(f"unknown kernel {kind!r}", hint="use kernel='local' or kernel='spark'")
+
+
+__all__ = ["Relation", "Result", "Session", "accumulate", "present", "sqlglot"]

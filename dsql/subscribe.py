@@ -1,0 +1,135 @@
+"""SUBSCRIBE: a view's changes as a stream of `(mz_timestamp, mz_diff, columns...)` rows.
+
+As in Materialize: the snapshot comes first, stamped with the AS OF time (the
+time the subscription started, by default); then the updates in time order,
+consolidated within each millisecond. AS OF is inclusive, UP TO exclusive.
+With PROGRESS, a row with `mz_progressed = true` (data columns NULL) says that
+every update before its timestamp has been emitted.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dsql.clock import TICKS_PER_MS
+from dsql.planner.plan import Query
+from dsql.runtime.capture import consolidate_table
+from dsql.runtime.lattice import DIFF, TIME
+
+if TYPE_CHECKING:
+    from dsql.session import Session
+
+
+class Subscription:
+    """One running SUBSCRIBE: `poll()` returns the updates that became final since the last poll."""
+
+    def __init__(
+        self,
+        session: Session,
+        bound: Query,
+        snapshot: bool = True,
+        progress: bool = False,
+        as_of: int | None = None,
+        up_to: int | None = None,
+    ) -> None:
+        self.session = session
+        self.bound = bound
+        self.snapshot = snapshot
+        self.progress = progress
+        start_tick = session.close_time()
+        self.as_of = session.clock.now_ms() if as_of is None else as_of
+        self.up_to = up_to
+        self.names = [c.name for c in bound.columns]
+        self.closed = False
+        self._start = len(session.worker.nodes)
+        collection = session._render(bound.plan)
+        self.schema = collection.schema
+        self._capture = collection.capture()
+        self._nodes = session.worker.nodes[self._start :]
+        self._first = True
+        self._last_progress = -1
+        session.worker.wake()
+        session.worker.run()
+        del start_tick
+
+    @property
+    def columns(self) -> list[str]:
+        return [
+            "mz_timestamp",
+            *(["mz_progressed"] if self.progress else []),
+            "mz_diff",
+            *self.names,
+        ]
+
+    def poll(self) -> pa.Table:
+        """Updates not yet returned whose time is final (closes the current time first)."""
+        if self.closed:
+            return self._empty()
+        self.session.close_time(force=True)
+        raw = self._capture.poll()
+        arity = self.bound.visible
+        cols = [f"_c{i}" for i in range(arity)]
+        ms = pc.divide(raw[TIME], TICKS_PER_MS) if raw.num_rows else pa.array([], pa.int64())
+        table = (
+            pa.table({**{c: raw[c] for c in cols}, "ms": ms, DIFF: raw[DIFF]})
+            if raw.num_rows
+            else None
+        )
+        if table is not None and self._first:
+            at = pc.max_element_wise(table["ms"], pa.scalar(self.as_of, pa.int64()))
+            table = table.set_column(table.column_names.index("ms"), "ms", at)
+            if not self.snapshot:
+                table = table.filter(pc.greater(ms, self.as_of))
+        self._first = False
+        if table is not None and self.up_to is not None:
+            table = table.filter(pc.less(table["ms"], self.up_to))
+        now = self.session.clock.now_ms()
+        if self.up_to is not None and now >= self.up_to:
+            self.close()
+        if table is None or table.num_rows == 0:
+            out = self._empty()
+        else:
+            out = consolidate_table(table, tuple(cols), ("ms",))
+            out = self._shape(out)
+        if self.progress and now > self._last_progress:
+            self._last_progress = now
+            out = pa.concat_tables([out, self._progress_row(now)])
+        return out
+
+    def _shape(self, t: pa.Table) -> pa.Table:
+        arrays: dict[str, Any] = {"mz_timestamp": t["ms"].cast(pa.int64())}
+        if self.progress:
+            arrays["mz_progressed"] = pa.array([False] * t.num_rows)
+        arrays["mz_diff"] = t[DIFF].cast(pa.int64())
+        for i, name in enumerate(self.names):
+            arrays[name] = t[f"_c{i}"]
+        return pa.table(arrays, schema=self._schema())
+
+    def _progress_row(self, ms: int) -> pa.Table:
+        schema = self._schema()
+        values = {"mz_timestamp": [ms], "mz_progressed": [True], "mz_diff": [None]}
+        return pa.table(
+            {f.name: pa.array(values.get(f.name, [None]), f.type) for f in schema}, schema=schema
+        )
+
+    def _schema(self) -> pa.Schema:
+        fields = [pa.field("mz_timestamp", pa.int64())]
+        if self.progress:
+            fields.append(pa.field("mz_progressed", pa.bool_()))
+        fields.append(pa.field("mz_diff", pa.int64()))
+        fields += [pa.field(n, self.schema.field(i).type) for i, n in enumerate(self.names)]
+        return pa.schema(fields)
+
+    def _empty(self) -> pa.Table:
+        return self._schema().empty_table()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.session.worker.drop(self._nodes)
+
+
+__all__ = ["Subscription"]

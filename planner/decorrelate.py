@@ -1,0 +1,248 @@
+"""Decorrelation: subqueries used as values become joins.
+
+For a node whose expressions hold a subquery `S` reading outer columns `C`:
+
+1. `D` = the distinct values of `C` in the node's input;
+2. `S` is *lifted* over `D`: every operator of `S` gets `D`'s columns in front
+   (uncorrelated leaves are crossed with `D`, joins also match on `D`, reduces
+   group by `D` and keep SQL's empty-group row per `D` key), and each `Outer(c)`
+   becomes a reference to `D`'s copy of `c`;
+3. the input is left-joined with the lifted `S` on `C` (NULL-safe), and the
+   subquery is replaced by the joined column: the value for scalar subqueries,
+   `COALESCE(found, FALSE)` for EXISTS.
+
+A LATERAL join's right side is lifted the same way. Uncorrelated subqueries
+are the case `C = ()` (a left join with no keys).
+
+Invariant: the result has no `SubqueryExpr` and no `Outer`.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dsql.errors import UnsupportedError
+from dsql.planner.plan import (
+    Column,
+    Constant,
+    Distinct,
+    Filter,
+    FlatMap,
+    Get,
+    Join,
+    LetRec,
+    LocalGet,
+    Map,
+    Negate,
+    Order,
+    Outer,
+    Plan,
+    Project,
+    Reduce,
+    SubqueryExpr,
+    Threshold,
+    TopK,
+    Union,
+    col,
+    expressions_of,
+    remap,
+    shift,
+    walk,
+)
+
+
+def decorrelate(plan: Plan) -> Plan:
+    """The plan with every subquery expression and LATERAL dependency turned into joins."""
+    plan = plan.with_inputs(tuple(decorrelate(i) for i in plan.inputs))
+    match plan:
+        case Filter(input=inp, predicates=preds) if _has_subquery(preds):
+            joined, new = _apply(inp, preds)
+            return Project(Filter(joined, new), tuple(range(inp.arity)))
+        case Map(input=inp, exprs=exprs, names=names) if _has_subquery(exprs):
+            joined, new = _apply(inp, exprs)
+            mapped = Map(joined, new, names)
+            keep = tuple(range(inp.arity)) + tuple(range(joined.arity, mapped.arity))
+            return Project(mapped, keep)
+        case Join(left=l, right=r, kind=kind, on=on) if on is not None and _has_subquery((on,)):
+            if kind != "inner":
+                raise UnsupportedError(
+                    "a subquery in the ON condition of an outer join is not supported",
+                    hint="move the subquery into WHERE or a derived table",
+                )
+            return decorrelate(Filter(Join(l, r, "inner", None), (on,)))
+        case Join(left=l, right=r, kind="inner", on=on) if _correlated(r):
+            return _lateral(l, r, on)
+        case Reduce(aggregates=aggs) if _has_subquery(aggs):
+            raise UnsupportedError(
+                "a subquery inside an aggregate is not supported",
+                hint="compute the subquery in a derived table and aggregate its column",
+            )
+    return plan
+
+
+def _has_subquery(exprs: tuple[exp.Expression, ...]) -> bool:
+    return any(isinstance(n, SubqueryExpr) for e in exprs for n in e.walk())
+
+
+def _outer_columns(plan: Plan) -> list[int]:
+    found: set[int] = set()
+    for node in walk(plan):
+        for e in expressions_of(node):
+            found.update(n.this for n in e.walk() if isinstance(n, Outer))
+    return sorted(found)
+
+
+def _correlated(plan: Plan) -> bool:
+    return bool(_outer_columns(plan))
+
+
+def _apply(inp: Plan, exprs: tuple[exp.Expression, ...]) -> tuple[Plan, tuple[exp.Expression, ...]]:
+    """Join each subquery of `exprs` onto `inp`; the expressions rewritten to read it."""
+    current = inp
+    out = []
+    for original in exprs:
+        e = original.copy()
+        subqueries: list[SubqueryExpr] = [n for n in e.walk() if isinstance(n, SubqueryExpr)]
+        replacements: dict[int, exp.Expression] = {}
+        for s in subqueries:
+            current, value = _join_subquery(current, s)
+            replacements[id(s)] = value
+        out.append(_replace(e, replacements))
+    return current, tuple(out)
+
+
+def _replace(e: exp.Expression, replacements: dict[int, exp.Expression]) -> exp.Expression:
+    def visit(node: exp.Expression) -> exp.Expression:
+        if id(node) in replacements:
+            return replacements[id(node)].copy()
+        for key, value in list(node.args.items()):
+            if isinstance(value, exp.Expression):
+                node.set(key, visit(value))
+            elif isinstance(value, list):
+                node.set(key, [visit(v) if isinstance(v, exp.Expression) else v for v in value])
+        return node
+
+    return visit(e)
+
+
+def _join_subquery(inp: Plan, s: SubqueryExpr) -> tuple[Plan, exp.Expression]:
+    sub = decorrelate(s.plan)
+    outer = _outer_columns(sub)
+    d = len(outer)
+    domain = Distinct(Project(inp, tuple(outer)))
+    lifted = _lift(sub, outer, domain) if outer else sub
+    if s.args["kind"] == "exists":
+        found = Map(Distinct(Project(lifted, tuple(range(d)))), (exp.true(),), ("?exists",))
+        right = found
+    else:
+        right = lifted
+    on = (
+        exp.and_(
+            *(
+                exp.NullSafeEQ(this=col(c), expression=col(inp.arity + j))
+                for j, c in enumerate(outer)
+            )
+        )
+        if outer
+        else None
+    )
+    joined = Join(inp, right, "left", on)
+    value: exp.Expression = col(inp.arity + d)
+    if s.args["kind"] == "exists":
+        value = exp.Coalesce(this=value, expressions=[exp.false()])
+    return joined, value
+
+
+def _lateral(left: Plan, right: Plan, on: exp.Expression | None) -> Plan:
+    outer = _outer_columns(right)
+    d = len(outer)
+    domain = Distinct(Project(left, tuple(outer)))
+    lifted = _lift(right, outer, domain)
+    keys = [
+        exp.NullSafeEQ(this=col(c), expression=col(left.arity + j)) for j, c in enumerate(outer)
+    ]
+    extra = (
+        [remap(on, {i: i + d for i in range(left.arity, left.arity + right.arity)})]
+        if on is not None
+        else []
+    )
+    joined = Join(left, lifted, "inner", exp.and_(*keys, *extra))
+    keep = tuple(range(left.arity)) + tuple(range(left.arity + d, joined.arity))
+    return Project(joined, keep)
+
+
+def _lift(plan: Plan, outer: list[int], domain: Plan) -> Plan:
+    """`plan` with `domain`'s columns in front; `Outer(outer[j])` reads column j."""
+    d = len(outer)
+    if not _correlated(plan):
+        return Join(domain, plan, "inner", None)
+    where = {c: j for j, c in enumerate(outer)}
+
+    def fix(e: exp.Expression, by: int = d) -> exp.Expression:
+        moved = shift(e, by)
+        return moved.transform(lambda n: col(where[n.this]) if isinstance(n, Outer) else n)
+
+    match plan:
+        case Map(input=inp, exprs=exprs, names=names):
+            return Map(_lift(inp, outer, domain), tuple(fix(e) for e in exprs), names)
+        case Filter(input=inp, predicates=preds):
+            return Filter(_lift(inp, outer, domain), tuple(fix(e) for e in preds))
+        case Project(input=inp, outputs=outs):
+            return Project(_lift(inp, outer, domain), tuple(range(d)) + tuple(o + d for o in outs))
+        case FlatMap(input=inp, function=f, names=names, types=ts):
+            return FlatMap(_lift(inp, outer, domain), fix(f), names, ts)
+        case Join(left=l, right=r, kind=kind, on=on):
+            la, ra = l.arity, r.arity
+            ll, rl = _lift(l, outer, domain), _lift(r, outer, domain)
+            keys = [exp.NullSafeEQ(this=col(j), expression=col(d + la + j)) for j in range(d)]
+            cond = (
+                [
+                    remap(
+                        on, {i: (i + d if i < la else i + 2 * d) for i in range(la + ra)}
+                    ).transform(lambda n: col(where[n.this]) if isinstance(n, Outer) else n)
+                ]
+                if on is not None
+                else []
+            )
+            joined = Join(ll, rl, kind, exp.and_(*keys, *cond))
+            if kind in ("right", "full"):
+                raise UnsupportedError(
+                    "a RIGHT/FULL join inside a correlated subquery is not supported",
+                    hint="rewrite it as a LEFT join",
+                )
+            keep = tuple(range(d + la)) + tuple(range(2 * d + la, 2 * d + la + ra))
+            return Project(joined, keep)
+        case Reduce(input=inp, group=group, aggregates=aggs, names=names, domain=dom):
+            lifted_domain = (
+                _lift(dom, outer, domain) if dom is not None else (domain if not group else None)
+            )
+            return Reduce(
+                _lift(inp, outer, domain),
+                tuple(range(d)) + tuple(g + d for g in group),
+                tuple(fix(a) for a in aggs),
+                names,
+                lifted_domain,
+            )
+        case Distinct(input=inp):
+            return Distinct(_lift(inp, outer, domain))
+        case Negate(input=inp):
+            return Negate(_lift(inp, outer, domain))
+        case Threshold(input=inp):
+            return Threshold(_lift(inp, outer, domain))
+        case Union(parts=parts):
+            return Union(tuple(_lift(p, outer, domain) for p in parts))
+        case TopK(input=inp, group=group, order=order, limit=limit, offset=offset):
+            return TopK(
+                _lift(inp, outer, domain),
+                tuple(range(d)) + tuple(g + d for g in group),
+                tuple(Order(o.column + d, o.desc, o.nulls_first) for o in order),
+                limit,
+                offset,
+            )
+    raise UnsupportedError(
+        f"a correlated subquery containing {type(plan).__name__} is not supported",
+        hint="rewrite the subquery as a join",
+    )
+
+
+__all__ = ["decorrelate", "Column", "Constant", "Get", "LetRec", "LocalGet"]

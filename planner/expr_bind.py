@@ -1,0 +1,208 @@
+"""Binding scalar expressions: SQL names become `_c{i}` references (or `Outer`).
+
+Subqueries become `SubqueryExpr` values over their own bound plans;
+`x IN (subquery)` becomes two EXISTS tests with SQL's three-valued meaning.
+Integer division is made explicit (`IntDiv`) because PostgreSQL truncates
+`7 / 2` to 3 while Spark and DuckDB would return 3.5.
+
+>>> from dsql.planner.scope import Item, Scope
+>>> b = ExprBinder(None, Scope((Item("t", ("a", "b"), 0),)), None)
+>>> b.bind(sqlglot.parse_one("a + t.b", read="postgres")).sql()
+'_c0 + _c1'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+from dsql.errors import DsqlError, SchemaError
+from dsql.planner import types
+from dsql.planner.plan import Filter, Outer, Plan, SubqueryExpr, col, refs
+from dsql.planner.scope import Scope, position_of, unsupported
+
+_AGGREGATES = (
+    exp.Count,
+    exp.Sum,
+    exp.Avg,
+    exp.Min,
+    exp.Max,
+    exp.ArrayAgg,
+    exp.GroupConcat,
+    exp.LogicalAnd,
+    exp.LogicalOr,
+    exp.Stddev,
+    exp.StddevPop,
+    exp.StddevSamp,
+    exp.Variance,
+    exp.VariancePop,
+)
+
+
+def is_aggregate(e: Any) -> bool:
+    """Whether an expression contains an aggregate call (outside subqueries)."""
+    return isinstance(e, exp.Expression) and bool(aggregate_calls(e))
+
+
+def aggregate_calls(e: exp.Expression) -> list[exp.Expression]:
+    """The outermost aggregate calls in `e` (with their FILTER clause), not in subqueries."""
+    found: list[exp.Expression] = []
+
+    def visit(node: exp.Expression) -> None:
+        if isinstance(node, SubqueryExpr):
+            return
+        if isinstance(node, exp.Filter) and isinstance(node.this, _AGGREGATES):
+            found.append(node)
+            return
+        if isinstance(node, _AGGREGATES):
+            found.append(node)
+            return
+        if isinstance(node, exp.Window):
+            raise unsupported("window functions", "use GROUP BY, or a join with an aggregate")
+        for child in node.iter_expressions():
+            visit(child)
+
+    visit(e)
+    return found
+
+
+class ExprBinder:
+    """Binds expressions in one scope; `bind_query` binds subqueries (injected)."""
+
+    def __init__(self, env: Any, scope: Scope, bind_query: Callable[..., Any] | None) -> None:
+        self.env = env
+        self.scope = scope
+        self.bind_query = bind_query
+        self._types: list[exp.DataType] | None = None
+
+    def input_types(self) -> list[exp.DataType]:
+        """Types of the scope's columns by position (UNKNOWN where not known)."""
+        return self._types or [types.build("unknown")] * self.scope.arity
+
+    def with_types(self, column_types: list[exp.DataType]) -> ExprBinder:
+        self._types = column_types
+        return self
+
+    def bind(self, e: exp.Expression) -> exp.Expression:
+        """The expression over positional references (a copy; `e` is unchanged)."""
+        try:
+            bound = self._bind(e.copy())
+        except DsqlError as error:
+            if error.position is None:
+                error.position = position_of(e)
+            raise
+        return bound
+
+    def _bind(self, e: exp.Expression) -> exp.Expression:
+        match e:
+            case exp.Column() if isinstance(e.this, exp.Star):
+                raise SchemaError("'*' is only allowed in a select list or count(*)")
+            case exp.Column():
+                level, pos = self.scope.resolve(e.name, e.table or None)
+                if level == 0:
+                    return col(pos)
+                if level == 1:
+                    return Outer(this=pos)
+                raise unsupported(
+                    "a reference two or more query levels out",
+                    "join the outer table in the subquery",
+                )
+            case exp.Subquery() | exp.Select() | exp.Union() | exp.Except() | exp.Intersect():
+                query = e.this if isinstance(e, exp.Subquery) else e
+                plan = self._subquery(query)
+                if plan.arity != 1:
+                    raise SchemaError("a subquery used as a value must return exactly one column")
+                return SubqueryExpr(this=plan, kind="scalar")
+            case exp.Exists():
+                return SubqueryExpr(this=self._subquery(e.this), kind="exists")
+            case exp.In() if e.args.get("query") is not None:
+                return self._in_subquery(e)
+            case exp.Any() | exp.All():
+                raise unsupported(
+                    "ANY/ALL with a subquery", "use IN, EXISTS or a scalar min/max subquery"
+                )
+            case exp.Placeholder() | exp.Parameter():
+                raise SchemaError("a parameter placeholder reached the planner unbound")
+            case exp.Div():
+                return self._div(e)
+        for key, value in list(e.args.items()):
+            if isinstance(value, exp.Expression):
+                e.set(key, self._bind(value))
+            elif isinstance(value, list):
+                e.set(key, [self._bind(v) if isinstance(v, exp.Expression) else v for v in value])
+        return e
+
+    def _subquery(self, query: exp.Expression) -> Plan:
+        assert self.bind_query is not None
+        from dsql.planner.bind import _visible
+
+        return _visible(self.bind_query(query, self.env, self.scope))
+
+    def _in_subquery(self, e: exp.In) -> exp.Expression:
+        """`x IN (S)`: TRUE if some s = x; else NULL if x or some s is NULL (S non-empty); else FALSE."""
+        subquery = e.args["query"]
+        plan = self._subquery(subquery.this if isinstance(subquery, exp.Subquery) else subquery)
+        if plan.arity != 1:
+            raise SchemaError("the subquery of IN must return exactly one column")
+        x = self._bind(e.this.copy())
+        if any(isinstance(n, Outer) for n in x.walk()):
+            raise unsupported("IN whose left side is correlated two levels out", "use EXISTS")
+        outer_x = x.transform(
+            lambda n: (
+                Outer(this=int(n.name[2:]))
+                if isinstance(n, exp.Column) and n.name.startswith("_c")
+                else n
+            )
+        )
+        equal = Filter(plan, (exp.EQ(this=col(0), expression=outer_x.copy()),))
+        unknown = Filter(
+            plan,
+            (
+                exp.or_(
+                    exp.Is(this=col(0), expression=exp.Null()),
+                    exp.Is(this=outer_x.copy(), expression=exp.Null()),
+                ),
+            ),
+        )
+        return exp.Case(
+            ifs=[
+                exp.If(this=SubqueryExpr(this=equal, kind="exists"), true=exp.true()),
+                exp.If(this=SubqueryExpr(this=unknown, kind="exists"), true=exp.Null()),
+            ],
+            default=exp.false(),
+        )
+
+    def _div(self, e: exp.Div) -> exp.Expression:
+        left = self._bind(e.this)
+        right = self._bind(e.expression)
+        e.set("this", left)
+        e.set("expression", right)
+        if self._types is None:
+            return e
+        lt = types.infer(left.copy(), self._types)
+        rt = types.infer(right.copy(), self._types)
+        if types.is_integer(lt) and types.is_integer(rt):
+            return exp.IntDiv(this=left, expression=right)
+        return e
+
+
+def has_subquery(e: exp.Expression) -> bool:
+    return any(isinstance(n, SubqueryExpr) for n in e.walk())
+
+
+def outer_refs(plan_expr: exp.Expression) -> set[int]:
+    return {n.this for n in plan_expr.walk() if isinstance(n, Outer)}
+
+
+__all__ = [
+    "ExprBinder",
+    "aggregate_calls",
+    "has_subquery",
+    "is_aggregate",
+    "outer_refs",
+    "refs",
+    "sqlglot",
+]

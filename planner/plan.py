@@ -1,0 +1,578 @@
+"""The logical plan: immutable relational operators over positional columns.
+
+Every node has `columns` (name and SQL type per output column). Expressions are
+sqlglot trees in which column `i` of the node's input is the column reference
+`_c{i}` (printed `#i` by EXPLAIN); a join's expressions see the left columns and
+then the right ones. Two expression nodes exist only before decorrelation:
+`Outer(i)`, column `i` of the enclosing query's row, and `SubqueryExpr`, a
+subquery used as a value (`exists`, `scalar`).
+
+Invariants, checked by `__post_init__`: expressions refer only to existing input
+columns; union inputs have equal arity; reduce groups are input columns.
+
+>>> t = Get("t", (Column("a", types.build("int")),))
+>>> Filter(t, (parse_expr("_c0 > 1"),)).columns[0].name
+'a'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+from dsql.errors import SchemaError
+from dsql.planner import types
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One output column: its user-facing name, SQL type and nullability."""
+
+    name: str
+    type: exp.DataType
+    nullable: bool = True
+
+
+def col(i: int) -> exp.Column:
+    """A reference to input column `i`."""
+    return exp.column(f"_c{i}")
+
+
+def index(column: exp.Column) -> int | None:
+    """The position a `_c{i}` reference points at (None for other columns)."""
+    name = column.name
+    return int(name[2:]) if name.startswith("_c") and name[2:].isdigit() else None
+
+
+def parse_expr(text: str) -> exp.Expression:
+    """An expression from PostgreSQL text (for tests and doctests)."""
+    return sqlglot.parse_one(text, read="postgres")
+
+
+class Outer(exp.Expression):
+    """Column `this` of the enclosing query's current row (a correlated reference)."""
+
+    arg_types = {"this": True}
+
+
+class SubqueryExpr(exp.Expression):
+    """A subquery used as a value: `kind` is "exists" or "scalar"; `this` holds the plan."""
+
+    arg_types = {"this": True, "kind": True}
+
+    @property
+    def plan(self) -> Plan:
+        return self.args["this"]
+
+
+def refs(expression: exp.Expression) -> set[int]:
+    """The input columns an expression reads."""
+    found = set()
+    for c in expression.find_all(exp.Column):
+        i = index(c)
+        if i is not None:
+            found.add(i)
+    return found
+
+
+def remap(expression: exp.Expression, mapping: dict[int, int | exp.Expression]) -> exp.Expression:
+    """A copy with each `_c{i}` replaced by `_c{mapping[i]}` (or by an expression)."""
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column):
+            i = index(node)
+            if i is not None and i in mapping:
+                target = mapping[i]
+                return col(target) if isinstance(target, int) else target.copy()
+        return node
+
+    return expression.copy().transform(replace, copy=False)
+
+
+def shift(expression: exp.Expression, by: int) -> exp.Expression:
+    """A copy with every column reference moved `by` positions."""
+    return remap(expression, {i: i + by for i in refs(expression)})
+
+
+def typed(e: exp.Expression) -> exp.Expression:
+    """A copy in which subqueries are typed NULLs, so sqlglot can infer the type."""
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, SubqueryExpr):
+            if node.args["kind"] == "exists":
+                return exp.true()
+            return exp.Cast(this=exp.Null(), to=node.plan.columns[0].type.copy())
+        if isinstance(node, Outer):
+            return exp.Null()
+        return node
+
+    return e.copy().transform(replace)
+
+
+def _check(where: str, expressions: Any, arity: int) -> None:
+    for e in expressions:
+        for i in refs(e):
+            if i >= arity:
+                raise SchemaError(f"{where}: column #{i} does not exist (arity {arity})")
+
+
+class Plan:
+    """Base of plan nodes: the inputs and the output columns."""
+
+    __slots__ = ()
+
+    @property
+    def inputs(self) -> tuple[Plan, ...]:
+        return ()
+
+    @property
+    def columns(self) -> tuple[Column, ...]:
+        raise NotImplementedError
+
+    @property
+    def arity(self) -> int:
+        return len(self.columns)
+
+    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
+        """The same node over other inputs (same arities)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class Get(Plan):
+    """A table or view of the catalog, by name."""
+
+    name: str
+    columns: tuple[Column, ...]  # type: ignore[assignment]
+
+    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class LocalGet(Plan):
+    """A binding of an enclosing `LetRec` (a recursive CTE), by name."""
+
+    name: str
+    columns: tuple[Column, ...]  # type: ignore[assignment]
+
+    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Constant(Plan):
+    """Literal rows (VALUES); each row a tuple of constant expressions."""
+
+    rows: tuple[tuple[exp.Expression, ...], ...]
+    columns: tuple[Column, ...]  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        for row in self.rows:
+            if len(row) != len(self.columns):
+                raise SchemaError("VALUES rows must all have the same number of columns")
+
+    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
+        return self
+
+
+@dataclass(frozen=True)  # not slotted: `columns` is cached
+class Map(Plan):
+    """The input's columns followed by one new column per expression."""
+
+    input: Plan
+    exprs: tuple[exp.Expression, ...]
+    names: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        _check("map", self.exprs, self.input.arity)
+
+    @property
+    def inputs(self) -> tuple[Plan, ...]:
+        return (self.input,)
+
+    @cached_property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        in_types = [c.type for c in self.input.columns]
+        new = tuple(
+            Column(n, types.infer(typed(e), in_types)) for n, e in zip(self.names, self.exprs)
+        )
+        return self.input.columns + new
+
+    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
+        return Map(inputs[0], self.exprs, self.names)
+
+
+@dataclass(frozen=True, slots=True)
+class Filter(Plan):
+    """The input's rows for which every predicate is true."""
+
+    input: Plan
+    predicates: tuple[exp.Expression, ...]
+
+    def __post_init__(self) -> None:
+        _check("filter", self.predicates, self.input.arity)
+
+    @property
+    def inputs(self) -> tuple[Plan, ...]:
+        return (self.input,)
+
+    @property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        return self.input.columns
+
+    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
+        return Filter(inputs[0], self.predicates)
+
+
+@dataclass(frozen=True, slots=True)
+class Project(Plan):
+    """The input's columns at the given positions (repeats and reorderings allowed)."""
+
+    input: Plan
+    outputs: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if any(i >= self.input.arity for i in self.outputs):
+            raise SchemaError(f"project: {self.outputs} out of range for {self.input.arity}")
+
+    @property
+    def inputs(self) -> tuple[Plan, ...]:
+        return (self.input,)
+
+    @property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        cols = self.input.columns
+        return tuple(cols[i] for i in self.outputs)
+
+    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
+        return Project(inputs[0], self.outputs)
+
+
+@dataclass(frozen=True, slots=True)
+class FlatMap(Plan):
+    """The input's columns followed by the rows of a table function called per row.
+
+    `function` is `generate_series(a, b[, step])`, `unnest(array)` or
+    `repeat_row(n)`; it produces one column (none for repeat_row).
+    """
+
+    input: Plan
+    function: exp.Expression
+    names: tuple[str, ...]
+    types: tuple[exp.DataType, ...]
+
+    def __post_init__(self) -> None:
+        _check("table function", (self.function,), self.input.arity)
+
+    @property
+    def inputs(self) -> tuple[Plan, ...]:
+        return (self.input,)
+
+    @property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        return self.input.columns + tuple(Column(n, t) for n, t in zip(self.names, self.types))
+
+    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
+        return FlatMap(inputs[0], self.function, self.names, self.types)
+
+
+JOIN_KINDS = ("inner", "left", "right", "full")
+
+
+@dataclass(frozen=True)  # not slotted: `columns` is cached
+class Join(Plan):
+    """Pairs of left and right rows satisfying `on` (None: every pair), SQL outer kinds too.
+
+    `on` sees the left columns then the right ones, as does the output.
+    """
+
+    left: Plan
+    right: Plan
+    kind: str = "inner"
+    on: exp.Expression | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in JOIN_KINDS:
+            raise SchemaError(f"join kind {self.kind!r} is not one of {JOIN_KINDS}")
+        if self.on is not None:
+            _check("join condition", (self.on,), self.left.arity + self.right.arity)
+
+    @property
+    def inputs(self) -> tuple[Plan, ...]:
+        return (self.left, self.right)
+
+    @cached_property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        return self.left.columns + self.right.columns
+
+    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
+        return Join(inputs[0], inputs[1], self.kind, self.on)
+
+
+@dataclass(frozen=True)  # not slotted: `columns` is cached
+class Reduce(Plan):
+    """Group by input columns `group`; output the group columns then one per aggregate.
+
+    With no group columns the result has exactly one row, even over no input
+    (SQL's empty-group rule). `domain`, set by decorrelation, is a relation of
+    group keys that must each have a row even when their group is empty.
+    """
+
+    input: Plan
+    group: tuple[int, ...]
+    aggregates: tuple[exp.Expression, ...]
+    names: tuple[str, ...]
+    domain: Plan | None = None
+
+    def __post_init__(self) -> None:
+        _check("aggregate", self.aggregates, self.input.arity)
+        if any(i >= self.input.arity for i in self.group):
+            raise SchemaError("group by a column that does not exist")
+
+    @property
+    def inputs(self) -> tuple[Plan, ...]:
+        return (self.input,) + ((self.domain,) if self.domain is not None else ())
+
+    @cached_property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        cols = self.input.columns
+        in_types = [c.type for c in cols]
+        aggs = tuple(
+            Column(n, types.infer(e.copy(), in_types)) for n, e in zip(self.names, self.aggregates)
+        )
+        return tuple(cols[i] for i in self.group) + aggs
+
+    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
+        domain = inputs[1] if len(inputs) > 1 else None
+        return Reduce(inputs[0], self.group, self.aggregates, self.names, domain)
+
+
+@dataclass(frozen=True, slots=True)
+class Distinct(Plan):
+    """Each row of the input once."""
+
+    input: Plan
+
+    @property
+    def inputs(self) -> tuple[Plan, ...]:
+        return (self.input,)
+
+    @property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        return self.input.columns
+
+    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
+        return Distinct(inputs[0])
+
+
+@dataclass(frozen=True)  # not slotted: `columns` is cached
+class Union(Plan):
+    """The multiset sum of the inputs (UNION ALL); columns named after the first."""
+
+    parts: tuple[Plan, ...]
+
+    def __post_init__(self) -> None:
+        arities = {p.arity for p in self.parts}
+        if len(arities) != 1:
+            raise SchemaError(
+                "each UNION/EXCEPT/INTERSECT query must have the same number of columns"
+            )
+
+    @property
+    def inputs(self) -> tuple[Plan, ...]:
+        return self.parts
+
+    @cached_property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        first = self.parts[0].columns
+        out = []
+        for i, c in enumerate(first):
+            t = c.type
+            for p in self.parts[1:]:
+                t = types.common_type(t, p.columns[i].type, "UNION")
+            out.append(Column(c.name, t))
+        return tuple(out)
+
+    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
+        return Union(inputs)
+
+
+@dataclass(frozen=True, slots=True)
+class Negate(Plan):
+    """The input with every multiplicity negated."""
+
+    input: Plan
+
+    @property
+    def inputs(self) -> tuple[Plan, ...]:
+        return (self.input,)
+
+    @property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        return self.input.columns
+
+    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
+        return Negate(inputs[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold(Plan):
+    """Each row with its multiplicity if positive (EXCEPT ALL's clamp)."""
+
+    input: Plan
+
+    @property
+    def inputs(self) -> tuple[Plan, ...]:
+        return (self.input,)
+
+    @property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        return self.input.columns
+
+    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
+        return Threshold(inputs[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """One ORDER BY key: a column, direction, and where NULLs go."""
+
+    column: int
+    desc: bool = False
+    nulls_first: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TopK(Plan):
+    """Per group of `group` columns, the rows ranked `offset < rank <= offset + limit`."""
+
+    input: Plan
+    group: tuple[int, ...]
+    order: tuple[Order, ...]
+    limit: int | None
+    offset: int = 0
+
+    @property
+    def inputs(self) -> tuple[Plan, ...]:
+        return (self.input,)
+
+    @property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        return self.input.columns
+
+    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
+        return TopK(inputs[0], self.group, self.order, self.limit, self.offset)
+
+
+@dataclass(frozen=True, slots=True)
+class LetRec(Plan):
+    """Mutually recursive bindings (fixpoint), then a body that reads them by `LocalGet`.
+
+    `limit`/`on_limit` bound the rounds (Materialize's RETURN/ERROR AT RECURSION LIMIT).
+    """
+
+    names: tuple[str, ...]
+    values: tuple[Plan, ...]
+    body: Plan
+    limit: int | None = None
+    on_limit: str = "error"
+
+    @property
+    def inputs(self) -> tuple[Plan, ...]:
+        return (*self.values, self.body)
+
+    @property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        return self.body.columns
+
+    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
+        return LetRec(self.names, inputs[:-1], inputs[-1], self.limit, self.on_limit)
+
+
+def expressions_of(plan: Plan) -> tuple[exp.Expression, ...]:
+    """The scalar expressions a node holds (for passes that walk them)."""
+    match plan:
+        case Map(exprs=e):
+            return e
+        case Filter(predicates=e):
+            return e
+        case FlatMap(function=f):
+            return (f,)
+        case Join(on=on):
+            return (on,) if on is not None else ()
+        case Reduce(aggregates=e):
+            return e
+        case Constant(rows=rows):
+            return tuple(v for r in rows for v in r)
+    return ()
+
+
+def walk(plan: Plan) -> list[Plan]:
+    """Every node of the plan, parents before children (shared nodes once)."""
+    seen: dict[int, Plan] = {}
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen[id(node)] = node
+        stack.extend(reversed(node.inputs))
+    return list(seen.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A bound query: its plan plus the presentation of a top-level read.
+
+    The first `visible` columns are the result; ORDER BY keys may be hidden
+    columns after them. A view keeps only `plan` (and `TopK` for LIMIT).
+    """
+
+    plan: Plan
+    visible: int
+    order: tuple[Order, ...] = ()
+    limit: int | None = None
+    offset: int = 0
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def columns(self) -> tuple[Column, ...]:
+        return self.plan.columns[: self.visible]
+
+
+__all__ = [
+    "Column",
+    "Constant",
+    "Distinct",
+    "Filter",
+    "FlatMap",
+    "Get",
+    "Join",
+    "LetRec",
+    "LocalGet",
+    "Map",
+    "Negate",
+    "Order",
+    "Outer",
+    "Plan",
+    "Project",
+    "Query",
+    "Reduce",
+    "SubqueryExpr",
+    "Threshold",
+    "TopK",
+    "Union",
+    "col",
+    "expressions_of",
+    "index",
+    "parse_expr",
+    "refs",
+    "remap",
+    "shift",
+    "walk",
+]

@@ -1,0 +1,176 @@
+"""SQL column types: sqlglot `DataType`s, their Arrow counterparts, and inference.
+
+dsql speaks PostgreSQL's types. A column's type is a sqlglot `exp.DataType`; the
+runtime stores Arrow, so every SQL type has one Arrow type (`to_arrow`) and back
+(`from_arrow`). Expression types are inferred with sqlglot's `annotate_types`
+over the input columns; an expression sqlglot cannot type is `UNKNOWN`, and the
+runtime's schema (evaluated over empty inputs) is then authoritative.
+
+>>> to_arrow(exp.DataType.build("int"))
+DataType(int32)
+>>> from_arrow(pa.int64()).sql("postgres")
+'BIGINT'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+from sqlglot import exp
+from sqlglot.optimizer.annotate_types import annotate_types
+
+from dsql.errors import TypeMismatchError
+
+T = exp.DataType.Type
+
+_TO_ARROW: dict[T, pa.DataType] = {
+    T.BOOLEAN: pa.bool_(),
+    T.TINYINT: pa.int16(),
+    T.SMALLINT: pa.int16(),
+    T.INT: pa.int32(),
+    T.BIGINT: pa.int64(),
+    T.FLOAT: pa.float32(),
+    T.DOUBLE: pa.float64(),
+    T.TEXT: pa.string(),
+    T.VARCHAR: pa.string(),
+    T.CHAR: pa.string(),
+    T.NCHAR: pa.string(),
+    T.NVARCHAR: pa.string(),
+    T.DATE: pa.date32(),
+    T.TIMESTAMP: pa.timestamp("us"),
+    T.TIMESTAMPTZ: pa.timestamp("us", tz="UTC"),
+    T.BINARY: pa.binary(),
+    T.VARBINARY: pa.binary(),
+    T.UNKNOWN: pa.null(),
+    T.NULL: pa.null(),
+}
+
+#: NUMERIC without precision: PostgreSQL's is unbounded; 38 digits, 10 after the point here.
+DEFAULT_DECIMAL = (38, 10)
+
+
+def build(text: str | exp.DataType) -> exp.DataType:
+    """A sqlglot type from PostgreSQL type text (or a type, unchanged)."""
+    if isinstance(text, exp.DataType):
+        return text
+    return exp.DataType.build(text, dialect="postgres")
+
+
+def to_arrow(dtype: exp.DataType) -> pa.DataType:
+    """The Arrow type dsql stores a SQL type as; a TypeMismatchError if there is none."""
+    kind = dtype.this
+    if kind in _TO_ARROW:
+        return _TO_ARROW[kind]
+    if kind in (T.DECIMAL, T.BIGDECIMAL):
+        params = [int(p.this.this) for p in dtype.expressions if isinstance(p.this, exp.Literal)]
+        precision, scale = (params + list(DEFAULT_DECIMAL[len(params) :]))[:2]
+        if not params:
+            precision, scale = DEFAULT_DECIMAL
+        return pa.decimal128(precision, scale)
+    if kind == T.ARRAY and dtype.expressions:
+        return pa.list_(to_arrow(dtype.expressions[0]))
+    raise TypeMismatchError(
+        f"type {dtype.sql('postgres')} is not supported",
+        hint="use integer, bigint, double precision, numeric(p,s), text, boolean, date or timestamp",
+    )
+
+
+def from_arrow(dtype: pa.DataType) -> exp.DataType:
+    """The SQL type of an Arrow type."""
+    if pa.types.is_boolean(dtype):
+        return build("boolean")
+    if pa.types.is_int8(dtype) or pa.types.is_int16(dtype):
+        return build("smallint")
+    if pa.types.is_int32(dtype):
+        return build("int")
+    if pa.types.is_integer(dtype):
+        return build("bigint")
+    if pa.types.is_float32(dtype):
+        return build("real")
+    if pa.types.is_floating(dtype):
+        return build("double precision")
+    if pa.types.is_decimal(dtype):
+        return build(f"numeric({dtype.precision}, {dtype.scale})")
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+        return build("text")
+    if pa.types.is_date(dtype):
+        return build("date")
+    if pa.types.is_timestamp(dtype):
+        return build("timestamptz" if dtype.tz else "timestamp")
+    if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
+        return build("bytea")
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        inner = from_arrow(dtype.value_type)
+        return exp.DataType(this=T.ARRAY, expressions=[inner], nested=True)
+    if pa.types.is_null(dtype):
+        return exp.DataType.build("unknown")
+    return exp.DataType.build("unknown")
+
+
+def is_integer(dtype: exp.DataType) -> bool:
+    return dtype.this in exp.DataType.INTEGER_TYPES
+
+
+def is_numeric(dtype: exp.DataType) -> bool:
+    return dtype.this in exp.DataType.NUMERIC_TYPES
+
+
+def is_unknown(dtype: exp.DataType) -> bool:
+    return dtype.this in (T.UNKNOWN, T.NULL)
+
+
+def infer(expression: exp.Expression, inputs: Sequence[exp.DataType]) -> exp.DataType:
+    """The type of an expression over columns `_c0.._cN` of the given types.
+
+    The expression is annotated in place (sqlglot caches types on nodes), which
+    the binder relies on to rewrite integer division.
+    """
+    schema = {"_in": {f"_c{i}": t.sql("postgres") for i, t in enumerate(inputs)} or {"_": "int"}}
+    holder = exp.select(expression).from_("_in")
+    expression = holder.expressions[0]
+    for column in expression.find_all(exp.Column):
+        if not column.table:
+            column.set("table", exp.to_identifier("_in"))
+    try:
+        annotate_types(holder, schema=schema, dialect="postgres")
+    except Exception:  # sqlglot could not type it: the runtime's schema decides
+        return exp.DataType.build("unknown")
+    finally:
+        for column in expression.find_all(exp.Column):
+            if column.table == "_in":
+                column.set("table", None)
+    return expression.type or exp.DataType.build("unknown")
+
+
+def common_type(a: exp.DataType, b: exp.DataType, where: str) -> exp.DataType:
+    """The type two union branches (or CASE arms) share; a TypeMismatchError if none."""
+    if a == b or is_unknown(b):
+        return a
+    if is_unknown(a):
+        return b
+    if is_numeric(a) and is_numeric(b):
+        order = [T.TINYINT, T.SMALLINT, T.INT, T.BIGINT, T.DECIMAL, T.FLOAT, T.DOUBLE]
+        rank = {k: i for i, k in enumerate(order)}
+        return a if rank.get(a.this, 99) >= rank.get(b.this, 99) else b
+    text = {T.TEXT, T.VARCHAR, T.CHAR, T.NCHAR, T.NVARCHAR}
+    if a.this in text and b.this in text:
+        return build("text")
+    if {a.this, b.this} <= {T.TIMESTAMP, T.TIMESTAMPTZ, T.DATE}:
+        return a if a.this != T.DATE else b
+    raise TypeMismatchError(
+        f"{where}: types {a.sql('postgres')} and {b.sql('postgres')} cannot be matched",
+        hint="cast one side, e.g. CAST(x AS text)",
+    )
+
+
+__all__ = [
+    "build",
+    "common_type",
+    "from_arrow",
+    "infer",
+    "is_integer",
+    "is_numeric",
+    "is_unknown",
+    "to_arrow",
+]
