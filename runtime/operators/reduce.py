@@ -142,13 +142,17 @@ class ReduceNode(TracedNode):
         grid_sources = (
             f"SELECT {_list(kt)} FROM hist UNION ALL SELECT {_list(kt)} FROM ({new_times}) nt"
         )
+        # Stored once: the candidates and the predecessors both read them.
         value_sql: dict[str, str] = {}
-        for t in times:
-            value_sql[t] = (
+        for c, t in enumerate(times):
+            frames[f"gv{c}"] = self._store(
                 f"SELECT DISTINCT {_list(keys, 'g.')}{', ' if keys else ''}g.{_q(t)} "
                 f"FROM ({grid_sources}) g JOIN lo ON {_keys_match('g', 'lo', keys)} "
-                f"WHERE g.{_q(t)} >= lo.{_q('lo_' + t)}"
+                f"WHERE g.{_q(t)} >= lo.{_q('lo_' + t)}",
+                frames,
+                keys,
             )
+            value_sql[t] = f"SELECT * FROM gv{c}"
         # Candidates: grid points >= some new time.
         grid = f"SELECT {_list(keys, 'v0.')}{', ' if keys else ''}v0.{_q(times[0])}"
         grid_from = f"({value_sql[times[0]]}) v0"
@@ -201,7 +205,8 @@ class ReduceNode(TracedNode):
         )
         frames["err"] = self._store(errors, frames, keys)
 
-        # Corrections: Möbius inversion of E over the grid.
+        # Corrections: Möbius inversion of E over the grid (the 2^d terms share `preds`).
+        frames["preds"] = self._store(with_preds, frames, keys)
         terms = []
         for size in range(d + 1):
             for subset in itertools.combinations(range(d), size):
@@ -213,7 +218,7 @@ class ReduceNode(TracedNode):
                 terms.append(
                     f"SELECT {_list(keys, 'p.')}{', ' if keys else ''}"
                     f"{_list(out_cols, 'e.') + ', ' if out_cols else ''}{_list(times, 'p.')}, "
-                    f"{sign}e.{_q(DIFF)} AS {_q(DIFF)} FROM ({with_preds}) p JOIN err e "
+                    f"{sign}e.{_q(DIFF)} AS {_q(DIFF)} FROM preds p JOIN err e "
                     f"ON {_keys_match('p', 'e', keys)} AND {match}"
                 )
         out_all = [*keys, *out_cols, *times]
@@ -230,7 +235,8 @@ class ReduceNode(TracedNode):
         pending = self._store(f"SELECT {_list(kt)} FROM cand WHERE {not_ready}", frames, keys)
         old_pending = self._pending
         self._set_pending(pending, d)
-        for name in ("hist", "lo", "cand", "acc", "err"):
+        grid_values = [f"gv{c}" for c in range(d)]
+        for name in ("hist", "lo", "cand", "acc", "err", "preds", *grid_values):
             self.kernel.release(frames[name])
         if old_pending is not None:
             self.kernel.release(old_pending)
