@@ -166,7 +166,8 @@ class Cursor:
         n = self.arraysize if size is None else size
         chunk = self._table.slice(self._pos, n)
         self._pos += chunk.num_rows
-        return [tuple(r.values()) for r in chunk.to_pylist()]
+        columns = [c.to_pylist() for c in chunk.columns]  # names may repeat: not dicts
+        return list(zip(*columns)) if columns else [() for _ in range(chunk.num_rows)]
 
     def fetchall(self) -> list[tuple[Any, ...]]:
         if self._table is None:
