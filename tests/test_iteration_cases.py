@@ -189,3 +189,20 @@ def test_scope_errors_say_what_to_do() -> None:
         v.map("node + 1 AS node")
     with pytest.raises(SchemaError, match="on_limit"):
         edges.iterate(lambda s, x: x, on_limit="ignore")
+
+
+def test_reduce_rechecks_a_key_at_a_later_interesting_time() -> None:
+    """Node 3 is reached at round 3 at time 0, and directly at round 1 at time 1.
+
+    Its `distinct` must be re-checked at `(1, 3)`, the join of `(1, 1)` with `(0, 3)`,
+    after the changes at time 1 have died out (round 2): the loop runs to step 3 for
+    that pending time alone, or node 3 would be counted twice at time 1.
+    """
+    from test_iteration import REACH
+    from test_runtime_oracle import example
+
+    chain = example(
+        (([((0, 1), 0, 1), ((1, 2), 0, 1), ((2, 3), 0, 1)], 1), ([((0,), 0, 1)], 1)),
+        (([((0, 3), 1, 1)], 2), ([], 2)),
+    )
+    check_history(LocalKernel(), REACH, chain)
