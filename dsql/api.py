@@ -167,7 +167,7 @@ class Cursor:
         chunk = self._table.slice(self._pos, n)
         self._pos += chunk.num_rows
         columns = [c.to_pylist() for c in chunk.columns]  # names may repeat: not dicts
-        return list(zip(*columns)) if columns else [() for _ in range(chunk.num_rows)]
+        return list(zip(*columns, strict=False)) if columns else [() for _ in range(chunk.num_rows)]
 
     def fetchall(self) -> list[tuple[Any, ...]]:
         if self._table is None:

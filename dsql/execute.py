@@ -43,10 +43,6 @@ class Executor:
         except DsqlError as error:
             if error.statement is None:
                 error.statement = getattr(stmt, "text", None)
-                if error.position is not None and error.statement is not None:
-                    pass
-                else:
-                    error.position = None
             raise
 
     def _execute(self, stmt: Any) -> Result:
@@ -109,13 +105,7 @@ class Executor:
                 self.cursors[stmt.name] = self._subscribe(stmt.subscribe)
                 return Result(status="DECLARE CURSOR")
             case grammar.Fetch():
-                sub = self._cursor(stmt.cursor)
-                table = sub.poll()
-                if stmt.count is not None:
-                    pending = table.slice(stmt.count)
-                    table = table.slice(0, stmt.count)
-                    if pending.num_rows:
-                        sub._capture._ready.insert(0, pending)  # noqa: SLF001 - re-queue the rest
+                table = self._cursor(stmt.cursor).fetch(stmt.count)
                 return Result(table=table, status=f"FETCH {table.num_rows}")
             case grammar.Close():
                 self._cursor(stmt.cursor).close()
@@ -252,10 +242,8 @@ class Executor:
 
     def _create_index(self, stmt: Any) -> Result:
         s = self.session
-        rel = s.relations.get(stmt.on)
-        if rel is None:
-            s.columns(stmt.on)
-            raise AssertionError
+        s.columns(stmt.on)  # an unknown name raises here
+        rel = s.relations[stmt.on]
         if rel.kind == "view":
             s.relations.pop(stmt.on)
             try:
@@ -383,8 +371,7 @@ def _as_ms(e: exp.Expression, interval: bool = False) -> int:
         return int(value.timestamp() * 1000)
     if isinstance(value, dt.date):
         return int(
-            dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC).timestamp()
-            * 1000
+            dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC).timestamp() * 1000
         )
     if isinstance(value, dt.timedelta) and interval:
         return int(value.total_seconds() * 1000)

@@ -105,7 +105,8 @@ class Renderer:
             case Distinct(input=inp):
                 return self.render(inp).distinct()
             case Union(parts=parts):
-                first, *rest = [self._aligned(self.render(p), plan) for p in parts]
+                want = [_arrow(c.type) for c in plan.columns]
+                first, *rest = [cast_columns(self.render(p), want) for p in parts]
                 return first.concat(*rest)
             case Negate(input=inp):
                 return self.render(inp).negate()
@@ -127,13 +128,9 @@ class Renderer:
     def _constant(self, plan: Plan, rows: tuple[tuple[exp.Expression, ...], ...]) -> Collection:
         unit = self.unit()
         if not rows:
-            return (
-                unit.filter("FALSE").map(
-                    *(exp.alias_(_typed_null(c.type), f"_c{i}") for i, c in enumerate(plan.columns))
-                )
-                if plan.arity
-                else unit.filter("FALSE")
-            )
+            empty = unit.filter("FALSE")
+            nulls = (exp.alias_(_typed_null(c.type), f"_c{i}") for i, c in enumerate(plan.columns))
+            return empty.map(*nulls) if plan.arity else empty
         if plan.arity == 0:
             # A relation with no columns is carried as one constant column `_c0`.
             return unit if len(rows) == 1 else unit.explode(exp.Literal.number(len(rows)))
@@ -141,7 +138,7 @@ class Renderer:
             {
                 "columns": [
                     exp.alias_(_cast(v, c.type), f"_c{i}")
-                    for i, (v, c) in enumerate(zip(row, plan.columns))
+                    for i, (v, c) in enumerate(zip(row, plan.columns, strict=False))
                 ]
             }
             for row in rows
@@ -155,24 +152,6 @@ class Renderer:
         if not safe:
             return c
         return c.filter(exp.and_(*(p.copy() for p in safe)))
-
-    def _aligned(self, c: Collection, plan: Plan) -> Collection:
-        """The collection cast to the plan's Arrow types where the engine typed it otherwise."""
-        want = [_arrow(col_.type) for col_ in plan.columns]
-        have = c.schema
-        if all(w is None or have.field(i).type == w for i, w in enumerate(want)):
-            return c
-        return c.map(
-            *(
-                exp.alias_(
-                    col(i)
-                    if w is None or have.field(i).type == w
-                    else exp.Cast(this=col(i), to=types.from_arrow(w)),
-                    f"_c{i}",
-                )
-                for i, w in enumerate(want)
-            )
-        )
 
     def _join(self, plan: Join) -> Collection:
         left, right = self.render(plan.left), self.render(plan.right)
@@ -227,19 +206,7 @@ class Renderer:
                 )
             )
         first, *rest = parts
-        return first.concat(*(self._like(p, first.schema) for p in rest))
-
-    def _like(self, c: Collection, schema: pa.Schema) -> Collection:
-        if c.schema.types == schema.types:
-            return c
-        return c.map(
-            *(
-                exp.alias_(exp.Cast(this=col(i), to=types.from_arrow(f.type)), f.name)
-                if c.schema.field(i).type != f.type
-                else col(i)
-                for i, f in enumerate(schema)
-            )
-        )
+        return first.concat(*(cast_columns(p, first.schema.types) for p in rest))
 
     def _reduce(self, plan: Reduce) -> Collection:
         c = self.render(plan.input)
@@ -268,7 +235,23 @@ class Renderer:
                 for i, a in enumerate(plan.aggregates)
             ),
         )
-        return out.concat(self._like(defaults, out.schema))
+        return out.concat(cast_columns(defaults, out.schema.types))
+
+
+def cast_columns(c: Collection, want: list[pa.DataType | None]) -> Collection:
+    """`c` with column i cast to `want[i]` where it differs (None: keep it as it is)."""
+    have = c.schema.types
+    if all(w is None or h == w for h, w in zip(have, want, strict=True)):
+        return c
+    return c.map(
+        *(
+            exp.alias_(
+                col(i) if w is None or h == w else exp.Cast(this=col(i), to=types.from_arrow(w)),
+                f"_c{i}",
+            )
+            for i, (h, w) in enumerate(zip(have, want, strict=True))
+        )
+    )
 
 
 def _equi_keys(
@@ -386,4 +369,4 @@ def _temporal_branches(
     return [enter, leave]
 
 
-__all__ = ["Renderer", "names"]
+__all__ = ["Renderer", "cast_columns", "names"]

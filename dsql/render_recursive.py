@@ -18,7 +18,7 @@ from dsql.runtime.collection import Collection
 
 def render_letrec(renderer, plan: LetRec) -> Collection:  # type: ignore[no-untyped-def]
     """The body of `plan` over the fixpoint of its bindings."""
-    from dsql.render import Renderer
+    from dsql.render import Renderer, cast_columns
 
     worker = renderer.unit().worker
     loop = worker.scope(name=", ".join(plan.names), limit=plan.limit, on_limit=plan.on_limit)
@@ -34,7 +34,7 @@ def render_letrec(renderer, plan: LetRec) -> Collection:  # type: ignore[no-unty
         )
         for name, value in zip(plan.names, plan.values, strict=True):
             variable = variables[name]
-            variable.set(inner._like(inner.render(value), variable.schema))
+            variable.set(cast_columns(inner.render(value), variable.schema.types))
     left = {name: v.leave() for name, v in variables.items()}
     outer = Renderer(
         source=renderer.source,

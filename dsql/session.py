@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
@@ -30,7 +29,6 @@ from dsql.planner.catalog import unknown_relation
 from dsql.planner.decorrelate import decorrelate
 from dsql.planner.plan import Column, Get, Plan, Query, walk
 from dsql.render import Renderer
-from dsql.runtime.capture import consolidate_table
 from dsql.runtime.collection import Arrangement, Collection, import_arrangement
 from dsql.runtime.dataflow import Worker
 from dsql.runtime.input import InputSession
@@ -209,7 +207,7 @@ class Session:
                 raise SchemaError(
                     f"view '{name}' names {len(column_names)} columns; its query has {len(cols)}"
                 )
-            cols = tuple(Column(n, c.type) for n, c in zip(column_names, cols))
+            cols = tuple(Column(n, c.type) for n, c in zip(column_names, cols, strict=False))
         deps = tuple(sorted({n.name for n in walk(plan) if isinstance(n, Get)}))
         rel = Relation(
             name,
@@ -309,21 +307,26 @@ class Session:
 
 
 def accumulate(updates: pa.Table, tick: int, arity: int) -> pa.Table:
-    """The rows a stream of updates holds at `tick`, each repeated by its count."""
-    cols = [f"_c{i}" for i in range(arity)]
-    if arity == 0:
-        cols = []
-    updates = updates.filter(pc.less_equal(updates[TIME], tick))
-    if not cols:
-        total = pc.sum(updates[DIFF]).as_py() or 0 if updates.num_rows else 0
-        return pa.table({"_c0": pa.array([0] * max(total, 0), pa.int32())})
-    summed = consolidate_table(updates.select([*cols, DIFF]), tuple(cols), ())
-    if summed.num_rows and pc.min(summed[DIFF]).as_py() < 0:
+    """The rows a stream of updates holds at `tick`, each repeated by its count (in DuckDB)."""
+    import duckdb
+
+    cols = ", ".join(f'"_c{i}"' for i in range(arity)) if arity else '0 AS "_c0"'
+    con = duckdb.connect()
+    con.register("u", updates)
+    con.execute(
+        f'CREATE TEMP TABLE counts AS SELECT {cols}, CAST(SUM("{DIFF}") AS BIGINT) AS n FROM u WHERE "{TIME}" <= {tick} GROUP BY ALL '
+        f'HAVING SUM("{DIFF}") <> 0'
+    )
+    if con.execute("SELECT count(*) FROM counts WHERE n < 0").fetchone()[0]:  # type: ignore[index]
         raise ExecutionError(
             "a result has a row with a negative count", hint="this is a dsql bug; please report it"
         )
-    indices = [i for i, n in enumerate(summed[DIFF].to_pylist()) for _ in range(n)]
-    return summed.select(cols).take(pa.array(indices, pa.int64()))
+    rows = con.execute(
+        "SELECT * EXCLUDE (n, generate_series) FROM counts, generate_series(1, counts.n)"
+    )
+    table = rows.to_arrow_table()
+    con.close()
+    return table
 
 
 def present(table: pa.Table, bound: Query) -> pa.Table:

@@ -39,7 +39,7 @@ class Subscription:
         self.bound = bound
         self.snapshot = snapshot
         self.progress = progress
-        start_tick = session.close_time()
+        session.close_time()
         self.as_of = session.clock.now_ms() if as_of is None else as_of
         self.up_to = up_to
         self.names = [c.name for c in bound.columns]
@@ -50,10 +50,11 @@ class Subscription:
         self._capture = collection.capture()
         self._nodes = session.worker.nodes[self._start :]
         self._first = True
+        #: Updates polled but not yet fetched (FETCH n returns at most n).
+        self._pending: pa.Table | None = None
         self._last_progress = -1
         session.worker.wake()
         session.worker.run()
-        del start_tick
 
     @property
     def columns(self) -> list[str]:
@@ -98,6 +99,16 @@ class Subscription:
             self._last_progress = now
             out = pa.concat_tables([out, self._progress_row(now)])
         return out
+
+    def fetch(self, count: int | None) -> pa.Table:
+        """At most `count` updates (all when None); the rest wait for the next fetch."""
+        fresh = self.poll()
+        table = fresh if self._pending is None else pa.concat_tables([self._pending, fresh])
+        self._pending = None
+        if count is not None and table.num_rows > count:
+            self._pending = table.slice(count)
+            table = table.slice(0, count)
+        return table
 
     def _shape(self, t: pa.Table) -> pa.Table:
         arrays: dict[str, Any] = {"mz_timestamp": t["ms"].cast(pa.int64())}

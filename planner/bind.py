@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlglot
+import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
-from dsql.errors import DsqlError, SchemaError, UnsupportedError
+from dsql.errors import SchemaError, UnsupportedError
 from dsql.planner import types
 from dsql.planner.catalog import Catalog
 from dsql.planner.expr_bind import ExprBinder, aggregate_calls, is_aggregate
@@ -50,9 +50,8 @@ from dsql.planner.plan import (
     TopK,
     Union,
     col,
-    remap,
 )
-from dsql.planner.scope import Item, Scope, column_name, position_of, unsupported
+from dsql.planner.scope import Item, Scope, column_name, unsupported
 
 #: Default bound on the rounds of a recursive query (WITH RECURSIVE / MUTUALLY RECURSIVE).
 DEFAULT_RECURSION_LIMIT = 10_000
@@ -83,8 +82,6 @@ def bind_query(node: Any, env: Env, parent: Scope | None, top: bool = False) -> 
         env = _bind_ctes(with_, env, parent)
         node = node.copy()
         node.set("with_", None)
-        if with_.args.get("recursive"):
-            return _wrap_recursive(node, env, parent, top)
     match node:
         case exp.Subquery():
             inner = bind_query(node.this, env, parent, top)
@@ -122,12 +119,7 @@ def _references(node: exp.Expression, name: str) -> bool:
 
 
 def _bind_recursive_cte(cte: exp.CTE, env: Env, parent: Scope | None) -> Plan:
-    """`WITH RECURSIVE r AS (base UNION [ALL] step)`: the SQL standard's fixpoint.
-
-    UNION ALL: r = base + step(r) where step reads only the previous round's
-    new rows, which as a fixpoint over collections is r = base + step(r).
-    UNION: the same with duplicates removed, r = distinct(base + step(r)).
-    """
+    """`WITH RECURSIVE r AS (base UNION [ALL] step)`: the SQL standard's fixpoint."""
     name = cte.alias_or_name
     body = cte.this
     if not isinstance(body, exp.Union):
@@ -140,34 +132,13 @@ def _bind_recursive_cte(cte: exp.CTE, env: Env, parent: Scope | None) -> Plan:
     step = bind_query(body.expression, env.child(**{name: local}), parent)
     base_plan = _rename(_visible(base), tuple(c.name for c in columns))
     step_plan = _cast_to(_visible(step), columns, f"recursive query '{name}'")
+    # UNION ALL: SQL feeds each round only the last round's new rows; summed over
+    # rounds that is the fixpoint of r = base + step(r) (the step is linear in r).
+    # UNION: the same, duplicates removed.
     value: Plan = Union((_cast_to(base_plan, columns, name), step_plan))
     if body.args.get("distinct", True):
         value = Distinct(value)
-    else:
-        value = _UnionAllStep(base_plan, step_plan, name).plan()
     return LetRec((name,), (value,), LocalGet(name, columns), DEFAULT_RECURSION_LIMIT, "error")
-
-
-@dataclass(frozen=True)
-class _UnionAllStep:
-    """UNION ALL recursion as a collection fixpoint: r = base + step(r).
-
-    Each round of SQL's evaluation feeds only the rows new in the last round
-    to the step; summed over rounds that is exactly the fixpoint of
-    r = base + step(r) (the step is linear in r for a recursive reference
-    used once, which the standard requires).
-    """
-
-    base: Plan
-    step: Plan
-    name: str
-
-    def plan(self) -> Plan:
-        return Union((self.base, self.step))
-
-
-def _wrap_recursive(node: exp.Expression, env: Env, parent: Scope | None, top: bool) -> Query:
-    return bind_query(node, env, parent, top)
 
 
 def _is_mutually_recursive(node: Any) -> bool:
@@ -261,7 +232,8 @@ def _bind_select(sel: exp.Select, env: Env, parent: Scope | None, top: bool) -> 
             raise unsupported("SELECT DISTINCT ON", "use GROUP BY or a window-free top-k subquery")
         plan = Distinct(plan)
     order = tuple(
-        Order(k, bool(o.args.get("desc")), _nulls_first(o)) for k, o in zip(keys, order_nodes)
+        Order(k, bool(o.args.get("desc")), _nulls_first(o))
+        for k, o in zip(keys, order_nodes, strict=False)
     )
     q = Query(plan, visible, order)
     return _limit(q, sel, top)
@@ -483,9 +455,7 @@ def _bind_lateral(
         query = fn.this if isinstance(fn, exp.Subquery) else fn
         right = _visible(bind_query(query, env, Scope(scope.items, scope.parent)))
         right = _rename(right, aliases)
-        from dsql.planner.plan import Join as _Join
-
-        plan: Plan = _Join(base, right, "inner", None)
+        plan: Plan = Join(base, right, "inner", None)
         return plan, Item(alias or "", tuple(c.name for c in right.columns), offset)
     binder = ExprBinder(env, scope, bind_query).with_types(_types_of(base))
     name, function, out_type = _table_function(fn, binder)
@@ -640,9 +610,11 @@ def _bind_values(node: exp.Values, env: Env, parent: Scope | None) -> Plan:
         for r in rows:
             t = types.common_type(t, types.infer(r[i].copy(), []), "VALUES")
         col_types.append(t)
-    rows = [tuple(_cast_value(v, t) for v, t in zip(r, col_types)) for r in rows]
+    rows = [tuple(_cast_value(v, t) for v, t in zip(r, col_types, strict=False)) for r in rows]
     names = _alias_columns(node.args.get("alias")) or tuple(f"column{i + 1}" for i in range(width))
-    return Constant(tuple(rows), tuple(Column(n, t) for n, t in zip(names, col_types)))
+    return Constant(
+        tuple(rows), tuple(Column(n, t) for n, t in zip(names, col_types, strict=False))
+    )
 
 
 def _cast_value(v: exp.Expression, t: exp.DataType) -> exp.Expression:
@@ -678,16 +650,9 @@ def _rename(plan: Plan, names: tuple[str, ...]) -> Plan:
         return plan
     if len(names) > plan.arity:
         raise SchemaError(f"{len(names)} column aliases given for {plan.arity} columns")
-    return _Renamed.of(plan, names)
-
-
-class _Renamed:
-    @staticmethod
-    def of(plan: Plan, names: tuple[str, ...]) -> Plan:
-        exprs = tuple(col(i) for i in range(plan.arity))
-        new_names = tuple(names) + tuple(c.name for c in plan.columns[len(names) :])
-        mapped = Map(plan, exprs, new_names)
-        return Project(mapped, tuple(range(plan.arity, 2 * plan.arity)))
+    new_names = tuple(names) + tuple(c.name for c in plan.columns[len(names) :])
+    mapped = Map(plan, tuple(col(i) for i in range(plan.arity)), new_names)
+    return Project(mapped, tuple(range(plan.arity, 2 * plan.arity)))
 
 
 def _column_defs(plan: Plan, names: tuple[str, ...]) -> tuple[Column, ...]:
@@ -701,14 +666,14 @@ def _cast_to(plan: Plan, columns: tuple[Column, ...], where: str) -> Plan:
         raise SchemaError(f"{where}: {plan.arity} columns where {len(columns)} are declared")
     casts = []
     changed = False
-    for i, (have, want) in enumerate(zip(plan.columns, columns)):
+    for i, (have, want) in enumerate(zip(plan.columns, columns, strict=False)):
         if have.type == want.type or types.is_unknown(want.type):
             casts.append(col(i))
         else:
             types.common_type(want.type, have.type, where)
             casts.append(exp.Cast(this=col(i), to=want.type.copy()))
             changed = True
-    if not changed and all(a.name == b.name for a, b in zip(plan.columns, columns)):
+    if not changed and all(a.name == b.name for a, b in zip(plan.columns, columns, strict=False)):
         return plan
     mapped = Map(plan, tuple(casts), tuple(c.name for c in columns))
     return Project(mapped, tuple(range(plan.arity, 2 * plan.arity)))
@@ -726,11 +691,4 @@ def _conjuncts(e: exp.Expression) -> tuple[exp.Expression, ...]:
     return (e,)
 
 
-def bind_error_position(error: DsqlError, node: exp.Expression) -> DsqlError:
-    """Attach the position of `node` to an error that has none."""
-    if error.position is None:
-        error.position = position_of(node)
-    return error
-
-
-__all__ = ["DEFAULT_RECURSION_LIMIT", "Env", "bind", "bind_query", "remap", "sqlglot"]
+__all__ = ["DEFAULT_RECURSION_LIMIT", "Env", "bind", "bind_query"]

@@ -23,15 +23,10 @@ from sqlglot import exp
 
 from dsql.errors import UnsupportedError
 from dsql.planner.plan import (
-    Column,
-    Constant,
     Distinct,
     Filter,
     FlatMap,
-    Get,
     Join,
-    LetRec,
-    LocalGet,
     Map,
     Negate,
     Order,
@@ -245,4 +240,4 @@ def _lift(plan: Plan, outer: list[int], domain: Plan) -> Plan:
     )
 
 
-__all__ = ["decorrelate", "Column", "Constant", "Get", "LetRec", "LocalGet"]
+__all__ = ["decorrelate"]

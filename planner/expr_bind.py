@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import sqlglot
+import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import DsqlError, SchemaError
 from dsql.planner import types
-from dsql.planner.plan import Filter, Outer, Plan, SubqueryExpr, col, refs
+from dsql.planner.plan import Filter, Outer, Plan, SubqueryExpr, col
 from dsql.planner.scope import Scope, position_of, unsupported
 
 _AGGREGATES = (
@@ -189,20 +189,4 @@ class ExprBinder:
         return e
 
 
-def has_subquery(e: exp.Expression) -> bool:
-    return any(isinstance(n, SubqueryExpr) for n in e.walk())
-
-
-def outer_refs(plan_expr: exp.Expression) -> set[int]:
-    return {n.this for n in plan_expr.walk() if isinstance(n, Outer)}
-
-
-__all__ = [
-    "ExprBinder",
-    "aggregate_calls",
-    "has_subquery",
-    "is_aggregate",
-    "outer_refs",
-    "refs",
-    "sqlglot",
-]
+__all__ = ["ExprBinder", "aggregate_calls", "is_aggregate"]

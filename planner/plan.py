@@ -17,7 +17,7 @@ columns; union inputs have equal arity; reduce groups are input columns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -142,6 +142,30 @@ class Plan:
         raise NotImplementedError
 
 
+class _Unary(Plan):
+    """A node over one input, held in its field `input`."""
+
+    __slots__ = ()
+    input: Plan
+
+    @property
+    def inputs(self) -> tuple[Plan, ...]:
+        return (self.input,)
+
+    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
+        return replace(self, input=inputs[0])  # type: ignore[type-var]
+
+
+class _SameColumns(_Unary):
+    """A unary node whose output columns are its input's."""
+
+    __slots__ = ()
+
+    @property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        return self.input.columns
+
+
 @dataclass(frozen=True, slots=True)
 class Get(Plan):
     """A table or view of the catalog, by name."""
@@ -181,7 +205,7 @@ class Constant(Plan):
 
 
 @dataclass(frozen=True)  # not slotted: `columns` is cached
-class Map(Plan):
+class Map(_Unary):
     """The input's columns followed by one new column per expression."""
 
     input: Plan
@@ -191,24 +215,18 @@ class Map(Plan):
     def __post_init__(self) -> None:
         _check("map", self.exprs, self.input.arity)
 
-    @property
-    def inputs(self) -> tuple[Plan, ...]:
-        return (self.input,)
-
     @cached_property
     def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
         in_types = [c.type for c in self.input.columns]
         new = tuple(
-            Column(n, types.infer(typed(e), in_types)) for n, e in zip(self.names, self.exprs)
+            Column(n, types.infer(typed(e), in_types))
+            for n, e in zip(self.names, self.exprs, strict=False)
         )
         return self.input.columns + new
 
-    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
-        return Map(inputs[0], self.exprs, self.names)
-
 
 @dataclass(frozen=True, slots=True)
-class Filter(Plan):
+class Filter(_SameColumns):
     """The input's rows for which every predicate is true."""
 
     input: Plan
@@ -217,20 +235,9 @@ class Filter(Plan):
     def __post_init__(self) -> None:
         _check("filter", self.predicates, self.input.arity)
 
-    @property
-    def inputs(self) -> tuple[Plan, ...]:
-        return (self.input,)
-
-    @property
-    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
-        return self.input.columns
-
-    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
-        return Filter(inputs[0], self.predicates)
-
 
 @dataclass(frozen=True, slots=True)
-class Project(Plan):
+class Project(_Unary):
     """The input's columns at the given positions (repeats and reorderings allowed)."""
 
     input: Plan
@@ -241,20 +248,13 @@ class Project(Plan):
             raise SchemaError(f"project: {self.outputs} out of range for {self.input.arity}")
 
     @property
-    def inputs(self) -> tuple[Plan, ...]:
-        return (self.input,)
-
-    @property
     def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
         cols = self.input.columns
         return tuple(cols[i] for i in self.outputs)
 
-    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
-        return Project(inputs[0], self.outputs)
-
 
 @dataclass(frozen=True, slots=True)
-class FlatMap(Plan):
+class FlatMap(_Unary):
     """The input's columns followed by the rows of a table function called per row.
 
     `function` is `generate_series(a, b[, step])`, `unnest(array)` or
@@ -270,15 +270,10 @@ class FlatMap(Plan):
         _check("table function", (self.function,), self.input.arity)
 
     @property
-    def inputs(self) -> tuple[Plan, ...]:
-        return (self.input,)
-
-    @property
     def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
-        return self.input.columns + tuple(Column(n, t) for n, t in zip(self.names, self.types))
-
-    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
-        return FlatMap(inputs[0], self.function, self.names, self.types)
+        return self.input.columns + tuple(
+            Column(n, t) for n, t in zip(self.names, self.types, strict=False)
+        )
 
 
 JOIN_KINDS = ("inner", "left", "right", "full")
@@ -343,7 +338,8 @@ class Reduce(Plan):
         cols = self.input.columns
         in_types = [c.type for c in cols]
         aggs = tuple(
-            Column(n, types.infer(e.copy(), in_types)) for n, e in zip(self.names, self.aggregates)
+            Column(n, types.infer(e.copy(), in_types))
+            for n, e in zip(self.names, self.aggregates, strict=False)
         )
         return tuple(cols[i] for i in self.group) + aggs
 
@@ -353,21 +349,10 @@ class Reduce(Plan):
 
 
 @dataclass(frozen=True, slots=True)
-class Distinct(Plan):
+class Distinct(_SameColumns):
     """Each row of the input once."""
 
     input: Plan
-
-    @property
-    def inputs(self) -> tuple[Plan, ...]:
-        return (self.input,)
-
-    @property
-    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
-        return self.input.columns
-
-    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
-        return Distinct(inputs[0])
 
 
 @dataclass(frozen=True)  # not slotted: `columns` is cached
@@ -403,39 +388,17 @@ class Union(Plan):
 
 
 @dataclass(frozen=True, slots=True)
-class Negate(Plan):
+class Negate(_SameColumns):
     """The input with every multiplicity negated."""
 
     input: Plan
 
-    @property
-    def inputs(self) -> tuple[Plan, ...]:
-        return (self.input,)
-
-    @property
-    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
-        return self.input.columns
-
-    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
-        return Negate(inputs[0])
-
 
 @dataclass(frozen=True, slots=True)
-class Threshold(Plan):
+class Threshold(_SameColumns):
     """Each row with its multiplicity if positive (EXCEPT ALL's clamp)."""
 
     input: Plan
-
-    @property
-    def inputs(self) -> tuple[Plan, ...]:
-        return (self.input,)
-
-    @property
-    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
-        return self.input.columns
-
-    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
-        return Threshold(inputs[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,7 +411,7 @@ class Order:
 
 
 @dataclass(frozen=True, slots=True)
-class TopK(Plan):
+class TopK(_SameColumns):
     """Per group of `group` columns, the rows ranked `offset < rank <= offset + limit`."""
 
     input: Plan
@@ -456,17 +419,6 @@ class TopK(Plan):
     order: tuple[Order, ...]
     limit: int | None
     offset: int = 0
-
-    @property
-    def inputs(self) -> tuple[Plan, ...]:
-        return (self.input,)
-
-    @property
-    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
-        return self.input.columns
-
-    def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
-        return TopK(inputs[0], self.group, self.order, self.limit, self.offset)
 
 
 @dataclass(frozen=True, slots=True)

@@ -220,3 +220,14 @@ def test_sql_on_spark(spark) -> None:  # noqa: ANN001 - the shared session fixtu
         for name in names:
             got = _norm(con.execute(f"SELECT * FROM {name}").fetchall())
             assert got == _norm(oracle.execute(ORACLE[name]).fetchall()), (name, step)
+
+
+def test_fetch_count_keeps_the_rest_for_the_next_fetch() -> None:
+    con = dsql.connect(kernel="local")
+    con.execute("CREATE TABLE t (a int)")
+    con.execute("INSERT INTO t VALUES (1), (2), (3)")
+    con.execute("DECLARE c CURSOR FOR SUBSCRIBE t")
+    first = con.execute("FETCH 2 c").fetchall()
+    rest = con.execute("FETCH ALL c").fetchall()
+    assert len(first) == 2 and len(rest) == 1
+    assert sorted(first + rest) == [(0, 1, 1), (0, 1, 2), (0, 1, 3)]
