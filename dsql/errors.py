@@ -12,6 +12,17 @@ unknown column 'x'
          ^
 hint: columns of t are: a, b
 
+`position` may be counted in a larger input (a script) the statement is part of;
+`origin` is then the (line, column) where the statement starts in that input, and
+the caret is drawn relative to it:
+
+>>> e = ParseError("unexpected 'FORM'", statement="SELECT 1 FORM t",
+...                position=(2, 12), origin=(2, 3))
+>>> print(e)
+unexpected 'FORM'
+  SELECT 1 FORM t
+           ^
+
 The hierarchy is shallow on purpose: callers catch `DsqlError`; the subclass
 says which stage refused the input.
 """
@@ -29,19 +40,33 @@ class DsqlError(Exception):
         statement: str | None = None,
         position: tuple[int, int] | None = None,
         hint: str | None = None,
+        origin: tuple[int, int] = (1, 1),
     ) -> None:
         super().__init__(message)
         self.message = message
         self.statement = statement
         self.position = position
         self.hint = hint
+        self.origin = origin
+
+    @property
+    def local_position(self) -> tuple[int, int] | None:
+        """`position` as a (line, column) inside `statement` (both 1-based)."""
+        if self.position is None:
+            return None
+        line, column = self.position
+        first_line, first_column = self.origin
+        if line == first_line:
+            column -= first_column - 1
+        return line - first_line + 1, column
 
     def __str__(self) -> str:
         lines = [self.message]
         if self.statement is not None:
             text_lines = self.statement.splitlines() or [""]
-            if self.position is not None:
-                line_no, column = self.position
+            local = self.local_position
+            if local is not None:
+                line_no, column = local
                 line_no = min(max(line_no, 1), len(text_lines))
                 lines.append("  " + text_lines[line_no - 1])
                 lines.append("  " + " " * max(column - 1, 0) + "^")

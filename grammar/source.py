@@ -77,7 +77,10 @@ class Source:
     ) -> ParseError:
         """A ParseError at `offset`, quoting the statement spanning `statement` offsets."""
         text = self.text[statement[0] : statement[1]] if statement else self.text
-        return ParseError(message, statement=text, position=self.position(offset), hint=hint)
+        origin = self.position(statement[0]) if statement else (1, 1)
+        return ParseError(
+            message, statement=text, position=self.position(offset), hint=hint, origin=origin
+        )
 
     def statements(self) -> list[Fragment]:
         """The non-empty statements, split at top-level `;`, without the `;`."""
