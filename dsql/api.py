@@ -1,22 +1,48 @@
-"""The PEP 249 face of a session: `connect()`, `Connection`, `Cursor`.
+"""The PEP 249 face of a session: `connect()`, `Connection`, `Cursor`, and `compile()`.
+
+A connection owns one `Session`; statements run as they execute (no transactions to
+commit). Parameters use the qmark style. Beyond PEP 249, in DuckDB's style: `.arrow()`
+(= `.fetch_arrow_table()`), `.df()`, and for Spark `.to_spark()`; tables load from Spark
+DataFrames, Arrow tables or files (`con.create_table`), views read out as DataFrames
+(`con.table("v").to_spark()`). After `cur.execute("SUBSCRIBE ...")` the fetch methods
+return the updates available so far, waiting at most `timeout` seconds for some.
 
 >>> import dsql
 >>> con = dsql.connect()
 >>> cur = con.execute("CREATE TABLE t (a int)")
->>> _ = con.execute("INSERT INTO t VALUES (?), (?)", (1, 2))
+>>> _ = con.executemany("INSERT INTO t VALUES (?)", [(1,), (2,)])
 >>> con.execute("SELECT count(*) AS n FROM t").fetchall()
 [(2,)]
+>>> print(dsql.compile("SELECT a + 1 AS b FROM t WHERE a > 1", con).explain())
+Project (#1)
+  Map #1 = #0 + 1
+    Filter #0 > 1
+      Get t
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from sqlglot import exp
 
-from dsql import errors
+from dsql import errors, grammar
+from dsql.errors import (
+    DatabaseError,
+    DataError,
+    Error,
+    IntegrityError,
+    InterfaceError,
+    InternalError,
+    NotSupportedError,
+    OperationalError,
+    ProgrammingError,
+    Warning,  # noqa: A004 - PEP 249's name
+)
 from dsql.execute import Executor
 from dsql.session import Result, Session
 from dsql.subscribe import Subscription
@@ -24,12 +50,8 @@ from dsql.subscribe import Subscription
 apilevel = "2.0"
 threadsafety = 1
 paramstyle = "qmark"
-
-Error = errors.DsqlError
-DatabaseError = errors.DsqlError
-ProgrammingError = errors.SchemaError
-OperationalError = errors.ExecutionError
-NotSupportedError = errors.UnsupportedError
+#: How long a SUBSCRIBE fetch waits between polls while it has a timeout to spend.
+_POLL_SECONDS = 0.05
 
 
 def connect(
@@ -39,21 +61,32 @@ def connect(
     kernel: str = "local",
     **spark_conf: Any,
 ) -> Connection:
-    """A connection to a new dsql session (in-process; Spark when `kernel="spark"`)."""
+    """A connection to a new dsql session (in-process; on Spark when `kernel="spark"`).
+
+    `spark` adopts an existing SparkSession (and implies the Spark kernel); `master`
+    and `spark_conf` configure the one dsql starts. Spark starts only when needed.
+    """
+    if spark is not None:
+        kernel = "spark"
     if spark is None and (master is not None or spark_conf) and kernel == "spark":
         from dsql.runtime.spark_session import get_spark
 
-        spark = get_spark(master=master, conf=spark_conf or None)
+        spark = get_spark(master=master, conf={k: str(v) for k, v in spark_conf.items()} or None)
     return Connection(Session(kernel=kernel, clock=clock, spark=spark))
 
 
 class Connection:
-    """A session with PEP 249 methods plus DuckDB-style shortcuts."""
+    """A session with PEP 249 methods plus DuckDB-style shortcuts and Spark interop."""
+
+    Error = Error
+    ProgrammingError = ProgrammingError
+    OperationalError = OperationalError
 
     def __init__(self, session: Session) -> None:
         self.session = session
         self.executor = Executor(session)
         self.closed = False
+        self._subscriptions: list[Subscription] = []
 
     def cursor(self) -> Cursor:
         self._check()
@@ -62,6 +95,9 @@ class Connection:
     def execute(self, sql: str, parameters: Sequence[Any] | None = None) -> Cursor:
         return self.cursor().execute(sql, parameters)
 
+    def executemany(self, sql: str, seq_of_parameters: Sequence[Sequence[Any]]) -> Cursor:
+        return self.cursor().executemany(sql, seq_of_parameters)
+
     def subscribe(
         self,
         target: str,
@@ -69,34 +105,93 @@ class Connection:
         progress: bool = False,
         as_of: int | None = None,
         up_to: int | None = None,
-    ) -> Iterator[pa.Table]:
+    ) -> Updates:
         """Batches of updates of a view or query (`SUBSCRIBE` as an iterator; never blocks)."""
         self._check()
-        from sqlglot import parse_one
+        sub = Subscription(
+            self.session, _bind_target(self.session, target), snapshot, progress, as_of, up_to
+        )
+        self._subscriptions.append(sub)
+        return Updates(sub)
 
-        s = self.session
-        if target.strip().lower().startswith(("select", "with", "values")):
-            bound = s.plan(parse_one(target, read="postgres"))
-        else:
-            s.columns(target)
-            bound = s.plan(exp.select("*").from_(exp.to_table(target)))
-        sub = Subscription(s, bound, snapshot, progress, as_of, up_to)
-        return _Updates(sub)
+    def create_table(
+        self,
+        name: str,
+        source: Any,
+        format: str | None = None,
+        replace: bool = False,  # noqa: A002
+    ) -> RelationRef:
+        """A new table holding the rows of a Spark DataFrame, Arrow/pandas table or file."""
+        from dsql.interop import create_table
+
+        self._check()
+        create_table(self.session, name, source, format, replace)
+        return self.table(name)
+
+    def table(self, name: str) -> RelationRef:
+        """A handle on a table or view: read it as Arrow, pandas or a Spark DataFrame."""
+        self._check()
+        self.session.columns(name)  # an unknown name raises here
+        return RelationRef(self, name)
 
     def commit(self) -> None:
         """Writes apply as they execute; nothing to do."""
 
+    def rollback(self) -> None:
+        raise errors.UnsupportedError("ROLLBACK is not supported: writes apply as they run")
+
     def close(self) -> None:
+        for sub in self._subscriptions:
+            sub.close()
+        for sub in self.executor.cursors.values():
+            sub.close()
         self.closed = True
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _check(self) -> None:
         if self.closed:
-            raise errors.ExecutionError(
+            raise InterfaceError(
                 "the connection is closed", hint="open a new one with dsql.connect()"
             )
 
 
-class _Updates:
+@dataclass(frozen=True)
+class RelationRef:
+    """A named table or view of a connection; each read sees its contents now."""
+
+    connection: Connection
+    name: str
+
+    @property
+    def columns(self) -> list[str]:
+        return [c.name for c in self.connection.session.columns(self.name)]
+
+    def cursor(self) -> Cursor:
+        return self.connection.execute(f'SELECT * FROM "{self.name}"')
+
+    def arrow(self) -> pa.Table:
+        return self.cursor().arrow()
+
+    def df(self) -> Any:
+        return self.cursor().df()
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self.cursor().fetchall()
+
+    def to_spark(self, spark: Any = None) -> Any:
+        """The contents as a Spark DataFrame (starts Spark if none is running)."""
+        return self.cursor().to_spark(spark)
+
+
+class Updates:
+    """A subscription as an iterator of Arrow batches; each `next` returns what is final now
+    (possibly no rows), and iteration stops once the subscription is closed or past UP TO."""
+
     def __init__(self, sub: Subscription) -> None:
         self.sub = sub
 
@@ -108,12 +203,16 @@ class _Updates:
             raise StopIteration
         return self.sub.poll()
 
+    def rows(self) -> list[tuple[Any, ...]]:
+        """The next batch as tuples."""
+        return _tuples(next(self, self.sub._empty()))
+
     def close(self) -> None:
         self.sub.close()
 
 
 class Cursor:
-    """Executes statements and hands out their rows."""
+    """Executes statements and hands out their rows (PEP 249)."""
 
     arraysize = 1
 
@@ -121,28 +220,33 @@ class Cursor:
         self.connection = connection
         self._table: pa.Table | None = None
         self._pos = 0
+        self._subscription: Subscription | None = None
         self.rowcount = -1
         self.description: list[tuple[Any, ...]] | None = None
         self.closed = False
         self.status = ""
 
     def execute(self, sql: str, parameters: Sequence[Any] | None = None) -> Cursor:
-        if self.closed:
-            raise errors.ExecutionError("the cursor is closed", hint="use connection.cursor()")
-        self.connection._check()
+        self._check()
         if parameters:
             sql = _bind_parameters(sql, parameters)
         results = self.connection.executor.run(sql)
-        last = results[-1] if results else Result()
-        self._set(last)
+        self._set(results[-1] if results else Result())
         return self
 
     def executemany(self, sql: str, seq_of_parameters: Sequence[Sequence[Any]]) -> Cursor:
+        """Run `sql` once per parameter sequence; rowcount is the total."""
+        total = 0
         for parameters in seq_of_parameters:
             self.execute(sql, parameters)
+            total += max(self.rowcount, 0)
+        self.rowcount = total
         return self
 
     def _set(self, result: Result) -> None:
+        if self._subscription is not None:
+            self._subscription.close()
+        self._subscription = result.subscription
         self._table = result.table
         self._pos = 0
         self.rowcount = result.rowcount
@@ -156,26 +260,55 @@ class Cursor:
             ]
         )
 
-    def fetchone(self) -> tuple[Any, ...] | None:
-        rows = self.fetchmany(1)
+    def _available(self, wanted: int | None, timeout: float | None) -> int:
+        """Rows ready to fetch; for a SUBSCRIBE, polls for more (waiting up to `timeout`)."""
+        sub = self._subscription
+        ready = self._remaining()
+        if sub is None or (wanted is not None and ready >= wanted):
+            return ready
+        deadline = time.monotonic() + (timeout or 0.0)
+        while not sub.closed:
+            fresh = sub.poll()
+            if fresh.num_rows:
+                assert self._table is not None
+                rest = self._table.slice(self._pos)
+                self._table, self._pos = pa.concat_tables([rest, fresh]), 0
+                ready = self._remaining()
+            if ready or time.monotonic() >= deadline or sub.session.clock.kind == "manual":
+                break  # under the manual clock waiting cannot bring updates
+            time.sleep(_POLL_SECONDS)
+        return ready
+
+    def _remaining(self) -> int:
+        return 0 if self._table is None else self._table.num_rows - self._pos
+
+    def fetchone(self, timeout: float | None = None) -> tuple[Any, ...] | None:
+        rows = self.fetchmany(1, timeout)
         return rows[0] if rows else None
 
-    def fetchmany(self, size: int | None = None) -> list[tuple[Any, ...]]:
+    def fetchmany(
+        self, size: int | None = None, timeout: float | None = None
+    ) -> list[tuple[Any, ...]]:
+        """At most `size` rows; for a SUBSCRIBE, waits up to `timeout` seconds for some."""
+        self._check()
+        n = self.arraysize if size is None else size
+        self._available(n, timeout)
         if self._table is None:
             return []
-        n = self.arraysize if size is None else size
         chunk = self._table.slice(self._pos, n)
         self._pos += chunk.num_rows
-        columns = [c.to_pylist() for c in chunk.columns]  # names may repeat: not dicts
-        return list(zip(*columns, strict=False)) if columns else [() for _ in range(chunk.num_rows)]
+        return _tuples(chunk)
 
-    def fetchall(self) -> list[tuple[Any, ...]]:
-        if self._table is None:
-            return []
-        return self.fetchmany(self._table.num_rows - self._pos)
+    def fetchall(self, timeout: float | None = None) -> list[tuple[Any, ...]]:
+        """Every row left; for a SUBSCRIBE, the updates available now (waiting up to
+        `timeout` seconds while there are none)."""
+        self._check()
+        return self.fetchmany(self._available(None, timeout), 0)
 
     def arrow(self) -> pa.Table:
         """The rest of the result as an Arrow table."""
+        self._check()
+        self._available(None, 0)
         if self._table is None:
             return pa.table({})
         rest = self._table.slice(self._pos)
@@ -187,8 +320,134 @@ class Cursor:
     def df(self) -> Any:
         return self.arrow().to_pandas()
 
+    def to_spark(self, spark: Any = None) -> Any:
+        """The rest of the result as a Spark DataFrame (starts Spark if none is running)."""
+        from dsql.interop import to_spark
+
+        return to_spark(self.arrow(), self.connection.session, spark)
+
+    def setinputsizes(self, sizes: Any) -> None:
+        """PEP 249: accepted and ignored."""
+
+    def setoutputsize(self, size: Any, column: Any = None) -> None:
+        """PEP 249: accepted and ignored."""
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        while (row := self.fetchone()) is not None:
+            yield row
+
+    def __enter__(self) -> Cursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
+        if self._subscription is not None:
+            self._subscription.close()
         self.closed = True
+
+    def _check(self) -> None:
+        if self.closed:
+            raise InterfaceError("the cursor is closed", hint="use connection.cursor()")
+        self.connection._check()
+
+
+@dataclass(frozen=True)
+class CompiledQuery:
+    """A query bound against a catalog, not run: its columns and its plans (`explain`)."""
+
+    sql: str
+    query: Any  # dsql.planner.plan.Query
+    catalog: Any
+
+    @property
+    def columns(self) -> list[tuple[str, str]]:
+        return [(c.name, c.type.sql("postgres").lower()) for c in self.query.columns]
+
+    def explain(self, stage: str = "optimized") -> str:
+        """The plan at `stage`: raw, decorrelated, optimized, or (with a session) physical."""
+        from dsql.explain import explain
+
+        if stage == "physical" and not isinstance(self.catalog, Session):
+            raise errors.UnsupportedError(
+                "the physical plan needs a session", hint="compile against a connection"
+            )
+        return explain(self.catalog, self.query_ast(), stage)
+
+    def query_ast(self) -> Any:
+        return _query_of(grammar.parse(self.sql)[0])
+
+
+def compile(sql: str, catalog: Any) -> CompiledQuery:  # noqa: A001 - the issue's name
+    """Bind a query (or a CREATE VIEW / SUBSCRIBE's query) against `catalog`, running nothing.
+
+    `catalog` is a connection or session, an object with `columns(name)` and `names()`,
+    or a mapping `{table: {column: sql_type}}`.
+    """
+    statements = grammar.parse(sql)
+    if len(statements) != 1:
+        raise errors.ProgrammingError(f"compile takes one statement, not {len(statements)}")
+    target = _catalog(catalog)
+    bound = target.plan(_query_of(statements[0]))
+    return CompiledQuery(sql, bound, target)
+
+
+def _catalog(catalog: Any) -> Any:
+    """Something with `plan(query)` and `relations` for `explain`, from what the user gave."""
+    from dsql.planner.bind import bind
+    from dsql.planner.catalog import StaticCatalog
+    from dsql.planner.plan import Column
+    from dsql.planner.types import build
+
+    if isinstance(catalog, Connection):
+        return catalog.session
+    if isinstance(catalog, Session):
+        return catalog
+    if isinstance(catalog, Mapping):
+        catalog = StaticCatalog(
+            {
+                name: tuple(Column(c, build(t)) for c, t in dict(cols).items())
+                for name, cols in catalog.items()
+            }
+        )
+
+    class _Static:
+        relations: dict[str, Any] = {}
+
+        def plan(self, query: Any) -> Any:
+            return bind(query, catalog)
+
+    return _Static()
+
+
+def _query_of(stmt: Any) -> Any:
+    match stmt:
+        case grammar.Select() | grammar.CreateView():
+            return stmt.query
+        case grammar.Subscribe() if not isinstance(stmt.target, str):
+            return stmt.target
+        case grammar.Subscribe():
+            return exp.select("*").from_(exp.to_table(stmt.target))
+    raise errors.UnsupportedError(
+        f"compile takes a query, not {type(stmt).__name__}",
+        hint="pass SELECT ... or CREATE VIEW ...",
+    )
+
+
+def _bind_target(session: Session, target: str) -> Any:
+    """A view name or query text, bound (for `subscribe`)."""
+    text = target.strip()
+    if text.lower().startswith(("select", "with", "values", "(")):
+        (stmt,) = grammar.parse(f"SUBSCRIBE {text}" if text[0] == "(" else f"SUBSCRIBE ({text})")
+        return session.plan(_query_of(stmt))
+    session.columns(target)
+    return session.plan(exp.select("*").from_(exp.to_table(target)))
+
+
+def _tuples(table: pa.Table) -> list[tuple[Any, ...]]:
+    columns = [c.to_pylist() for c in table.columns]  # names may repeat: not dicts
+    return list(zip(*columns, strict=False)) if columns else [() for _ in range(table.num_rows)]
 
 
 def _bind_parameters(sql: str, parameters: Sequence[Any]) -> str:
@@ -205,13 +464,34 @@ def _bind_parameters(sql: str, parameters: Sequence[Any]) -> str:
             out.append(ch)
         elif ch == "?":
             if not values:
-                raise errors.ParseError("more ? placeholders than parameters", statement=sql)
+                raise InterfaceError("more ? placeholders than parameters", statement=sql)
             out.append(exp.convert(values.pop(0)).sql("postgres"))
         else:
             out.append(ch)
     if values:
-        raise errors.ParseError(f"{len(values)} parameters were not used", statement=sql)
+        raise InterfaceError(f"{len(values)} parameters were not used", statement=sql)
     return "".join(out)
 
 
-__all__ = ["Connection", "Cursor", "apilevel", "connect", "paramstyle", "threadsafety"]
+__all__ = [
+    "CompiledQuery",
+    "Connection",
+    "Cursor",
+    "DataError",
+    "DatabaseError",
+    "Error",
+    "IntegrityError",
+    "InterfaceError",
+    "InternalError",
+    "NotSupportedError",
+    "OperationalError",
+    "ProgrammingError",
+    "RelationRef",
+    "Updates",
+    "Warning",
+    "apilevel",
+    "compile",
+    "connect",
+    "paramstyle",
+    "threadsafety",
+]

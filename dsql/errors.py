@@ -24,7 +24,8 @@ unexpected 'FORM'
            ^
 
 The hierarchy is shallow on purpose: callers catch `DsqlError`; the subclass
-says which stage refused the input.
+says which stage refused the input. PEP 249's names (`ProgrammingError`,
+`OperationalError`, ...) sit between, so DB-API code catches them as usual.
 """
 
 from __future__ import annotations
@@ -77,33 +78,77 @@ class DsqlError(Exception):
         return "\n".join(lines)
 
 
-class ParseError(DsqlError):
+# PEP 249's classes, so DB-API code catches dsql's errors by the usual names.
+class Warning(Exception):  # noqa: A001 - the name PEP 249 prescribes
+    """PEP 249's warning class (dsql raises none today)."""
+
+
+Error = DsqlError
+
+
+class InterfaceError(DsqlError):
+    """The API was misused: a closed connection or cursor, a bad parameter count."""
+
+
+class DatabaseError(DsqlError):
+    """PEP 249's base of errors about the statement or the data."""
+
+
+class ProgrammingError(DatabaseError):
+    """PEP 249: a statement dsql refuses (syntax, names, types)."""
+
+
+class DataError(DatabaseError):
+    """PEP 249: a problem with the processed data."""
+
+
+class OperationalError(DatabaseError):
+    """PEP 249: the engine or the environment failed, not the statement."""
+
+
+class IntegrityError(DatabaseError):
+    """PEP 249: a constraint was violated."""
+
+
+class InternalError(DatabaseError):
+    """PEP 249: dsql reached a state it should not (a bug: please report it)."""
+
+
+class NotSupportedError(DatabaseError):
+    """PEP 249: a method or statement dsql does not support."""
+
+
+class ParseError(ProgrammingError):
     """The text is not a statement dsql understands."""
 
 
-class SchemaError(DsqlError):
+class SchemaError(ProgrammingError):
     """Names or columns that do not exist, clash, or do not line up."""
 
 
-class TypeMismatchError(DsqlError):
+class TypeMismatchError(ProgrammingError):
     """Values or expressions of types that cannot be combined."""
 
 
-class TimeError(DsqlError):
+class TimeError(ProgrammingError):
     """An update or read at a time the collection can no longer accept or show."""
 
 
-class RecursionLimitError(DsqlError):
+class RecursionLimitError(DataError):
     """An iteration did not converge within its round limit."""
 
 
-class UnsupportedError(DsqlError):
+class UnsupportedError(NotSupportedError):
     """A valid request that dsql does not (yet) compile; the hint says how to rewrite it."""
 
 
-class ExecutionError(DsqlError):
+class ExecutionError(OperationalError):
     """The engine (Spark, DuckDB) failed while evaluating a step."""
 
 
-class EnvironmentSetupError(DsqlError):
+class SourceError(OperationalError):
+    """A file or other external source could not be read (missing, unreadable, bad format)."""
+
+
+class EnvironmentSetupError(OperationalError):
     """The machine lacks something dsql needs to run (such as Java for Spark)."""

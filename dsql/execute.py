@@ -98,7 +98,7 @@ class Executor:
                 sub = self._subscribe(stmt)
                 table = sub.poll()
                 self.cursors[f"__subscribe{id(sub)}"] = sub
-                return Result(table=table, status="SUBSCRIBE")
+                return Result(table=table, status="SUBSCRIBE", subscription=sub)
             case grammar.DeclareCursor():
                 if stmt.name in self.cursors:
                     raise SchemaError(f"cursor '{stmt.name}' already exists", hint="CLOSE it first")

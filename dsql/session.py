@@ -63,6 +63,8 @@ class Result:
     table: pa.Table | None = None
     status: str = ""
     rowcount: int = -1
+    #: For SUBSCRIBE: the running `Subscription`, whose later updates callers poll.
+    subscription: Any = None
 
 
 class Session:

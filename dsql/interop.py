@@ -1,0 +1,140 @@
+"""Data in and out of a session: tables from Spark, files and Arrow; views to Spark.
+
+`read_source(source)` turns what a user has into an Arrow table: a Spark DataFrame
+(collected with `toArrow`), a `pyarrow.Table`, a pandas DataFrame, or a path to a
+Parquet file or directory, or a CSV file (by extension, or `format=`).
+`create_table(session, name, source)` makes a dsql table of it, with columns typed
+from the Arrow schema; `to_spark(table, session)` hands rows to Spark. Spark starts
+only when a step needs it (a DataFrame going out, or `kernel="spark"`), and says so.
+
+>>> import pyarrow as pa
+>>> read_source(pa.table({"a": [1, 2]})).num_rows
+2
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from dsql.errors import SourceError, TypeMismatchError
+from dsql.planner import types
+from dsql.planner.plan import Column
+
+_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "tsv"}
+
+
+def read_source(source: Any, format: str | None = None) -> pa.Table:  # noqa: A002
+    """The rows of `source` as an Arrow table (see module docstring for what it may be)."""
+    if isinstance(source, pa.Table):
+        return source
+    if isinstance(source, pa.RecordBatch):
+        return pa.Table.from_batches([source])
+    if _is_spark_frame(source):
+        return source.toArrow()
+    if type(source).__module__.startswith("pandas"):
+        return pa.Table.from_pandas(source, preserve_index=False)
+    if isinstance(source, str | Path):
+        return _read_file(Path(source), format)
+    raise TypeMismatchError(
+        f"cannot load a table from a {type(source).__name__}",
+        hint="pass a Spark DataFrame, a pyarrow.Table, a pandas DataFrame, or a path "
+        "to a Parquet or CSV file",
+    )
+
+
+def _is_spark_frame(source: Any) -> bool:
+    return type(source).__name__ == "DataFrame" and hasattr(source, "toArrow")
+
+
+def _read_file(path: Path, format: str | None) -> pa.Table:  # noqa: A002
+    kind = format or ("parquet" if path.is_dir() else _FORMATS.get(path.suffix.lower()))
+    if not path.exists():
+        raise SourceError(f"no such file or directory: {path}", hint="check the path")
+    if kind is None:
+        raise SourceError(
+            f"cannot tell the format of {path}",
+            hint="name it .parquet or .csv, or pass format='parquet' | 'csv'",
+        )
+    try:
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path)
+        if kind in ("csv", "tsv"):
+            import pyarrow.csv as pcsv
+
+            delimiter = "\t" if kind == "tsv" else ","
+            return pcsv.read_csv(path, parse_options=pcsv.ParseOptions(delimiter=delimiter))
+    except (pa.ArrowException, OSError) as error:
+        raise SourceError(f"cannot read {path} as {kind}: {error}") from None
+    raise SourceError(f"unknown format {kind!r}", hint="use format='parquet' or format='csv'")
+
+
+def columns_of(schema: pa.Schema) -> tuple[Column, ...]:
+    """The SQL columns of an Arrow schema; a TypeMismatchError names any column without one."""
+    out = []
+    for field in schema:
+        sql_type = types.from_arrow(field.type)
+        if sql_type.this == types.build("unknown").this or pa.types.is_null(field.type):
+            raise TypeMismatchError(
+                f"column '{field.name}' has Arrow type {field.type}, which has no SQL type here",
+                hint="cast it first (to a number, text, date, timestamp or a list of those)",
+            )
+        out.append(Column(field.name, sql_type))
+    return tuple(out)
+
+
+def create_table(
+    session: Any, name: str, source: Any, format: str | None = None, replace: bool = False
+) -> int:
+    """Create table `name` holding the rows of `source`; returns the row count.
+
+    The table is an ordinary dsql table: later INSERT/UPDATE/DELETE change it, and views
+    over it are maintained. With `replace`, an existing table of that name is dropped first.
+    """
+    rows = read_source(source, format)
+    columns = columns_of(rows.schema)
+    if replace and name in session.relations:
+        session.drop(name, cascade=False, kind="table")
+    session.create_table(name, columns)
+    try:
+        count = session.write(name, rows, 1)
+        session.close_time()
+    except Exception:
+        session.drop(name, cascade=False, kind="table")
+        raise
+    return count
+
+
+def spark_of(session: Any) -> Any:
+    """The SparkSession to hand rows to: the session's own, else the process's (started
+    here if none runs yet, with a note on stderr)."""
+    kernel = session.worker.kernel
+    if getattr(kernel, "name", "") == "spark":
+        return kernel.spark
+    from pyspark.sql import SparkSession
+
+    from dsql.runtime.spark_session import get_spark
+
+    if SparkSession.getActiveSession() is None:
+        print("dsql: starting Spark (local mode) for a DataFrame...", file=sys.stderr, flush=True)
+    return get_spark()
+
+
+def to_spark(table: pa.Table, session: Any, spark: Any = None) -> Any:
+    """Rows as a Spark DataFrame (Arrow-backed; a table with no columns is refused)."""
+    if table.num_columns == 0:
+        raise TypeMismatchError("a result with no columns cannot become a Spark DataFrame")
+    spark = spark if spark is not None else spark_of(session)
+    if table.num_rows == 0:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return spark.createDataFrame([], from_arrow_schema(table.schema))
+    return spark.createDataFrame(table)
+
+
+__all__ = ["columns_of", "create_table", "read_source", "spark_of", "to_spark"]

@@ -1,0 +1,155 @@
+"""How results look: rich tables on a terminal, one plain deterministic format otherwise.
+
+The plain format is psql's aligned format (header, a rule, rows, `(n rows)`), with
+NULL written `NULL`, numbers right-aligned, and a blank line after each block; it
+depends only on the rows, so `dsql run` output can be compared to a golden file.
+Errors go to the error stream as `error: message`, the statement with a caret, the
+hint, and where the statement is (`file:line`).
+
+>>> import io, pyarrow as pa
+>>> out = io.StringIO()
+>>> Printer(out, out, rich=False).table(pa.table({"a": [1, None], "name": ["x", "yz"]}))
+>>> print(out.getvalue(), end="")
+  a   | name
+------+------
+    1 | x
+ NULL | yz
+(2 rows)
+<BLANKLINE>
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from typing import Any, TextIO
+
+import pyarrow as pa
+
+from dsql.errors import DsqlError
+
+
+def one_line(text: str, width: int = 72) -> str:
+    """`text` with its whitespace collapsed, cut to `width` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def format_value(value: Any) -> str:
+    """One value as the plain format prints it."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()
+    if isinstance(value, dt.datetime | dt.date | dt.time | decimal.Decimal):
+        return str(value)
+    if isinstance(value, list):
+        return "{" + ",".join(format_value(v) for v in value) + "}"
+    return str(value)
+
+
+def plain_table(table: pa.Table) -> str:
+    """A table in psql's aligned format, with its `(n rows)` footer."""
+    names = table.column_names
+    cells = [[format_value(v) for v in column.to_pylist()] for column in table.columns]
+    numeric = [pa.types.is_integer(f.type) or pa.types.is_floating(f.type) for f in table.schema]
+    widths = [max([len(n), *(len(c) for c in col)]) for n, col in zip(names, cells, strict=True)]
+    lines = [
+        (" " + " | ".join(n.center(w) for n, w in zip(names, widths, strict=True))).rstrip(),
+        "-" + "-+-".join("-" * w for w in widths) + "-",
+    ]
+    for r in range(table.num_rows):
+        row = []
+        for c, w in enumerate(widths):
+            cell = cells[c][r]
+            row.append(cell.rjust(w) if numeric[c] else cell.ljust(w))
+        lines.append((" " + " | ".join(row)).rstrip())
+    n = table.num_rows
+    lines.append(f"({n} row{'' if n == 1 else 's'})")
+    return "\n".join(lines)
+
+
+class Printer:
+    """Writes results, subscription updates, plans and errors to two streams."""
+
+    def __init__(self, out: TextIO, err: TextIO, rich: bool | None = None) -> None:
+        self.out = out
+        self.err = err
+        self.rich = out.isatty() if rich is None else rich
+        self._console: Any = None
+
+    @property
+    def console(self) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(file=self.out, highlight=False)
+        return self._console
+
+    def _write(self, text: str, stream: TextIO | None = None) -> None:
+        stream = stream or self.out
+        stream.write(text + "\n")
+        stream.flush()
+
+    def echo(self, statement: str) -> None:
+        self._write(statement.strip() + ";")
+
+    def result(self, result: Any) -> None:
+        """A statement's result: its rows (or plan), else its status line."""
+        if result.status == "EXPLAIN" and result.table is not None:
+            self.plan(None, "\n".join(result.table.column(0).to_pylist()))
+        elif result.table is not None:
+            self.table(result.table)
+        else:
+            self._write(result.status)
+
+    def table(self, table: pa.Table, title: str | None = None) -> None:
+        if not self.rich:
+            self._write(plain_table(table) + "\n")
+            return
+        from rich.table import Table
+
+        view = Table(title=title, title_justify="left", show_edge=True)
+        for field in table.schema:
+            numeric = pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
+            view.add_column(field.name, justify="right" if numeric else "left")
+        for row in zip(*(c.to_pylist() for c in table.columns), strict=True):
+            view.add_row(*(format_value(v) for v in row))
+        self.console.print(view)
+        n = table.num_rows
+        self.console.print(f"[dim]({n} row{'' if n == 1 else 's'})[/dim]")
+
+    def updates(self, label: str, table: pa.Table) -> None:
+        """New updates of a running subscription."""
+        if self.rich:
+            self.table(table, title=label)
+        else:
+            self._write(f"-- {label}")
+            self.table(table)
+
+    def plan(self, label: str | None, text: str) -> None:
+        if label is not None:
+            self._write(f"-- {label}")
+        self._write(text + "\n")
+
+    def note(self, text: str) -> None:
+        self._write(text, self.err)
+
+    def error(self, error: DsqlError, where: str | None) -> None:
+        """`error: ...` with caret and hint, and where the statement is."""
+        text = f"error: {error}"
+        if where:
+            text += f"\n  at {where}"
+        self._write(text, self.err)
+
+    def internal_error(self, error: BaseException) -> None:
+        self._write(
+            f"error: internal error: {type(error).__name__}: {error}\n"
+            "hint: this is a dsql bug; please report it (DSQL_TRACEBACK=1 shows the traceback)",
+            self.err,
+        )
+
+
+__all__ = ["Printer", "format_value", "one_line", "plain_table"]
