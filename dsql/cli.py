@@ -109,7 +109,7 @@ class Script:
                 error.statement = text
             self.printer.error(error, _location(where, error))
             return False
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, BrokenPipeError):
             raise
         except Exception as error:  # a bug: report it in words, not a traceback
             self.printer.internal_error(error)
@@ -280,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         printer.note("interrupted")
         return 130
+    except BrokenPipeError:  # the reader left (`dsql run x.sql | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def _read(file: str) -> str:

@@ -79,6 +79,7 @@ class Printer:
         self.err = err
         self.rich = out.isatty() if rich is None else rich
         self._console: Any = None
+        self._after_blank = True  # nothing written yet: no separating line needed
 
     @property
     def console(self) -> Any:
@@ -92,8 +93,13 @@ class Printer:
         stream = stream or self.out
         stream.write(text + "\n")
         stream.flush()
+        if stream is self.out:
+            self._after_blank = text == "" or text.endswith("\n")
 
     def echo(self, statement: str) -> None:
+        """The statement as typed, set off from the previous result by a blank line."""
+        if not self._after_blank:
+            self._write("")
         self._write(statement.strip() + ";")
 
     def result(self, result: Any) -> None:
