@@ -1,108 +1,59 @@
-"""EXPLAIN: a plan as an indented tree, one operator per line, columns as `#n`.
+"""EXPLAIN: a plan at one stage, as text.
 
 Stages: `raw` (as bound, subqueries still in expressions), `decorrelated`
-(subqueries turned into joins), `optimized` (currently the decorrelated plan:
-the optimizer passes are not written yet) and `physical` (the runtime operators
-a plan renders to, with fused linear stages).
+(subqueries turned into joins), `optimized` (after the optimizer's passes:
+fused `Linear` operators shown with their steps and time bounds) and
+`physical` (the runtime operators the optimized plan renders to). The logical
+stages print as indented trees with `#n` column references (`planner/show.py`).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
-
-from sqlglot import exp
 
 from dsql.errors import UnsupportedError
 from dsql.planner.decorrelate import decorrelate
-from dsql.planner.plan import (
-    Constant,
-    Distinct,
-    Filter,
-    FlatMap,
-    Get,
-    Join,
-    LetRec,
-    LocalGet,
-    Map,
-    Negate,
-    Outer,
-    Plan,
-    Project,
-    Reduce,
-    SubqueryExpr,
-    Threshold,
-    TopK,
-    Union,
-)
+from dsql.planner.optimize import optimize
+from dsql.planner.plan import Plan, show_expr
+from dsql.planner.show import tree
 
-_REF = re.compile(r"\b_c(\d+)\b")
+#: Expressions as EXPLAIN prints them (kept under its old name for callers).
+render_expr = show_expr
 
 
-def render_expr(e: exp.Expression) -> str:
-    """An expression with positional references printed `#n`."""
-
-    def replace(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, SubqueryExpr):
-            return exp.Anonymous(this=f"<{node.args['kind']} subquery>")
-        if isinstance(node, Outer):
-            return exp.column(f"__outer{node.this}")
-        return node
-
-    text = e.copy().transform(replace).sql("postgres")
-    text = re.sub(r"\b__outer(\d+)\b", r"^#\1", text)
-    return _REF.sub(r"#\1", text).replace('"', "")
+def stage_text(plan: Plan, stage: str) -> str:
+    """A logical plan at `raw`, `decorrelated` or `optimized`."""
+    if stage == "raw":
+        return "\n".join(tree(plan))
+    if stage == "decorrelated":
+        return "\n".join(tree(decorrelate(plan)))
+    if stage == "optimized":
+        return "\n".join(tree(optimize(decorrelate(plan))))
+    raise UnsupportedError(f"unknown EXPLAIN stage {stage!r}")
 
 
-def tree(plan: Plan, indent: int = 0) -> list[str]:
-    """The plan's lines, children indented under their parent."""
-    pad = "  " * indent
-    line = pad + _describe(plan)
-    lines = [line]
-    for child in plan.inputs:
-        lines += tree(child, indent + 1)
+def physical_tree(root: Any, fresh: set[int]) -> list[str]:
+    """Runtime nodes from `root` down, children indented; a node seen before is `^n`.
+
+    Nodes not in `fresh` (shared arrangements of other views) are shown without
+    their inputs.
+    """
+    numbers: dict[int, int] = {}
+    lines: list[str] = []
+
+    def visit(node: Any, depth: int) -> None:
+        pad = "  " * depth
+        if id(node) in numbers:
+            lines.append(f"{pad}^{numbers[id(node)]}")
+            return
+        numbers[id(node)] = len(numbers)
+        lines.append(f"{pad}{numbers[id(node)]}: {node.describe()}")
+        if id(node) in fresh:
+            for child in node.inputs:
+                visit(child, depth + 1)
+
+    visit(root, 0)
     return lines
-
-
-def _describe(plan: Plan) -> str:
-    match plan:
-        case Get(name=name):
-            return f"Get {name}"
-        case LocalGet(name=name):
-            return f"LocalGet {name}"
-        case Constant(rows=rows):
-            shown = "; ".join("(" + ", ".join(render_expr(v) for v in r) + ")" for r in rows[:5])
-            return f"Constant {shown}" + (" ..." if len(rows) > 5 else "")
-        case Map(exprs=exprs, input=inp):
-            return "Map " + ", ".join(
-                f"#{inp.arity + i} = {render_expr(e)}" for i, e in enumerate(exprs)
-            )
-        case Filter(predicates=preds):
-            return "Filter " + " AND ".join(render_expr(p) for p in preds)
-        case Project(outputs=outs):
-            return "Project (" + ", ".join(f"#{o}" for o in outs) + ")"
-        case FlatMap(function=f):
-            return f"FlatMap {render_expr(f)}"
-        case Join(kind=kind, on=on):
-            return f"Join {kind}" + (f" on {render_expr(on)}" if on is not None else " (cross)")
-        case Reduce(group=group, aggregates=aggs, domain=dom):
-            keys = ", ".join(f"#{g}" for g in group)
-            text = f"Reduce group=({keys}) aggregates=[{', '.join(render_expr(a) for a in aggs)}]"
-            return text + (" with domain" if dom is not None else "")
-        case Distinct():
-            return "Distinct"
-        case Union(parts=parts):
-            return f"Union ({len(parts)} inputs)"
-        case Negate():
-            return "Negate"
-        case Threshold():
-            return "Threshold"
-        case TopK(group=group, order=order, limit=limit, offset=offset):
-            keys = ", ".join(f"#{o.column}{' desc' if o.desc else ''}" for o in order)
-            return f"TopK group=({', '.join(f'#{g}' for g in group)}) order=({keys}) limit={limit} offset={offset}"
-        case LetRec(names=names, limit=limit, on_limit=on_limit):
-            return f"LetRec {', '.join(names)} (limit {limit}, {on_limit} at limit)"
-    return type(plan).__name__
 
 
 def explain(session: Any, target: Any, stage: str) -> str:
@@ -115,19 +66,15 @@ def explain(session: Any, target: Any, stage: str) -> str:
         plan = rel.plan
     else:
         plan = session.plan(target).plan
-    if stage == "raw":
-        return "\n".join(tree(plan))
-    if stage in ("decorrelated", "optimized"):
-        return "\n".join(tree(decorrelate(plan)))
     if stage == "physical":
         start = len(session.worker.nodes)
         try:
-            session._render(plan)
-            nodes = session.worker.nodes[start:]
-            return "\n".join(f"{i}: {n.describe()}" for i, n in enumerate(nodes))
+            root = session._render(plan).node
+            fresh = {id(n) for n in session.worker.nodes[start:]}
+            return "\n".join(physical_tree(root, fresh))
         finally:
             session.worker.drop(session.worker.nodes[start:])
-    raise UnsupportedError(f"unknown EXPLAIN stage {stage!r}")
+    return stage_text(plan, stage)
 
 
-__all__ = ["explain", "render_expr", "tree"]
+__all__ = ["explain", "physical_tree", "render_expr", "stage_text", "tree"]

@@ -9,7 +9,10 @@ does not give by itself is added here:
 - outer joins are the inner join plus the unmatched rows padded with NULLs
   (unmatched = rows minus the rows that matched, so retractions stay exact);
 - a global aggregate has one row even over no input (SQL's empty-group rule);
-- `mz_now()` bounds in WHERE become the temporal branches of a `join_function`.
+- a fused `Linear` (and any linear node left unfused) is one runtime
+  `join_function` per stretch (`render_linear`); over an inner join it is
+  evaluated in the join's output projection, together with the residual
+  condition; `mz_now()` bounds become the branch times.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from sqlglot import exp
 
 from dsql.errors import UnsupportedError
 from dsql.planner import types
+from dsql.planner.linear import JoinFunction
+from dsql.planner.passes.fuse import as_function
 from dsql.planner.plan import (
     Constant,
     Distinct,
@@ -30,6 +35,7 @@ from dsql.planner.plan import (
     Get,
     Join,
     LetRec,
+    Linear,
     LocalGet,
     Map,
     Negate,
@@ -40,18 +46,15 @@ from dsql.planner.plan import (
     TopK,
     Union,
     col,
+    conjuncts,
     refs,
     remap,
 )
-from dsql.planner.temporal import split_temporal
+from dsql.render_linear import names, render_linear
 from dsql.runtime.collection import Collection
 from dsql.runtime.operators.reduce_logic import Aggregates
 
 Source = Callable[[str], Collection]
-
-
-def names(n: int) -> list[str]:
-    return [f"_c{i}" for i in range(n)]
 
 
 @dataclass
@@ -63,6 +66,7 @@ class Renderer:
     time_scale: int = 1
     locals: dict[str, Collection] = field(default_factory=dict)
     _memo: dict[int, Collection] = field(default_factory=dict)
+    _cores: dict[int, tuple[Collection, list[exp.Expression]]] = field(default_factory=dict)
 
     def render(self, plan: Plan) -> Collection:
         key = id(plan)
@@ -78,26 +82,8 @@ class Renderer:
                 return self.locals[name]
             case Constant(rows=rows):
                 return self._constant(plan, rows)
-            case Map(input=inp, exprs=exprs):
-                c = self.render(inp)
-                n = inp.arity
-                return c.map(
-                    *names(n), *(exp.alias_(e.copy(), f"_c{n + i}") for i, e in enumerate(exprs))
-                )
-            case Filter(input=inp, predicates=preds):
-                return self._filter(self.render(inp), inp.arity, preds)
-            case Project(input=inp, outputs=outs):
-                c = self.render(inp)
-                if tuple(outs) == tuple(range(inp.arity)):
-                    return c
-                if not outs:  # arity 0 renders as one constant column (see `_constant`)
-                    return c.map("0 AS _c0")
-                return c.map(*(exp.alias_(col(o), f"_c{i}") for i, o in enumerate(outs)))
-            case FlatMap(input=inp, function=f, names=ns):
-                c = self.render(inp)
-                if not ns:
-                    return c.explode(f.copy())
-                return c.flat_map(f.copy(), f"_c{inp.arity}", keep=names(inp.arity))
+            case Map() | Filter() | Project() | FlatMap() | Negate() | Linear():
+                return self._linear(plan)
             case Join():
                 return self._join(plan)
             case Reduce():
@@ -145,41 +131,30 @@ class Renderer:
         ]
         return unit.join_function(branches)
 
-    def _filter(self, c: Collection, arity: int, preds: tuple[exp.Expression, ...]) -> Collection:
-        safe, lower, upper = split_temporal(preds, self.time_scale)
-        if lower or upper:
-            return c.join_function(_temporal_branches(arity, safe, lower, upper))
-        if not safe:
-            return c
-        return c.filter(exp.and_(*(p.copy() for p in safe)))
+    def _linear(self, plan: Plan) -> Collection:
+        fn = as_function(plan)
+        assert fn is not None
+        inp = plan.inputs[0]
+        if isinstance(inp, Join) and inp.kind == "inner":
+            core, residual = self._join_core(inp)
+            fn = JoinFunction.identity(inp.arity).filter(residual).compose(fn)
+            return render_linear(core, fn.optimize(), self.time_scale)
+        return render_linear(self.render(inp), fn.optimize(), self.time_scale)
+
+    def _join_core(self, plan: Join) -> tuple[Collection, list[exp.Expression]]:
+        """The equi-join of the inputs (key columns first) and the residual condition."""
+        if id(plan) not in self._cores:
+            self._cores[id(plan)] = self._equijoin(plan)
+        return self._cores[id(plan)]
 
     def _join(self, plan: Join) -> Collection:
-        left, right = self.render(plan.left), self.render(plan.right)
+        core, residual = self._join_core(plan)
         la, ra = plan.left.arity, plan.right.arity
-        keys, residual = _equi_keys(plan.on, la, ra)
-        lk = [exp.alias_(k.copy(), f"__k{i}") for i, (k, _, _) in enumerate(keys)] or [
-            exp.alias_(exp.Literal.number(0), "__k0")
-        ]
-        rk = [
-            exp.alias_(remap(k2, {j: j - la for j in refs(k2)}), f"__k{i}")
-            for i, (_, k2, _) in enumerate(keys)
-        ] or [exp.alias_(exp.Literal.number(0), "__k0")]
-        lkeyed = left.map(*lk, *names(la))
-        rkeyed = right.map(*rk, *(exp.alias_(col(j), f"_c{la + j}") for j in range(ra)))
-        strict = [i for i, (_, _, null_safe) in enumerate(keys) if not null_safe]
-        if strict:
-            not_null = [
-                exp.Not(this=exp.Is(this=exp.column(f"__k{i}"), expression=exp.Null()))
-                for i in strict
-            ]
-            lkeyed = lkeyed.filter(exp.and_(*not_null))
-            rkeyed = rkeyed.filter(exp.and_(*(p.copy() for p in not_null)))
-        key_names = [f"__k{i}" for i in range(max(len(keys), 1))]
-        inner = lkeyed.join(rkeyed, on=key_names).project(*names(la + ra))
-        if residual:
-            inner = inner.filter(exp.and_(*(p.copy() for p in residual)))
+        fn = JoinFunction.identity(la + ra).filter(residual)
+        inner = render_linear(core, fn, self.time_scale)
         if plan.kind == "inner":
             return inner
+        left, right = self.render(plan.left), self.render(plan.right)
         parts = [inner]
         if plan.kind in ("left", "full"):
             matched = inner.project(*names(la))
@@ -207,6 +182,30 @@ class Renderer:
             )
         first, *rest = parts
         return first.concat(*(cast_columns(p, first.schema.types) for p in rest))
+
+    def _equijoin(self, plan: Join) -> tuple[Collection, list[exp.Expression]]:
+        left, right = self.render(plan.left), self.render(plan.right)
+        la, ra = plan.left.arity, plan.right.arity
+        keys, residual = _equi_keys(plan.on, la, ra)
+        lk = [exp.alias_(k.copy(), f"__k{i}") for i, (k, _, _) in enumerate(keys)] or [
+            exp.alias_(exp.Literal.number(0), "__k0")
+        ]
+        rk = [
+            exp.alias_(remap(k2, {j: j - la for j in refs(k2)}), f"__k{i}")
+            for i, (_, k2, _) in enumerate(keys)
+        ] or [exp.alias_(exp.Literal.number(0), "__k0")]
+        lkeyed = left.map(*lk, *names(la))
+        rkeyed = right.map(*rk, *(exp.alias_(col(j), f"_c{la + j}") for j in range(ra)))
+        strict = [i for i, (_, _, null_safe) in enumerate(keys) if not null_safe]
+        if strict:
+            not_null = [
+                exp.Not(this=exp.Is(this=exp.column(f"__k{i}"), expression=exp.Null()))
+                for i in strict
+            ]
+            lkeyed = lkeyed.filter(exp.and_(*not_null))
+            rkeyed = rkeyed.filter(exp.and_(*(p.copy() for p in not_null)))
+        key_names = [f"__k{i}" for i in range(max(len(keys), 1))]
+        return lkeyed.join(rkeyed, on=key_names), residual
 
     def _reduce(self, plan: Reduce) -> Collection:
         c = self.render(plan.input)
@@ -262,7 +261,7 @@ def _equi_keys(
         return [], []
     keys = []
     rest = []
-    for p in _conjuncts(on):
+    for p in conjuncts(on):
         if isinstance(p, exp.EQ | exp.NullSafeEQ):
             a, b = p.this, p.expression
             ra_, rb_ = refs(a), refs(b)
@@ -275,14 +274,6 @@ def _equi_keys(
                     continue
         rest.append(p)
     return keys, rest
-
-
-def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
-    if isinstance(e, exp.And):
-        return _conjuncts(e.this) + _conjuncts(e.expression)
-    if isinstance(e, exp.Paren) and isinstance(e.this, exp.And):
-        return _conjuncts(e.this)
-    return [e]
 
 
 def _agg(a: exp.Expression) -> exp.Expression:
@@ -333,40 +324,6 @@ def _arrow(t: exp.DataType) -> pa.DataType | None:
         return types.to_arrow(t)
     except Exception:
         return None
-
-
-def _temporal_branches(
-    arity: int, safe: list[exp.Expression], lower: list[exp.Expression], upper: list[exp.Expression]
-) -> list[dict]:
-    where = exp.and_(*(p.copy() for p in safe)) if safe else None
-    lo = (
-        exp.Greatest(this=lower[0].copy(), expressions=[x.copy() for x in lower[1:]])
-        if len(lower) > 1
-        else (lower[0].copy() if lower else None)
-    )
-    hi = (
-        exp.Least(this=upper[0].copy(), expressions=[x.copy() for x in upper[1:]])
-        if len(upper) > 1
-        else (upper[0].copy() if upper else None)
-    )
-    cols = names(arity)
-    enter = {"columns": cols, "where": where, "time": lo}
-    if hi is None:
-        return [enter]
-    in_window = exp.GT(this=hi.copy(), expression=lo.copy()) if lo is not None else None
-    cond = (
-        exp.and_(*(x for x in (where, in_window) if x is not None))
-        if (where is not None or in_window is not None)
-        else None
-    )
-    enter["where"] = cond
-    leave = {
-        "columns": cols,
-        "where": cond.copy() if cond is not None else None,
-        "time": hi,
-        "diff": "-1",
-    }
-    return [enter, leave]
 
 
 __all__ = ["Renderer", "cast_columns", "names"]

@@ -27,6 +27,7 @@ from dsql.planner import types
 from dsql.planner.bind import bind
 from dsql.planner.catalog import unknown_relation
 from dsql.planner.decorrelate import decorrelate
+from dsql.planner.optimize import optimize
 from dsql.planner.plan import Column, Get, Plan, Query, walk
 from dsql.render import Renderer
 from dsql.runtime.collection import Arrangement, Collection, import_arrangement
@@ -271,7 +272,7 @@ class Session:
 
     def _render(self, plan: Plan) -> Collection:
         renderer = Renderer(self._source, self._unit_collection, TICKS_PER_MS)
-        return renderer.render(decorrelate(plan))
+        return renderer.render(optimize(decorrelate(plan)))
 
     def _source(self, name: str) -> Collection:
         rel = self.relations[name]

@@ -17,15 +17,19 @@ columns; union inputs have equal arity; reduce groups are input columns.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlglot
 from sqlglot import exp
 
 from dsql.errors import SchemaError
 from dsql.planner import types
+
+if TYPE_CHECKING:
+    from dsql.planner.linear import JoinFunction
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,33 @@ def typed(e: exp.Expression) -> exp.Expression:
         return node
 
     return e.copy().transform(replace)
+
+
+def conjuncts(e: exp.Expression) -> list[exp.Expression]:
+    """The operands of a conjunction, flattened (`[e]` if it is not one)."""
+    if isinstance(e, exp.And):
+        return conjuncts(e.this) + conjuncts(e.expression)
+    if isinstance(e, exp.Paren) and isinstance(e.this, exp.And):
+        return conjuncts(e.this)
+    return [e]
+
+
+_REF = re.compile(r"\b_c(\d+)\b")
+
+
+def show_expr(e: exp.Expression) -> str:
+    """An expression as EXPLAIN prints it: positional references `#n`, outer ones `^#n`."""
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, SubqueryExpr):
+            return exp.Anonymous(this=f"<{node.args['kind']} subquery>")
+        if isinstance(node, Outer):
+            return exp.column(f"__outer{node.this}")
+        return node
+
+    text = e.copy().transform(replace).sql("postgres")
+    text = re.sub(r"\b__outer(\d+)\b", r"^#\1", text)
+    return _REF.sub(r"#\1", text).replace('"', "")
 
 
 def _check(where: str, expressions: Any, arity: int) -> None:
@@ -274,6 +305,29 @@ class FlatMap(_Unary):
         return self.input.columns + tuple(
             Column(n, t) for n, t in zip(self.names, self.types, strict=False)
         )
+
+
+@dataclass(frozen=True)  # not slotted: `columns` is cached
+class Linear(_Unary):
+    """The input transformed by a fused chain of linear steps (a `JoinFunction`).
+
+    Made by the optimizer from runs of Map/Filter/Project/FlatMap/Negate; the
+    function's input arity is the input's.
+    """
+
+    input: Plan
+    function: JoinFunction
+
+    def __post_init__(self) -> None:
+        if self.function.input_arity != self.input.arity:
+            raise SchemaError(
+                f"linear: the function reads {self.function.input_arity} columns, "
+                f"the input has {self.input.arity}"
+            )
+
+    @cached_property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        return self.function.columns(self.input.columns)
 
 
 JOIN_KINDS = ("inner", "left", "right", "full")
@@ -506,6 +560,7 @@ __all__ = [
     "Get",
     "Join",
     "LetRec",
+    "Linear",
     "LocalGet",
     "Map",
     "Negate",
@@ -520,11 +575,13 @@ __all__ = [
     "TopK",
     "Union",
     "col",
+    "conjuncts",
     "expressions_of",
     "index",
     "parse_expr",
     "refs",
     "remap",
     "shift",
+    "show_expr",
     "walk",
 ]

@@ -1,0 +1,94 @@
+"""Rendering a `JoinFunction`: one runtime `join_function` per stretch, one kernel query.
+
+Each stretch of the function's normal form (`JoinFunction.segments`) becomes a
+runtime `join_function` whose branch computes every output column and the
+filter from the stretch's input directly; temporal bounds become the branch
+times (enter at `max(t, lo)`, leave at `max(t, hi)` with the diff negated,
+DESIGN §2.5); a negation is the branch's diff factor; a table function
+between stretches is a runtime `flat_map` (or `explode` for `repeat_row`).
+The runtime chains consecutive linear steps into one node, so the whole
+function is one projection per batch.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dsql.planner.linear import JoinFunction, Segment
+from dsql.planner.plan import col
+from dsql.runtime.collection import Collection
+
+
+def names(n: int) -> list[str]:
+    return [f"_c{i}" for i in range(n)]
+
+
+def render_linear(c: Collection, fn: JoinFunction, time_scale: int) -> Collection:
+    """`c` (columns `_c0..`, possibly more) transformed by `fn`; output columns `_c0..`."""
+    for seg, table in fn.segments():
+        c = _segment(c, seg, time_scale)
+        if table is None:
+            continue
+        width = len(seg.outputs)
+        if table.columns:
+            c = c.flat_map(table.function.copy(), f"_c{width}", keep=names(width))
+        else:
+            c = c.explode(table.function.copy())
+    return c
+
+
+def _segment(c: Collection, seg: Segment, time_scale: int) -> Collection:
+    safe, lower, upper = seg.split(time_scale)
+    n = len(seg.outputs)
+    plain = all(e == col(i) for i, e in enumerate(seg.outputs)) and n == seg.input_arity
+    if (
+        plain
+        and not (safe.predicates or lower or upper or seg.negated)
+        and c.columns == tuple(names(n))
+    ):
+        return c
+    outputs = (
+        [exp.alias_(e.copy(), f"_c{i}") for i, e in enumerate(seg.outputs)]
+        if n
+        else [exp.alias_(exp.Literal.number(0), "_c0")]  # arity 0 is carried as one column
+    )
+    where = exp.and_(*(p.copy() for p in safe.predicates)) if safe.predicates else None
+    diff = "-1" if seg.negated else None
+    return c.join_function(temporal_branches(outputs, where, lower, upper, diff))
+
+
+def temporal_branches(
+    columns: list[exp.Expression],
+    where: exp.Expression | None,
+    lower: list[exp.Expression],
+    upper: list[exp.Expression],
+    diff: str | None = None,
+) -> list[dict]:
+    """Runtime branches: the row from `max(lower)` (if any) until `min(upper)` (if any)."""
+    lo = _fold(exp.Greatest, lower)
+    hi = _fold(exp.Least, upper)
+    enter = {"columns": columns, "where": where, "time": lo, "diff": diff}
+    if hi is None:
+        return [enter]
+    window = exp.GT(this=hi.copy(), expression=lo.copy()) if lo is not None else None
+    parts = [x for x in (where, window) if x is not None]
+    cond = exp.and_(*parts) if parts else None
+    enter["where"] = cond
+    leave = {
+        "columns": [e.copy() for e in columns],
+        "where": cond.copy() if cond is not None else None,
+        "time": hi,
+        "diff": "1" if diff else "-1",
+    }
+    return [enter, leave]
+
+
+def _fold(kind: type[exp.Func], bounds: list[exp.Expression]) -> exp.Expression | None:
+    if not bounds:
+        return None
+    if len(bounds) == 1:
+        return bounds[0].copy()
+    return kind(this=bounds[0].copy(), expressions=[b.copy() for b in bounds[1:]])
+
+
+__all__ = ["names", "render_linear", "temporal_branches"]

@@ -1,0 +1,494 @@
+"""The general linear operator as a planner value: `JoinFunction`.
+
+A `JoinFunction` maps each input row (a tuple of positional columns) to output
+rows with times and diffs (DESIGN §2.6, seed "generalizing linear operators").
+It is a chain of steps applied in order:
+
+- `MapStep`: append one column per expression;
+- `FilterStep`: keep the rows for which every predicate is true; a predicate
+  that mentions `mz_now()` is a temporal bound (see `split`);
+- `ProjectStep`: keep the columns at the given positions (repeats allowed);
+- `TableStep`: a table function: per row, one output per element, its value
+  appended as a column (`repeat_row(n)` appends none and multiplies the diff);
+- `NegateStep`: multiply every diff by -1.
+
+Invariants: every expression refers only to columns present at its step;
+`input_arity` is the arity the first step sees. `optimize` puts a function in a
+normal form: between table functions, one stretch of filter, map, project
+whose expressions are over that stretch's input (maps inlined, predicates moved
+ahead of maps and of table functions they do not depend on), and at most one
+negation, at the end.
+
+>>> from dsql.planner.plan import parse_expr, Column
+>>> from dsql.planner import types
+>>> f = JoinFunction.identity(2).map((parse_expr("_c1 * 2"),), (Column("b2", types.build("int")),))
+>>> g = f.filter((parse_expr("_c2 > 1"),)).project((0, 2))
+>>> g.optimize().describe()
+['filter #1 * 2 > 1', 'map #2 = #1 * 2', 'project (#0, #2)']
+>>> sorted(g.demand())
+[0, 1]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from dsql.errors import SchemaError
+from dsql.planner.plan import Column, col, conjuncts, index, refs, remap, show_expr
+from dsql.planner.temporal import mentions_mz_now, split_temporal
+
+
+@dataclass(frozen=True, slots=True)
+class MapStep:
+    """Append one column per expression (`columns` names and types them)."""
+
+    exprs: tuple[exp.Expression, ...]
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FilterStep:
+    """Keep rows for which every predicate is true (NULL is false)."""
+
+    predicates: tuple[exp.Expression, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectStep:
+    """Keep the columns at `outputs`, in that order."""
+
+    outputs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TableStep:
+    """A table function per row: `generate_series`/`unnest` append one column;
+    with no columns, `function` is `repeat_row`'s count (the diff is multiplied by it)."""
+
+    function: exp.Expression
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NegateStep:
+    """Multiply every diff by -1."""
+
+
+Step = MapStep | FilterStep | ProjectStep | TableStep | NegateStep
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A table-function-free stretch in closed form.
+
+    `outputs[i]` and every predicate are expressions over the stretch's input
+    columns; `meta[i]` is the input position a plain output copies, or its `Column`.
+    """
+
+    input_arity: int
+    outputs: tuple[exp.Expression, ...]
+    meta: tuple[int | Column, ...]
+    predicates: tuple[exp.Expression, ...]
+    negated: bool
+
+    def steps(self) -> tuple[Step, ...]:
+        """filter, map, project, negate: the stretch as steps (identity parts left out)."""
+        out: list[Step] = []
+        if self.predicates:
+            out.append(FilterStep(self.predicates))
+        exprs: list[exp.Expression] = []
+        cols: list[Column] = []
+        seen: dict[str, int] = {}
+        layout: list[int] = []
+        for e, m in zip(self.outputs, self.meta, strict=True):
+            i = _column_index(e)
+            if i is not None:
+                layout.append(i)
+                continue
+            key = e.sql()
+            if key not in seen:
+                seen[key] = self.input_arity + len(exprs)
+                exprs.append(e)
+                cols.append(
+                    m if isinstance(m, Column) else Column(f"_c{m}", exp.DataType.build("unknown"))
+                )
+            layout.append(seen[key])
+        if exprs:
+            out.append(MapStep(tuple(exprs), tuple(cols)))
+        if tuple(layout) != tuple(range(self.input_arity + len(exprs))):
+            out.append(ProjectStep(tuple(layout)))
+        if self.negated:
+            out.append(NegateStep())
+        return tuple(out)
+
+    def split(self, time_scale: int) -> tuple[Segment, list[exp.Expression], list[exp.Expression]]:
+        """(the stretch without temporal predicates, lower bounds, upper bounds)."""
+        safe, lower, upper = split_temporal(self.predicates, time_scale)
+        return _replace_predicates(self, tuple(safe)), lower, upper
+
+
+def _replace_predicates(s: Segment, predicates: tuple[exp.Expression, ...]) -> Segment:
+    return Segment(s.input_arity, s.outputs, s.meta, predicates, s.negated)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinFunction:
+    """A chain of linear steps over `input_arity` positional columns (module docstring)."""
+
+    input_arity: int
+    steps: tuple[Step, ...] = ()
+
+    def __post_init__(self) -> None:
+        arity = self.input_arity
+        for step in self.steps:
+            arity = _check_step(step, arity)
+
+    # --- construction ------------------------------------------------------------------
+    @staticmethod
+    def identity(arity: int) -> JoinFunction:
+        """The function that returns each row unchanged."""
+        return JoinFunction(arity)
+
+    def then(self, *steps: Step) -> JoinFunction:
+        return JoinFunction(self.input_arity, self.steps + steps)
+
+    def map(self, exprs: tuple[exp.Expression, ...], columns: tuple[Column, ...]) -> JoinFunction:
+        return self.then(MapStep(exprs, columns)) if exprs else self
+
+    def filter(self, predicates: Iterable[exp.Expression]) -> JoinFunction:
+        predicates = tuple(predicates)
+        return self.then(FilterStep(predicates)) if predicates else self
+
+    def project(self, outputs: Iterable[int]) -> JoinFunction:
+        return self.then(ProjectStep(tuple(outputs)))
+
+    def compose(self, other: JoinFunction) -> JoinFunction:
+        """`self`, then `other` (whose input is `self`'s output)."""
+        if other.input_arity != self.arity:
+            raise SchemaError(
+                f"cannot compose: {self.arity} output columns feed {other.input_arity} inputs"
+            )
+        return JoinFunction(self.input_arity, self.steps + other.steps)
+
+    # --- facts -------------------------------------------------------------------------
+    @property
+    def arity(self) -> int:
+        """The number of output columns."""
+        arity = self.input_arity
+        for step in self.steps:
+            arity = _arity_after(step, arity)
+        return arity
+
+    def is_identity(self) -> bool:
+        return all(
+            isinstance(s, ProjectStep) and s.outputs == tuple(range(self.input_arity))
+            for s in self.steps
+        )
+
+    def columns(self, inputs: tuple[Column, ...]) -> tuple[Column, ...]:
+        """The output columns, given the input's."""
+        cols = inputs
+        for step in self.steps:
+            match step:
+                case MapStep(columns=new) | TableStep(columns=new):
+                    cols = cols + new
+                case ProjectStep(outputs=outs):
+                    cols = tuple(cols[i] for i in outs)
+        return cols
+
+    def demand(self) -> frozenset[int]:
+        """The input columns the output depends on (values, multiplicities or times)."""
+        arities = [self.input_arity]
+        for step in self.steps:
+            arities.append(_arity_after(step, arities[-1]))
+        needed = set(range(arities[-1]))
+        for step, before in zip(reversed(self.steps), reversed(arities[:-1]), strict=True):
+            match step:
+                case ProjectStep(outputs=outs):
+                    needed = {outs[i] for i in needed}
+                case MapStep(exprs=exprs):
+                    used = {c for c in needed if c < before}
+                    for k, e in enumerate(exprs):
+                        if before + k in needed:
+                            used |= refs(e)
+                    needed = used
+                case FilterStep(predicates=preds):
+                    needed |= {c for p in preds for c in refs(p)}
+                case TableStep(function=f):
+                    needed = {c for c in needed if c < before} | refs(f)
+        return frozenset(needed)
+
+    def segments(self) -> tuple[tuple[Segment, TableStep | None], ...]:
+        """The chain in closed form: stretches, each followed by a table function (or None last).
+
+        Every predicate sits in the earliest stretch whose columns it can be
+        written over; the negation (if the count of negations is odd) is on the last.
+        """
+        parts: list[tuple[Segment, TableStep | None]] = []
+        rest = self.steps
+        arity = self.input_arity
+        while True:
+            cut = next((i for i, s in enumerate(rest) if isinstance(s, TableStep)), len(rest))
+            seg = _closed_form(arity, rest[:cut])
+            if cut == len(rest):
+                parts.append((seg, None))
+                break
+            table = rest[cut]
+            assert isinstance(table, TableStep)
+            parts.append((seg, table))
+            arity = len(seg.outputs) + len(table.columns)
+            rest = rest[cut + 1 :]
+        return _hoist(parts)
+
+    # --- rewrites ----------------------------------------------------------------------
+    def optimize(self) -> JoinFunction:
+        """An equivalent function in normal form (module docstring); drops unused work.
+
+        Columns a stretch computes but nothing after its table function reads
+        are projected away before the table function.
+        """
+        parts = list(self.segments())
+        widths = [len(seg.outputs) for seg, _ in parts]
+        keeps: list[list[int]] = [[] for _ in parts]
+        for k in range(len(parts) - 2, -1, -1):  # backwards: later stretches decide
+            seg, table = parts[k]
+            assert table is not None
+            used = {c for c in _reads(parts[k + 1][0]) if c < widths[k]} | refs(table.function)
+            keeps[k] = sorted(used)
+            parts[k] = (_select(seg, keeps[k]), table)
+        steps: list[Step] = []
+        for k, (seg, table) in enumerate(parts):
+            if k:
+                before = parts[k - 1][1]
+                assert before is not None
+                keep, added = keeps[k - 1], len(before.columns)
+                position = {c: i for i, c in enumerate(keep)}
+                position |= {widths[k - 1] + j: len(keep) + j for j in range(added)}
+                seg = _renumber(seg, position, len(keep) + added)
+            steps.extend(seg.steps())
+            if table is not None:
+                position = {c: i for i, c in enumerate(keeps[k])}
+                steps.append(TableStep(remap(table.function, dict(position)), table.columns))
+        return JoinFunction(self.input_arity, tuple(steps))
+
+    def permute(self, mapping: dict[int, int], new_input_arity: int) -> JoinFunction:
+        """The same function over an input whose column `i` is at `mapping[i]`.
+
+        Columns without a position must not be demanded; they read as NULL.
+        """
+        missing = [i for i in range(self.input_arity) if i not in mapping]
+        if missing and set(missing) & self.demand():
+            raise SchemaError(f"permute: demanded columns {missing} have no position")
+        prefix = JoinFunction(new_input_arity)
+        nulls = {i: new_input_arity + k for k, i in enumerate(missing)}
+        if missing:
+            prefix = prefix.map(
+                tuple(exp.Null() for _ in missing),
+                tuple(Column(f"_c{i}", exp.DataType.build("unknown")) for i in missing),
+            )
+        layout = tuple(mapping[i] if i in mapping else nulls[i] for i in range(self.input_arity))
+        return prefix.project(layout).compose(self).optimize()
+
+    def split(
+        self, time_scale: int
+    ) -> tuple[JoinFunction, list[exp.Expression], list[exp.Expression]]:
+        """(the function without temporal predicates, lower bounds, upper bounds).
+
+        Bounds are over the input columns, in runtime time units. Only for a
+        function whose temporal predicates all sit in its first stretch.
+        """
+        parts = self.segments()
+        first, lower, upper = parts[0][0].split(time_scale)
+        if any(mentions_mz_now(p) for seg, _ in parts[1:] for p in seg.predicates):
+            raise SchemaError("a temporal bound over a table function's output cannot be split off")
+        rest = JoinFunction(self.input_arity, first.steps() + _tail_steps(parts))
+        return rest, lower, upper
+
+    def peel_predicates(self) -> tuple[tuple[exp.Expression, ...], JoinFunction]:
+        """(predicates over the input that may be applied before it, the rest of the function).
+
+        Temporal predicates stay in the function.
+        """
+        parts = self.segments()
+        first = parts[0][0]
+        peeled = tuple(p for p in first.predicates if not mentions_mz_now(p))
+        kept = tuple(p for p in first.predicates if mentions_mz_now(p))
+        rest = _replace_predicates(first, kept)
+        return peeled, JoinFunction(self.input_arity, rest.steps() + _tail_steps(parts))
+
+    # --- display -----------------------------------------------------------------------
+    def describe(self) -> list[str]:
+        """One line per step, columns as `#n`."""
+        lines = []
+        arity = self.input_arity
+        for step in self.steps:
+            match step:
+                case MapStep(exprs=exprs):
+                    lines.append(
+                        "map "
+                        + ", ".join(f"#{arity + i} = {show_expr(e)}" for i, e in enumerate(exprs))
+                    )
+                case FilterStep(predicates=preds):
+                    lines.append("filter " + " AND ".join(show_expr(p) for p in preds))
+                case ProjectStep(outputs=outs):
+                    lines.append("project (" + ", ".join(f"#{o}" for o in outs) + ")")
+                case TableStep(function=f, columns=cols):
+                    lines.append(
+                        f"table #{arity} = {show_expr(f)}" if cols else f"repeat_row {show_expr(f)}"
+                    )
+                case NegateStep():
+                    lines.append("negate")
+            arity = _arity_after(step, arity)
+        return lines
+
+
+def _reads(seg: Segment) -> set[int]:
+    """The input columns a stretch reads."""
+    return {c for e in (*seg.outputs, *seg.predicates) for c in refs(e)}
+
+
+def _select(seg: Segment, keep: list[int]) -> Segment:
+    """The stretch with only the outputs at `keep`."""
+    return Segment(
+        seg.input_arity,
+        tuple(seg.outputs[c] for c in keep),
+        tuple(seg.meta[c] for c in keep),
+        seg.predicates,
+        seg.negated,
+    )
+
+
+def _tail_steps(parts: tuple[tuple[Segment, TableStep | None], ...]) -> tuple[Step, ...]:
+    steps: list[Step] = []
+    for k, (seg, table) in enumerate(parts):
+        if k:
+            steps.extend(seg.steps())
+        if table is not None:
+            steps.append(table)
+    return tuple(steps)
+
+
+def _renumber(seg: Segment, position: dict[int, int], arity: int) -> Segment:
+    def mv(e: exp.Expression) -> exp.Expression:
+        return remap(e, dict(position))
+
+    meta = tuple(position[m] if isinstance(m, int) else m for m in seg.meta)
+    return Segment(
+        arity,
+        tuple(mv(e) for e in seg.outputs),
+        meta,
+        tuple(mv(p) for p in seg.predicates),
+        seg.negated,
+    )
+
+
+def _closed_form(arity: int, steps: tuple[Step, ...]) -> Segment:
+    """Symbolic execution of table-free steps: outputs and predicates over the input."""
+    outputs: list[exp.Expression] = [col(i) for i in range(arity)]
+    meta: list[int | Column] = list(range(arity))
+    preds: list[exp.Expression] = []
+    negated = False
+    for step in steps:
+        env = dict(enumerate(outputs))
+        match step:
+            case MapStep(exprs=exprs, columns=cols):
+                outputs += [_inline(e, env) for e in exprs]
+                meta += list(cols)
+            case FilterStep(predicates=ps):
+                for p in (c for q in ps for c in conjuncts(q)):
+                    p = _inline(p, env)
+                    if not _is_true(p) and p.sql() not in {q.sql() for q in preds}:
+                        preds.append(p)
+            case ProjectStep(outputs=outs):
+                outputs = [outputs[i] for i in outs]
+                meta = [meta[i] for i in outs]
+            case NegateStep():
+                negated = not negated
+    return Segment(arity, tuple(outputs), tuple(meta), tuple(preds), negated)
+
+
+def _hoist(
+    parts: list[tuple[Segment, TableStep | None]],
+) -> tuple[tuple[Segment, TableStep | None], ...]:
+    """Move predicates ahead of table functions they do not read; negation to the end."""
+    out = list(parts)
+    negated = sum(seg.negated for seg, _ in out) % 2 == 1
+    for k in range(len(out) - 1, 0, -1):
+        seg, table = out[k]
+        prev, prev_table = out[k - 1]
+        assert prev_table is not None
+        width = len(prev.outputs)
+        moved, kept = [], []
+        for p in seg.predicates:
+            used = refs(p)
+            if all(c < width for c in used):
+                moved.append(_inline(p, dict(enumerate(prev.outputs))))
+            else:
+                kept.append(p)
+        out[k] = (_replace_predicates(seg, tuple(kept)), table)
+        out[k - 1] = (_replace_predicates(prev, prev.predicates + tuple(moved)), prev_table)
+    for k, (seg, table) in enumerate(out):
+        neg = negated and k == len(out) - 1
+        out[k] = (Segment(seg.input_arity, seg.outputs, seg.meta, seg.predicates, neg), table)
+    return tuple(out)
+
+
+def _inline(e: exp.Expression, env: dict[int, exp.Expression]) -> exp.Expression:
+    """`e` with each `#i` replaced by the expression `env[i]`."""
+    return remap(e, {i: env[i] for i in refs(e)})
+
+
+def _column_index(e: exp.Expression) -> int | None:
+    return index(e) if isinstance(e, exp.Column) else None
+
+
+def _is_true(p: exp.Expression) -> bool:
+    return isinstance(p, exp.Boolean) and p.this is True
+
+
+def _arity_after(step: Step, arity: int) -> int:
+    match step:
+        case MapStep(exprs=exprs):
+            return arity + len(exprs)
+        case TableStep(columns=cols):
+            return arity + len(cols)
+        case ProjectStep(outputs=outs):
+            return len(outs)
+    return arity
+
+
+def _check_step(step: Step, arity: int) -> int:
+    match step:
+        case MapStep(exprs=exprs, columns=cols):
+            if len(exprs) != len(cols):
+                raise SchemaError("map: one column per expression")
+            bad = [c for e in exprs for c in refs(e) if c >= arity]
+        case FilterStep(predicates=preds):
+            bad = [c for p in preds for c in refs(p) if c >= arity]
+        case ProjectStep(outputs=outs):
+            bad = [c for c in outs if c >= arity]
+        case TableStep(function=f):
+            bad = [c for c in refs(f) if c >= arity]
+        case _:
+            bad = []
+    if bad:
+        raise SchemaError(
+            f"linear step {type(step).__name__}: column(s) {sorted(set(bad))} do not exist "
+            f"(arity {arity})"
+        )
+    return _arity_after(step, arity)
+
+
+__all__ = [
+    "FilterStep",
+    "JoinFunction",
+    "MapStep",
+    "NegateStep",
+    "ProjectStep",
+    "Segment",
+    "Step",
+    "TableStep",
+]
