@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from rich.markup import escape
 
 from dsql import errors
 from dsql.cli import Script, connect
@@ -65,6 +66,7 @@ class ReplScript(Script):
         label = one_line(stmt.text, 60)
         rows: pa.Table = result.table
         console = self.printer.console
+        console.print(f"[dim]{escape(label)}: live; Ctrl-C stops[/dim]", highlight=False)
         try:
             with Live(_live_table(label, rows), console=console, refresh_per_second=8) as live:
                 while not sub.closed:
@@ -86,7 +88,7 @@ def _live_table(label: str, rows: pa.Table) -> Any:
     from dsql.printer import format_value
 
     shown = rows.slice(max(rows.num_rows - LIVE_ROWS, 0))
-    title = f"{label}  [dim]({rows.num_rows} updates; Ctrl-C stops)[/dim]"
+    title = f"{escape(label)}  [dim]({rows.num_rows} updates)[/dim]"
     view = Table(title=title, title_justify="left")
     for field in rows.schema:
         view.add_column(field.name)
