@@ -21,7 +21,7 @@ return the updates available so far, waiting at most `timeout` seconds for some.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dsql import errors, grammar
+from dsql.compiled import CompiledQuery, compile, query_of
 from dsql.errors import InterfaceError
 from dsql.execute import Executor
 from dsql.session import Result, Session
@@ -341,94 +342,12 @@ class Cursor:
         self.connection._check()
 
 
-@dataclass(frozen=True)
-class CompiledQuery:
-    """A query bound against a catalog, not run: its columns and its plans (`explain`)."""
-
-    sql: str
-    query: Any  # dsql.planner.plan.Query
-    catalog: Any
-
-    @property
-    def columns(self) -> list[tuple[str, str]]:
-        return [(c.name, c.type.sql("postgres").lower()) for c in self.query.columns]
-
-    def explain(self, stage: str = "optimized") -> str:
-        """The plan at `stage`: raw, decorrelated, optimized, or (with a session) physical."""
-        from dsql.explain import explain
-
-        if stage == "physical" and not isinstance(self.catalog, Session):
-            raise errors.UnsupportedError(
-                "the physical plan needs a session", hint="compile against a connection"
-            )
-        return explain(self.catalog, self.query_ast(), stage)
-
-    def query_ast(self) -> Any:
-        return _query_of(grammar.parse(self.sql)[0])
-
-
-def compile(sql: str, catalog: Any) -> CompiledQuery:  # noqa: A001 - the issue's name
-    """Bind a query (or a CREATE VIEW / SUBSCRIBE's query) against `catalog`, running nothing.
-
-    `catalog` is a connection or session, an object with `columns(name)` and `names()`,
-    or a mapping `{table: {column: sql_type}}`.
-    """
-    statements = grammar.parse(sql)
-    if len(statements) != 1:
-        raise errors.ProgrammingError(f"compile takes one statement, not {len(statements)}")
-    target = _catalog(catalog)
-    bound = target.plan(_query_of(statements[0]))
-    return CompiledQuery(sql, bound, target)
-
-
-def _catalog(catalog: Any) -> Any:
-    """Something with `plan(query)` and `relations` for `explain`, from what the user gave."""
-    from dsql.planner.bind import bind
-    from dsql.planner.catalog import StaticCatalog
-    from dsql.planner.plan import Column
-    from dsql.planner.types import build
-
-    if isinstance(catalog, Connection):
-        return catalog.session
-    if isinstance(catalog, Session):
-        return catalog
-    if isinstance(catalog, Mapping):
-        catalog = StaticCatalog(
-            {
-                name: tuple(Column(c, build(t)) for c, t in dict(cols).items())
-                for name, cols in catalog.items()
-            }
-        )
-
-    class _Static:
-        relations: dict[str, Any] = {}
-
-        def plan(self, query: Any) -> Any:
-            return bind(query, catalog)
-
-    return _Static()
-
-
-def _query_of(stmt: Any) -> Any:
-    match stmt:
-        case grammar.Select() | grammar.CreateView():
-            return stmt.query
-        case grammar.Subscribe() if not isinstance(stmt.target, str):
-            return stmt.target
-        case grammar.Subscribe():
-            return exp.select("*").from_(exp.to_table(stmt.target))
-    raise errors.UnsupportedError(
-        f"compile takes a query, not {type(stmt).__name__}",
-        hint="pass SELECT ... or CREATE VIEW ...",
-    )
-
-
 def _bind_target(session: Session, target: str) -> Any:
     """A view name or query text, bound (for `subscribe`)."""
     text = target.strip()
     if text.lower().startswith(("select", "with", "values", "(")):
         (stmt,) = grammar.parse(f"SUBSCRIBE {text}" if text[0] == "(" else f"SUBSCRIBE ({text})")
-        return session.plan(_query_of(stmt))
+        return session.plan(query_of(stmt))
     session.columns(target)
     return session.plan(exp.select("*").from_(exp.to_table(target)))
 
