@@ -311,10 +311,8 @@ class Session:
 
 def accumulate(updates: pa.Table, tick: int, arity: int) -> pa.Table:
     """The rows a stream of updates holds at `tick`, each repeated by its count (in DuckDB)."""
-    import duckdb
-
     cols = ", ".join(f'"_c{i}"' for i in range(arity)) if arity else '0 AS "_c0"'
-    con = duckdb.connect()
+    con = _duckdb()
     con.register("u", updates)
     con.execute(
         f'CREATE TEMP TABLE counts AS SELECT {cols}, CAST(SUM("{DIFF}") AS BIGINT) AS n FROM u WHERE "{TIME}" <= {tick} GROUP BY ALL '
@@ -324,18 +322,30 @@ def accumulate(updates: pa.Table, tick: int, arity: int) -> pa.Table:
         raise ExecutionError(
             "a result has a row with a negative count", hint="this is a dsql bug; please report it"
         )
-    rows = con.execute(
+    rows = con.sql(
         "SELECT * EXCLUDE (n, generate_series) FROM counts, generate_series(1, counts.n)"
     )
     table = rows.to_arrow_table()
-    con.close()
+    con.close()  # a cursor: its temporary table goes with it
     return table
+
+
+def _duckdb() -> Any:
+    """A fresh cursor on one in-process DuckDB shared by reads (a new database per read
+    costs tens of milliseconds; a cursor, with its own temporary tables, almost none)."""
+    global _DUCKDB
+    if _DUCKDB is None:
+        import duckdb
+
+        _DUCKDB = duckdb.connect()
+    return _DUCKDB.cursor()
+
+
+_DUCKDB: Any = None
 
 
 def present(table: pa.Table, bound: Query) -> pa.Table:
     """Order, limit and name a read's rows as the query asks."""
-    import duckdb
-
     visible = bound.visible
     if bound.order or bound.limit is not None or bound.offset:
         order = ", ".join(
@@ -347,7 +357,7 @@ def present(table: pa.Table, bound: Query) -> pa.Table:
             sql += f" LIMIT {bound.limit}"
         if bound.offset:
             sql += f" OFFSET {bound.offset}"
-        con = duckdb.connect()
+        con = _duckdb()
         con.register("t", table)
         table = con.sql(sql).to_arrow_table()
         con.close()

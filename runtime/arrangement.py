@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from dsql.errors import SchemaError
 from dsql.runtime import relational as rel
 from dsql.runtime.dataflow import Batch, Node, Round
-from dsql.runtime.kernel.base import Frame
+from dsql.runtime.kernel.base import Frame, Kernel, Prepared
 from dsql.runtime.lattice import Antichain
 from dsql.runtime.trace import Trace
 
@@ -81,6 +81,9 @@ class TracedNode(Arranged):
 class ArrangeNode(TracedNode):
     """Arranges its input by `keys` (see module docstring)."""
 
+    always_run = False
+    composes_linear = True
+
     def __init__(self, source: Node, keys: tuple[str, ...]) -> None:
         unknown = [k for k in keys if k not in source.columns]
         if unknown:
@@ -91,16 +94,22 @@ class ArrangeNode(TracedNode):
         self.keys = keys
         super().__init__(source.worker, (source,), source.schema, source.depth)
         self._trace = Trace(self.kernel, self.columns, keys, self.depth)
+        self._consolidate = prepare_consolidate(self.kernel, self.columns, self.depth)
 
     def step(self, rnd: Round) -> Batch | None:
         self.current = None
         delta = rnd.delta(self.inputs[0])
         if delta is None:
             return None
-        query = rel.consolidate("d", self.columns, self.depth)
-        stored = self.kernel.materialize(
-            self.kernel.query(query, {"d": delta.frame}), self.keys, delta.rows
-        )
+        if delta.deferred is not None:  # consolidate the linear input's query: one call
+            columns, depth = self.columns, self.depth
+            fused = delta.deferred.compose(
+                lambda inner: rel.consolidate(inner, columns, depth), "arrange-linear"
+            )
+            frame = self.kernel.query(fused, {"src": delta.frame})
+        else:
+            frame = self.kernel.query(self._consolidate, {"d": delta.frame})
+        stored = self.kernel.materialize(frame, self.keys, delta.rows)
         if stored.rows == 0:
             self.kernel.release(stored.frame)
             return None
@@ -109,6 +118,12 @@ class ArrangeNode(TracedNode):
 
     def describe(self) -> str:
         return f"Arrange(keys={', '.join(self.keys) or '()'})"
+
+
+def prepare_consolidate(kernel: Kernel, columns: tuple[str, ...], depth: int) -> Prepared:
+    """`relational.consolidate` of a batch relation `d`, prepared once per shape."""
+    build = lambda: kernel.prepare(rel.consolidate("d", columns, depth))  # noqa: E731
+    return kernel.cached(("consolidate", columns, depth), build)
 
 
 class TraceHandle:
@@ -132,7 +147,12 @@ class TraceHandle:
         self.source.trace.release_hold(self._hold)
 
     def import_into(self) -> ImportNode:
-        """An arrangement in the same worker that replays the history, then follows."""
+        """An arrangement in the same worker that replays the history, then follows.
+
+        The trace is first compacted to one batch where its batches hold several times,
+        so the replay is at one time (operators downstream take their cheapest path).
+        """
+        self.source.trace.settle()
         return ImportNode(self)
 
 

@@ -23,6 +23,7 @@ True
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,11 +33,12 @@ from sqlglot import exp
 
 from dsql.errors import ParseError, SchemaError
 from dsql.runtime import relational as rel
-from dsql.runtime.arrangement import Arranged, ArrangeNode
+from dsql.runtime.arrangement import Arranged, ArrangeNode, prepare_consolidate
 from dsql.runtime.capture import CaptureNode, Probe
-from dsql.runtime.dataflow import Batch, Node, Round, Worker, batch_schema
+from dsql.runtime.dataflow import Batch, Node, Round, Worker, batch_schema, schema_key
+from dsql.runtime.kernel.base import Prepared
 from dsql.runtime.lattice import DIFF, time_columns
-from dsql.runtime.linear import Branch, Branches, Linear, Unnest
+from dsql.runtime.linear import Branch, Branches, Linear, Unnest, static_schema
 from dsql.runtime.operators.join import JoinNode, check_key_types
 from dsql.runtime.operators.reduce import ReduceNode
 from dsql.runtime.operators.reduce_logic import (
@@ -51,12 +53,18 @@ from dsql.runtime.operators.reduce_logic import (
 Expr = str | exp.Expression
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(text: str, dialect: str) -> exp.Expression:
+    """Expression strings repeat (column names, `"0 AS _c0"`): parse each once."""
+    return sqlglot.parse_one(text, read=dialect)
+
+
 def parse_expression(text: Expr, dialect: str) -> exp.Expression:
     """A sqlglot expression from SQL text; a ParseError with the position otherwise."""
     if isinstance(text, exp.Expression):
         return text
     try:
-        return sqlglot.parse_one(text, read=dialect)
+        return _parse_cached(text, dialect).copy()
     except sqlglot.errors.ParseError as error:
         info = error.errors[0] if error.errors else {}
         line, column = info.get("line", 1), info.get("col", 1)
@@ -81,25 +89,74 @@ def parse_named(text: Expr, dialect: str) -> tuple[str, exp.Expression]:
 
 
 class LinearNode(Node):
-    """A fused chain of linear steps over one input."""
+    """A fused chain of linear steps over one input.
+
+    The chain's query is rendered once, when the node first runs (a chain being
+    extended by fusion never runs). The schema follows from the last step and the
+    schema before it (`prior`: the node this one extends), statically where the
+    step only renames and filters, else by evaluating that step over no rows.
+    """
 
     lazy = True
+    always_run = False
 
-    def __init__(self, source: Node, linear: Linear) -> None:
+    def __init__(self, source: Node, linear: Linear, prior: Node | None = None) -> None:
         self.linear = linear
-        query = linear.compile(source.kernel, "src", source.columns, source.depth)
-        schema = source.worker.output_schema(query, {"src": source})
+        self._query: Prepared | None = None
+        self._composed: dict[str, Prepared] = {}
+        before = prior if prior is not None else source
+        last = linear.steps[-1]
+        schema = static_schema(last, before.schema)
+        if schema is None:
+            kernel, worker = source.kernel, source.worker
+
+            def evaluate() -> pa.Schema:
+                one = Linear((last,)).compile(kernel, "src", before.columns, source.depth)
+                return worker.output_schema(one, {"src": (before.schema, before.depth)})
+
+            shape = (rel.fingerprint(last), schema_key(before.schema), source.depth)
+            schema = kernel.cached(("linear-schema", *shape), evaluate)
         super().__init__(source.worker, (source,), schema, source.depth)
+
+    @property
+    def query(self) -> Prepared:
+        """The whole chain as one prepared query over the batch relation `src`."""
+        if self._query is None:
+            source, kernel = self.inputs[0], self.kernel
+
+            def prepare() -> Prepared:
+                query = self.linear.compile(kernel, "src", source.columns, self.depth)
+                return kernel.prepare(query)
+
+            shape = (rel.fingerprint(self.linear), source.columns, self.depth)
+            self._query = kernel.cached(("linear", *shape), prepare)
+        return self._query
 
     def step(self, rnd: Round) -> Batch | None:
         delta = rnd.delta(self.inputs[0])
         if delta is None:
             return None
-        source = self.inputs[0]
-        query = self.linear.compile(self.kernel, "src", source.columns, self.depth)
         bound = self.linear.fanout_bound()
         rows = None if bound is None or delta.rows is None else delta.rows * bound
-        return Batch(self.kernel.query(query, {"src": delta.frame}), rows)
+        if self.consumers == 1 and self.readers[0].composes_linear:
+            # The one reader folds this query into its own: one kernel call, not two.
+            return Batch(delta.frame, rows, deferred=self)
+        return Batch(self.kernel.query(self.query, {"src": delta.frame}), rows)
+
+    def compose(self, outer: Callable[[exp.Query], exp.Query], name: str) -> Prepared:
+        """`outer` applied to this chain's query over `src` (a reader's fused query),
+        prepared once per shape; `name` tells the readers' kinds apart in the cache."""
+        if name in self._composed:
+            return self._composed[name]
+        source, kernel = self.inputs[0], self.kernel
+
+        def prepare() -> Prepared:
+            inner = self.linear.compile(kernel, "src", source.columns, self.depth)
+            return kernel.prepare(outer(inner))
+
+        shape = (rel.fingerprint(self.linear), source.columns, self.depth)
+        self._composed[name] = kernel.cached((name, *shape), prepare)
+        return self._composed[name]
 
     def describe(self) -> str:
         return f"Linear({len(self.linear.steps)} steps)"
@@ -109,6 +166,7 @@ class MapBatchesNode(Node):
     """A row-wise Python function over Arrow batches (the slow path of `map`)."""
 
     lazy = True
+    always_run = False
 
     def __init__(self, source: Node, function: Callable[[pa.Table], pa.Table], schema: pa.Schema):
         self.function = function
@@ -139,6 +197,7 @@ class ConcatNode(Node):
     """The multiset sum of collections with the same columns."""
 
     lazy = True
+    always_run = False
 
     def __init__(self, sources: Sequence[Node]) -> None:
         first = sources[0]
@@ -169,16 +228,17 @@ class ConsolidateNode(Node):
     """The same updates with equal (row, time) pairs summed and zeros dropped."""
 
     lazy = True
+    always_run = False
 
     def __init__(self, source: Node) -> None:
         super().__init__(source.worker, (source,), source.schema, source.depth)
+        self.query = prepare_consolidate(self.kernel, self.columns, self.depth)
 
     def step(self, rnd: Round) -> Batch | None:
         delta = rnd.delta(self.inputs[0])
         if delta is None:
             return None
-        query = rel.consolidate("d", self.columns, self.depth)
-        return Batch(self.kernel.query(query, {"d": delta.frame}))
+        return Batch(self.kernel.query(self.query, {"d": delta.frame}))
 
 
 class Collection:
@@ -213,7 +273,8 @@ class Collection:
     def _linear(self, step: Branches | Unnest) -> Collection:
         node = self.node
         if isinstance(node, LinearNode):
-            return Collection(LinearNode(node.inputs[0], node.linear.then(Linear((step,)))))
+            fused = node.linear.then(Linear((step,)))
+            return Collection(LinearNode(node.inputs[0], fused, prior=node))
         return Collection(LinearNode(node, Linear((step,))))
 
     def _parse(self, text: Expr) -> exp.Expression:

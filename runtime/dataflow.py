@@ -18,6 +18,7 @@ few jobs); nodes that keep state materialize what they keep.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,9 @@ class Batch:
     frame: Frame
     rows: int | None = None
     table: pa.Table | None = None
+    #: A linear node whose query is still to be applied to `frame` (its input batch): only
+    #: a sole reader that composes that query into its own sees such a batch.
+    deferred: Any = None
 
 
 @dataclass(slots=True)
@@ -96,6 +100,12 @@ class Node:
 
     #: A lazy node is skipped in rounds when nothing reads it (e.g. a map fused into another).
     lazy = False
+    #: Whether a top-level node steps in every round. When False it steps only in its first
+    #: round, in rounds where one of its inputs produced a batch, and while `pending()`
+    #: holds times; in other rounds it neither steps nor finishes (its state waits).
+    always_run = True
+    #: Whether the node folds a linear input's query into its own (see `Batch.deferred`).
+    composes_linear = False
 
     def __init__(
         self,
@@ -112,8 +122,11 @@ class Node:
         if chosen is not None:
             chosen.check_open()
         self.consumers = 0
+        #: The nodes that read this one (the rounds' schedule follows these edges).
+        self.readers: list[Node] = []
         for node in inputs:
             node.consumers += 1
+            node.readers.append(self)
         self.inputs = inputs
         self.schema = schema
         self.depth = depth
@@ -171,12 +184,21 @@ class Worker:
         self.recursion_limit = DEFAULT_RECURSION_LIMIT
         self._woken = False
         self._empty: dict[tuple[tuple[str, str], ...], Frame] = {}
+        #: Top-level nodes that step every round, nodes not run yet, nodes holding times.
+        self._always: dict[int, Node] = {}
+        self._fresh: list[Node] = []
+        self._standing: dict[int, Node] = {}
 
     def _register(self, node: Node) -> int:
         self.nodes.append(node)
+        node_id = len(self.nodes) - 1
         if node.scope is not None:
             node.scope.nodes.append(node)
-        return len(self.nodes) - 1
+        else:
+            self._fresh.append(node)
+            if node.always_run:
+                self._always[node_id] = node
+        return node_id
 
     # --- building ------------------------------------------------------------------
     def new_input(self, schema: pa.Schema | dict[str, Any] | list[tuple[str, Any]]) -> InputSession:
@@ -190,14 +212,22 @@ class Worker:
     def empty_frame(self, schema: pa.Schema, depth: int) -> Frame:
         """An empty frame of a batch relation with these data columns (cached)."""
         full = batch_schema(schema, depth)
-        key = tuple((f.name, str(f.type)) for f in full)
+        key = schema_key(full)
         if key not in self._empty:
             self._empty[key] = self.kernel.from_arrow(full.empty_table())
         return self._empty[key]
 
-    def output_schema(self, query: Any, inputs: dict[str, Node]) -> pa.Schema:
-        """The data columns of `query` evaluated over empty inputs (validates it, too)."""
-        frames = {name: self.empty_frame(node.schema, node.depth) for name, node in inputs.items()}
+    def output_schema(
+        self, query: Any, inputs: dict[str, Node | tuple[pa.Schema, int]]
+    ) -> pa.Schema:
+        """The data columns of `query` evaluated over empty inputs (validates it, too).
+
+        An input is a node or the (data schema, depth) of a batch relation.
+        """
+        frames = {
+            name: self.empty_frame(*((n.schema, n.depth) if isinstance(n, Node) else n))
+            for name, n in inputs.items()
+        }
         frame = self.kernel.query(query, frames)
         full = self.kernel.schema(frame)
         data = [f for f in full if not f.name.startswith("__time") and f.name != DIFF]
@@ -232,10 +262,47 @@ class Worker:
         self._woken = False
         self.rounds += 1
         rnd = Round(self.rounds, self.frontier, frontier)
-        top = [node for node in self.nodes if node.scope is None]
-        run_nodes(top, rnd)
+        self._run_top(rnd)
         self.frontier = frontier
         return True
+
+    def _run_top(self, rnd: Round) -> None:
+        """Step the top-level nodes that have work, in creation (topological) order.
+
+        A node has work when it always runs, is new, holds pending times, or one of its
+        inputs produced a non-empty batch this round; so a round costs what changed,
+        not the size of the graph (many idle views cost nothing). Then each node that
+        stepped finishes.
+        """
+        heap: list[int] = []
+        queued: set[int] = set()
+
+        def add(node: Node) -> None:
+            if node.id not in queued and node.scope is None and not node.dropped:
+                queued.add(node.id)
+                heapq.heappush(heap, node.id)
+
+        for node in (*self._fresh, *self._always.values(), *self._standing.values()):
+            add(node)
+        self._fresh = []
+        ran: list[Node] = []
+        while heap:
+            node = self.nodes[heapq.heappop(heap)]
+            if node.lazy and node.consumers == 0:
+                continue
+            batch = node.step(rnd)
+            if batch is not None and (batch.rows == 0 or self.kernel.rows(batch.frame) == 0):
+                batch = None  # an empty batch changes nothing downstream
+            rnd.outputs[node.id] = batch
+            ran.append(node)
+            if batch is not None:
+                for reader in node.readers:
+                    add(reader)
+        self._standing = {}
+        for node in ran:
+            node.finish(rnd)
+            if node.pending():
+                self._standing[node.id] = node
 
     def run(self) -> None:
         """Step until no input has anything to deliver."""
@@ -247,6 +314,8 @@ class Worker:
         for node in nodes:
             node.dropped = True
             node.release()
+            self._always.pop(node.id, None)
+            self._standing.pop(node.id, None)
 
 
 def run_nodes(nodes: list[Node], rnd: Round) -> None:
@@ -257,6 +326,11 @@ def run_nodes(nodes: list[Node], rnd: Round) -> None:
     for node in nodes:
         if not node.dropped:
             node.finish(rnd)
+
+
+def schema_key(schema: pa.Schema) -> tuple[tuple[str, str], ...]:
+    """A hashable key of a schema's names and types (for caches keyed by input shape)."""
+    return tuple((f.name, str(f.type)) for f in schema)
 
 
 def batch_schema(data: pa.Schema, depth: int) -> pa.Schema:

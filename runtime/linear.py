@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import pyarrow as pa
 from sqlglot import exp
 
 from dsql.runtime import relational as rel
@@ -194,3 +195,73 @@ def _branch_columns(branch: Branch, times: tuple[str, ...]) -> list[tuple[str, e
         diff = exp.Mul(this=diff, expression=exp.paren(branch.diff))
     out.append((DIFF, diff))
     return out
+
+
+#: Column types every kernel passes through a projection unchanged.
+_STABLE_TYPES = (
+    pa.int8(),
+    pa.int16(),
+    pa.int32(),
+    pa.int64(),
+    pa.float32(),
+    pa.float64(),
+    pa.bool_(),
+    pa.string(),
+    pa.date32(),
+)
+
+#: Condition nodes whose evaluation cannot fail or change a schema (over known columns).
+_PLAIN = (
+    exp.Column,
+    exp.Identifier,
+    exp.Literal,
+    exp.Null,
+    exp.Boolean,
+    exp.Paren,
+    exp.And,
+    exp.Or,
+    exp.Not,
+    exp.Is,
+    exp.EQ,
+    exp.NEQ,
+    exp.NullSafeEQ,
+    exp.GT,
+    exp.GTE,
+    exp.LT,
+    exp.LTE,
+)
+
+
+def static_schema(step: Step, schema: pa.Schema) -> pa.Schema | None:
+    """The output schema of `step` over rows of `schema`, when it follows from the step
+    alone: one branch whose outputs are columns of the input, with only plain
+    comparisons of input columns and literals as its condition. None otherwise (the
+    kernel must evaluate the step to know, which also validates it).
+
+    >>> from sqlglot import parse_one
+    >>> s = Branches.single([("y", parse_one("x"))], where=parse_one("x > 0"))
+    >>> static_schema(s, pa.schema([("x", pa.int32())])).names
+    ['y']
+    """
+    if not isinstance(step, Branches) or len(step.branches) != 1:
+        return None
+    branch = step.branches[0]
+    if branch.diff is not None or any(t is not None for t in branch.time):
+        return None
+    fields = []
+    for name, e in branch.columns:
+        if not isinstance(e, exp.Column) or e.table or e.name not in schema.names:
+            return None
+        source = schema.field(e.name)
+        if source.type not in _STABLE_TYPES:
+            return None
+        fields.append(pa.field(name, source.type))
+    if branch.where is not None:
+        for node in branch.where.walk():
+            if not isinstance(node, _PLAIN):
+                return None
+            if isinstance(node, exp.Column) and (node.table or node.name not in schema.names):
+                return None
+            if isinstance(node, exp.Literal) and node is branch.where:
+                return None  # `WHERE 1`: engines differ on non-boolean conditions
+    return pa.schema(fields)

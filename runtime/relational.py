@@ -188,3 +188,27 @@ def key_filter(column: str, values: pa.ChunkedArray | pa.Array) -> exp.Expressio
     if len(present) < len(distinct):
         condition = exp.or_(condition, exp.Is(this=col(column), expression=exp.null()))
     return exp.paren(condition)
+
+
+def fingerprint(value: object) -> object:
+    """An exact, hashable key of a sqlglot tree (or a tuple/dataclass of them).
+
+    sqlglot's own equality ignores the case of names and literals, so `'A'` and `'a'`
+    are equal there; this key keeps every string as written. For caches of prepared
+    queries: equal keys render to the same SQL.
+
+    >>> from sqlglot import parse_one
+    >>> fingerprint(parse_one("x = 'A'")) == fingerprint(parse_one("x = 'a'"))
+    False
+    """
+    if isinstance(value, exp.Expression):
+        args = tuple(
+            (k, fingerprint(v)) for k, v in value.args.items() if v is not None and v is not False
+        )
+        return (type(value).__name__, args)
+    if isinstance(value, list | tuple):
+        return tuple(fingerprint(v) for v in value)
+    if hasattr(value, "__dataclass_fields__"):
+        fields = value.__dataclass_fields__  # type: ignore[attr-defined]
+        return (type(value).__name__, tuple(fingerprint(getattr(value, f)) for f in fields))
+    return value

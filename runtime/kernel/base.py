@@ -13,6 +13,11 @@ What a kernel must provide:
 - `from_arrow` / `to_arrow`: data in and out of the driver;
 - `query(select, inputs)`: evaluate a sqlglot query whose tables are the names
   of `inputs` (lazily where the engine allows);
+- `prepare(select)`: render a query once (a `Prepared`), so an operator that runs
+  the same query every round pays for SQL generation only when it is built;
+- `run_pipeline(pipeline, inputs)`: evaluate named intermediate queries and a final
+  one (a `Pipeline`): stage by stage where storing intermediates pays (Spark), as one
+  statement where a round trip costs more than the work (DuckDB);
 - `materialize` / `release`: evaluate a frame now and cut its lineage, so later
   steps read stored rows; release the storage when no reader remains;
 - `nbytes`, `schema`: sizes and column types (`materialize` gives exact row counts);
@@ -26,7 +31,8 @@ returns a frame with the same rows as its argument.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +42,45 @@ from sqlglot import exp
 
 Frame = Any
 """An engine-specific relation handle (Spark DataFrame, Arrow table, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A query rendered once in a kernel's dialect, run many times over different frames.
+
+    `text` is what the engine reads; `tables` maps each input name the query reads to
+    the name the engine binds the frame under (the same name unless the kernel renames).
+    Invariant: running it over frames gives the rows of the query it was prepared from.
+    """
+
+    text: str
+    tables: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """A named intermediate result of a `Pipeline`; `store`: worth materializing once."""
+
+    name: str
+    query: exp.Query
+    store: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """Named stages, each reading the inputs and earlier stages, then a final query.
+
+    The meaning is the final query with every stage bound as a table: a kernel may
+    store the stages one by one or send the whole as one `WITH` statement.
+
+    >>> from sqlglot import parse_one
+    >>> p = Pipeline((Stage("a", parse_one("SELECT x FROM t")),), parse_one("SELECT x FROM a"))
+    >>> [s.name for s in p.stages]
+    ['a']
+    """
+
+    stages: tuple[Stage, ...]
+    final: exp.Query
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +109,72 @@ class Kernel(ABC):
     def to_arrow(self, frame: Frame) -> pa.Table:
         """The rows of a frame as an Arrow table (an action: it evaluates the frame)."""
 
+    def query(self, select: exp.Query | Prepared, inputs: Mapping[str, Frame]) -> Frame:
+        """Evaluate `select` (or a `Prepared` query); its table names are keys of `inputs`."""
+        prepared = select if isinstance(select, Prepared) else self.prepare(select)
+        return self.run(prepared, inputs)
+
     @abstractmethod
-    def query(self, select: exp.Query, inputs: Mapping[str, Frame]) -> Frame:
-        """Evaluate `select`, whose table names are the keys of `inputs`."""
+    def prepare(self, select: exp.Query) -> Prepared:
+        """`select` rendered once in this kernel's dialect."""
+
+    @abstractmethod
+    def run(self, prepared: Prepared, inputs: Mapping[str, Frame]) -> Frame:
+        """Evaluate a prepared query over `inputs` (extra inputs are ignored)."""
+
+    def cached(self, key: Hashable, build: Callable[[], Any]) -> Any:
+        """`build()`, computed once per `key` for this kernel (prepared queries, schemas).
+
+        Keys must determine the value exactly (names and SQL text, never sqlglot
+        nodes: their equality ignores case). The cache keeps the most recent entries.
+        """
+        cache: OrderedDict[Hashable, Any] = self.__dict__.setdefault("_cache", OrderedDict())
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+        value = build()
+        cache[key] = value
+        if len(cache) > self.cache_entries:
+            cache.popitem(last=False)
+        return value
+
+    #: How many prepared queries and schemas `cached` keeps.
+    cache_entries: int = 4096
+
+    def rows(self, frame: Frame) -> int | None:
+        """The frame's exact row count when it is known without an action, else None."""
+        return None
+
+    def bounds(self, frame: Frame, column: str) -> tuple[Any, Any] | None:
+        """The least and greatest value of a column when known without an action, else None."""
+        return None
+
+    def prepare_pipeline(self, pipeline: Pipeline) -> Any:
+        """`pipeline` rendered once, for `run_pipeline` (by default stage by stage)."""
+        stages = tuple((s.name, self.prepare(s.query), s.store) for s in pipeline.stages)
+        return stages, self.prepare(pipeline.final)
+
+    def run_pipeline(
+        self, prepared: Any, inputs: Mapping[str, Frame], keys: Sequence[str] = ()
+    ) -> tuple[Frame, list[Frame]]:
+        """The final query's frame, and the stored intermediates to `release` once the
+        result is materialized. By default each `store` stage is materialized in turn."""
+        stages, final = prepared
+        frames = dict(inputs)
+        stored: list[Frame] = []
+        for name, query, store in stages:
+            frame = self.run(query, frames)
+            if store:
+                frame = self.materialize(frame, keys).frame
+                stored.append(frame)
+            frames[name] = frame
+        return self.run(final, frames), stored
 
     #: Results with at most this many rows are held in the driver as Arrow tables.
     small_rows: int = 50_000
+    #: Whether a join should first filter stored rows to a small batch's keys (a literal
+    #: `IN` list lets Spark skip row groups; DuckDB's hash join gains nothing from it).
+    probe_by_keys: bool = True
 
     @abstractmethod
     def materialize(
@@ -128,7 +233,7 @@ class Kernel(ABC):
         columns = ", ".join(f"`{n}`" for n in names)
         query = sqlglot.parse_one(
             f"SELECT {columns}, {int(value)} AS `{name}`, `__diff__` FROM f", read="spark"
-        )
+        )  # not a hot path: only kernels without a cheaper way get here
         assert isinstance(query, exp.Query)
         return self.query(query, {"f": frame})
 

@@ -8,12 +8,14 @@ the identity and lineage never grows.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from dsql.errors import ExecutionError, SchemaError
-from dsql.runtime.kernel.base import Kernel, Stored
+from dsql.runtime.kernel.base import Kernel, Pipeline, Prepared, Stored
 
 
 class LocalKernel(Kernel):
@@ -21,6 +23,7 @@ class LocalKernel(Kernel):
 
     dialect = "duckdb"
     name = "local"
+    probe_by_keys = False
 
     def __init__(self) -> None:
         import duckdb
@@ -34,21 +37,46 @@ class LocalKernel(Kernel):
     def to_arrow(self, frame: pa.Table) -> pa.Table:
         return frame
 
-    def query(self, select: exp.Query, inputs: Mapping[str, pa.Table]) -> pa.Table:
-        text = self.sql(select)
+    def prepare(self, select: exp.Query) -> Prepared:
+        tables = sorted({t.name for t in select.find_all(exp.Table)})
+        return Prepared(self.sql(select), tuple((t, t) for t in tables))
+
+    def run(self, prepared: Prepared, inputs: Mapping[str, pa.Table]) -> pa.Table:
         con = self._con.cursor()
         try:
-            for name, table in inputs.items():
-                con.register(name, table)
-            result = con.sql(text).to_arrow_table()
+            for name, _ in prepared.tables:
+                if name in inputs:
+                    con.register(name, inputs[name])
+            result = con.sql(prepared.text).to_arrow_table()
         except Exception as error:  # noqa: BLE001 - engine errors become DsqlErrors
             message = str(error).strip().splitlines()[0]
             if "Referenced column" in message or "not found in FROM clause" in message:
                 raise SchemaError(f"unknown column: {message}") from error
-            raise ExecutionError(f"DuckDB failed: {message}", statement=text) from error
+            raise ExecutionError(f"DuckDB failed: {message}", statement=prepared.text) from error
         finally:
             con.close()
         return _spark_types(result)
+
+    def rows(self, frame: pa.Table) -> int:
+        return frame.num_rows
+
+    def bounds(self, frame: pa.Table, column: str) -> tuple[Any, Any] | None:
+        if frame.num_rows == 0:
+            return None
+        extremes = pc.min_max(frame[column])
+        return extremes["min"].as_py(), extremes["max"].as_py()
+
+    def prepare_pipeline(self, pipeline: Pipeline) -> Any:
+        # One statement: a round trip costs more than the small work of each stage.
+        final = pipeline.final.copy()
+        for stage in pipeline.stages:
+            final = final.with_(stage.name, as_=stage.query.copy(), append=True, copy=False)
+        return self.prepare(final)
+
+    def run_pipeline(
+        self, prepared: Any, inputs: Mapping[str, pa.Table], keys: Sequence[str] = ()
+    ) -> tuple[pa.Table, list[pa.Table]]:
+        return self.run(prepared, inputs), []
 
     def materialize(
         self, frame: pa.Table, keys: Sequence[str] = (), estimate: int | None = None

@@ -29,7 +29,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dsql.errors import ExecutionError, SchemaError
-from dsql.runtime.kernel.base import Frame, Kernel, Stored
+from dsql.runtime.kernel.base import Frame, Kernel, Prepared, Stored
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -75,12 +75,15 @@ class SparkKernel(Kernel):
         except Exception as error:  # noqa: BLE001 - engine errors become DsqlErrors
             raise _engine_error(error) from error
 
-    def query(self, select: exp.Query, inputs: Mapping[str, Frame]) -> DataFrame:
-        renamed = {name: f"__in_{name.strip('_')}" for name in inputs}
+    def prepare(self, select: exp.Query) -> Prepared:
+        # Inputs are bound as `{__in_name}` placeholders of `spark.sql(text, **frames)`.
+        ctes = {c.alias for c in select.find_all(exp.CTE)}
+        renamed: dict[str, str] = {}
 
         def rename(node: exp.Expression) -> exp.Expression:
-            if isinstance(node, exp.Table) and node.name in renamed:
-                table = exp.to_table(renamed[node.name])
+            if isinstance(node, exp.Table) and not node.db and node.name not in ctes:
+                bound = renamed.setdefault(node.name, f"__in_{node.name.strip('_')}")
+                table = exp.to_table(bound)
                 alias = node.args.get("alias") or exp.TableAlias(this=exp.to_identifier(node.name))
                 table.set("alias", alias)
                 return table
@@ -89,11 +92,14 @@ class SparkKernel(Kernel):
         tree = select.transform(rename)
         text = self.sql(tree).replace("{", "{{").replace("}", "}}")
         text = _IDENT.sub(lambda m: "{" + m.group(1) + "}", text)
-        frames = {renamed[name]: frame for name, frame in inputs.items()}
+        return Prepared(text, tuple(sorted(renamed.items())))
+
+    def run(self, prepared: Prepared, inputs: Mapping[str, Frame]) -> DataFrame:
+        frames = {bound: inputs[name] for name, bound in prepared.tables if name in inputs}
         try:
-            return self.spark.sql(text, **frames)
+            return self.spark.sql(prepared.text, **frames)
         except Exception as error:  # noqa: BLE001
-            raise _engine_error(error, text) from error
+            raise _engine_error(error, prepared.text) from error
 
     def materialize(
         self, frame: DataFrame, keys: Sequence[str] = (), estimate: int | None = None
@@ -128,7 +134,6 @@ class SparkKernel(Kernel):
         path = self._paths.pop(id(frame), None)
         if path is not None:
             shutil.rmtree(path, ignore_errors=True)
-
 
     def nbytes(self, frame: DataFrame) -> int:
         try:

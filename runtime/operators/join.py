@@ -24,12 +24,14 @@ from sqlglot import exp
 from dsql.errors import SchemaError
 from dsql.runtime import relational as rel
 from dsql.runtime.arrangement import Arranged
-from dsql.runtime.dataflow import Batch, Node, Round
-from dsql.runtime.kernel.base import Frame
+from dsql.runtime.dataflow import Batch, Node, Round, schema_key
+from dsql.runtime.kernel.base import Frame, Prepared
 
 
 class JoinNode(Node):
     """The delta-rule join of two arranged inputs (see module docstring)."""
+
+    always_run = False
 
     def __init__(self, left: Arranged, right: Arranged, kind: str = "inner") -> None:
         if len(left.keys) != len(right.keys):
@@ -50,9 +52,19 @@ class JoinNode(Node):
             )
         self.right_values = right_values
         check_key_types(left.schema, left.keys, right.schema, right.keys)
-        probe = rel.join_on_keys("l", "r", self.pairs, left.columns, right_values, left.depth, kind)
-        worker = left.worker
-        schema = worker.output_schema(probe, {"l": left, "r": right})
+        worker, kernel, depth = left.worker, left.kernel, left.depth
+        shape = (self.pairs, left.columns, right_values, depth, kind)
+
+        def prepare() -> Prepared:
+            probe = rel.join_on_keys("l", "r", self.pairs, left.columns, right_values, depth, kind)
+            return kernel.prepare(probe)
+
+        #: The join rendered once per shape; each round binds its batches as `l` and `r`.
+        self.query: Prepared = kernel.cached(("join", *shape), prepare)
+        schema = kernel.cached(
+            ("join-schema", *shape, schema_key(left.schema), schema_key(right.schema)),
+            lambda: worker.output_schema(self.query, {"l": left, "r": right}),
+        )
         super().__init__(worker, (left, right), schema, left.depth)
 
     def step(self, rnd: Round) -> Batch | None:
@@ -73,18 +85,14 @@ class JoinNode(Node):
         return Batch(self.kernel.union(parts) if len(parts) > 1 else parts[0])
 
     def _join(self, left: Frame, right: Frame) -> Frame:
-        left_node, right_node = self.inputs
-        query = rel.join_on_keys(
-            "l", "r", self.pairs, left_node.columns, self.right_values, self.depth, self.kind
-        )
-        return self.kernel.query(query, {"l": left, "r": right})
+        return self.kernel.query(self.query, {"l": left, "r": right})
 
     def _probe(
         self, frames: list[Frame], column: str | None, batch: Batch, by: str | None
     ) -> Frame:
         """The union of `frames`, filtered to the keys of a small `batch` when it is known."""
         whole = self.kernel.union(frames) if len(frames) > 1 else frames[0]
-        if column is None or by is None or batch.table is None:
+        if not self.kernel.probe_by_keys or column is None or by is None or batch.table is None:
             return whole
         condition = rel.key_filter(column, batch.table[by])
         if condition is None:

@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp, parse_one
 
 from dsql.runtime import relational as rel
 from dsql.runtime.arrangement import Arranged, TracedNode
 from dsql.runtime.dataflow import Batch, Round
-from dsql.runtime.kernel.base import Frame
+from dsql.runtime.kernel.base import Frame, Pipeline, Stage, Stored
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 from dsql.runtime.operators.reduce_logic import ReduceLogic
 from dsql.runtime.trace import Trace
@@ -73,8 +76,138 @@ def _accumulate_at(
     )
 
 
+#: The flag column separating output rows (0) from pending candidates (1) in a step's result.
+_PENDING = "__pending__"
+
+
+def _beyond(table: str, depth: int) -> str:
+    """`table`'s time is beyond the frontier relation `fr` (some element is `<=` it)."""
+    ge = " AND ".join(f"{table}.{_q(t)} >= fr.{_q(t)}" for t in time_columns(depth))
+    return f"EXISTS (SELECT 1 FROM fr WHERE {ge})"
+
+
+def _queries(
+    keys: Sequence[str],
+    vals: Sequence[str],
+    out_cols: Sequence[str],
+    d: int,
+    all_columns: Sequence[str],
+) -> tuple[tuple[Stage, ...], Stage, tuple[Stage, ...], exp.Query]:
+    """A reduce step as stages over the tables `inp` (input trace), `outp` (output
+    trace), `delta` (new input), `pending` (candidates held back) and `fr` (frontier):
+    the stages up to the grid candidates, the accumulation `acc` the logic reads, the
+    stages from the logic's `desired` to the corrections, and the final query (the
+    corrections, then the candidates still pending, told apart by `_PENDING`)."""
+    times = time_columns(d)
+    kt = [*keys, *times]
+
+    def stage(name: str, sql: str, store: bool = True) -> Stage:
+        query = parse_one(sql, read="spark")
+        assert isinstance(query, exp.Query)
+        return Stage(name, query, store)
+
+    new_times = (
+        f"SELECT DISTINCT {_list(kt)} FROM delta UNION SELECT DISTINCT {_list(kt)} FROM pending"
+    )
+    base = [stage("nt", new_times, store=False)]
+    # H: the input history of the affected keys.
+    affected = f"SELECT DISTINCT {_list(keys)} FROM nt"
+    base.append(
+        stage("hist", f"SELECT h.* FROM inp h JOIN ({affected}) k ON {_keys_match('h', 'k', keys)}")
+    )
+    # Grid values per coordinate, at or beyond the least new value of that coordinate.
+    lows = ", ".join(f"MIN({_q(t)}) AS {_q('lo_' + t)}" for t in times)
+    base.append(stage("lo", f"SELECT {_list(keys)}, {lows} FROM nt GROUP BY {_list(keys)}"))
+    grid_sources = f"SELECT {_list(kt)} FROM hist UNION ALL SELECT {_list(kt)} FROM nt"
+    for c, t in enumerate(times):
+        base.append(
+            stage(
+                f"gv{c}",
+                f"SELECT DISTINCT {_list(keys, 'g.')}{', ' if keys else ''}g.{_q(t)} "
+                f"FROM ({grid_sources}) g JOIN lo ON {_keys_match('g', 'lo', keys)} "
+                f"WHERE g.{_q(t)} >= lo.{_q('lo_' + t)}",
+            )
+        )
+    # Candidates: grid points >= some new time.
+    grid = f"SELECT {_list(keys, 'v0.')}{', ' if keys else ''}v0.{_q(times[0])}"
+    grid_from = "gv0 v0"
+    for c, t in enumerate(times[1:], start=1):
+        grid += f", v{c}.{_q(t)}"
+        grid_from += f" JOIN gv{c} v{c} ON {_keys_match('v0', f'v{c}', keys)}"
+    candidates = f"{grid} FROM {grid_from}"
+    if d > 1:
+        above = " AND ".join(f"c.{_q(t)} >= n.{_q(t)}" for t in times)
+        candidates = (
+            f"SELECT DISTINCT c.* FROM ({candidates}) c JOIN nt n "
+            f"ON {_keys_match('c', 'n', keys)} AND {above}"
+        )
+    base.append(stage("cand", candidates))
+    base.append(stage("ready", f"SELECT * FROM cand c WHERE NOT {_beyond('c', d)}", store=False))
+
+    # E = logic(accumulated input) - accumulated output, at every ready candidate.
+    acc = stage("acc", _accumulate_at("SELECT * FROM ready", "hist", keys, vals, d))
+    current = _accumulate_at("SELECT * FROM ready", "outp", keys, out_cols, d, negate=True)
+    allc = [*keys, *out_cols, *times]
+    errors = (
+        f"SELECT {_list(allc)}, CAST(SUM({_q(DIFF)}) AS BIGINT) AS {_q(DIFF)} FROM ("
+        f"SELECT {_list(allc)}, {_q(DIFF)} FROM desired UNION ALL "
+        f"SELECT {_list(allc)}, {_q(DIFF)} FROM ({current}) cur"
+        f") u GROUP BY {_list(allc)} HAVING SUM({_q(DIFF)}) <> 0"
+    )
+    tail = [stage("err", errors)]
+
+    # Predecessors of each coordinate on the grid.
+    with_preds = "SELECT r.*" + "".join(f", p{c}.{_q('p_' + t)}" for c, t in enumerate(times))
+    with_preds += " FROM ready r"
+    for c, t in enumerate(times):
+        part = ", ".join(_q(k) for k in keys)
+        order = f"PARTITION BY {part} ORDER BY {_q(t)}" if keys else f"ORDER BY {_q(t)}"
+        pred = (
+            f"SELECT {_list(keys)}{', ' if keys else ''}{_q(t)}, "
+            f"LAG({_q(t)}) OVER ({order}) AS {_q('p_' + t)} FROM gv{c}"
+        )
+        with_preds += (
+            f" JOIN ({pred}) p{c} ON {_keys_match('r', f'p{c}', keys)} AND r.{_q(t)} = p{c}.{_q(t)}"
+        )
+    tail.append(stage("preds", with_preds))
+
+    # Corrections: Möbius inversion of E over the grid (the 2^d terms share `preds`).
+    terms = []
+    for size in range(d + 1):
+        for subset in itertools.combinations(range(d), size):
+            sign = "-" if size % 2 else ""
+            match = " AND ".join(
+                f"e.{_q(t)} = p.{_q('p_' + t) if c in subset else _q(t)}"
+                for c, t in enumerate(times)
+            )
+            terms.append(
+                f"SELECT {_list(keys, 'p.')}{', ' if keys else ''}"
+                f"{_list(out_cols, 'e.') + ', ' if out_cols else ''}{_list(times, 'p.')}, "
+                f"{sign}e.{_q(DIFF)} AS {_q(DIFF)} FROM preds p JOIN err e "
+                f"ON {_keys_match('p', 'e', keys)} AND {match}"
+            )
+    out_all = [*keys, *out_cols, *times]
+    corrections = (
+        f"SELECT {_list(out_all)}, CAST(SUM({_q(DIFF)}) AS BIGINT) AS {_q(DIFF)} FROM ("
+        + " UNION ALL ".join(terms)
+        + f") t GROUP BY {_list(out_all)} HAVING SUM({_q(DIFF)}) <> 0"
+    )
+    nulls = "".join(f"NULL AS {_q(c)}, " for c in out_cols)
+    final = parse_one(
+        f"SELECT {_list(all_columns)}, 0 AS {_q(_PENDING)} FROM ({corrections}) c "
+        f"UNION ALL SELECT {_list(keys, 'c.')}, {nulls}{_list(times, 'c.')}, "
+        f"CAST(0 AS BIGINT) AS {_q(DIFF)}, 1 AS {_q(_PENDING)} FROM cand c WHERE {_beyond('c', d)}",
+        read="spark",
+    )
+    assert isinstance(final, exp.Query)
+    return tuple(base), acc, tuple(tail), final
+
+
 class ReduceNode(TracedNode):
     """Applies a `ReduceLogic` per key (see module docstring); its output is arranged by key."""
+
+    #: Steps when its input changes or while it holds pending times (see `Worker._run_top`).
+    always_run = False
 
     def __init__(self, source: Arranged, logic: ReduceLogic) -> None:
         self.keys = source.keys
@@ -85,6 +218,9 @@ class ReduceNode(TracedNode):
         self._trace = Trace(self.kernel, self.columns, self.keys, self.depth)
         self._pending: Frame | None = None
         self._pending_lower = Antichain()
+        self._prepared: tuple[bool, Any, Any] | None = None
+        self._empty_pending: Frame | None = None
+        self._frontier: tuple[Antichain, Frame] | None = None
 
     def describe(self) -> str:
         return f"Reduce(keys={', '.join(self.keys) or '()'}, {self.logic.describe()})"
@@ -97,177 +233,171 @@ class ReduceNode(TracedNode):
         woken = any(rnd.frontier.complete(t) for t in self._pending_lower)
         if source.current is None and not woken:
             return None
-        frames: dict[str, Frame] = {}
         input_frames = source.history() + ([source.current.frame] if source.current else [])
         if not input_frames:
             return None
-        for i, f in enumerate(input_frames):
-            frames[f"i{i}"] = f
-        for i, f in enumerate(self._trace.frames()):
-            frames[f"o{i}"] = f
-        new_sources = []
-        if source.current is not None:
-            frames["delta"] = source.current.frame
-            new_sources.append("delta")
-        if self._pending is not None:
-            frames["pending"] = self._pending
-            new_sources.append("pending")
-
-        d = self.depth
-        keys, vals, times = self.keys, self.source_values, time_columns(d)
-        kt = [*keys, *times]
-        new_times = " UNION ".join(f"SELECT DISTINCT {_list(kt)} FROM {s}" for s in new_sources)
-        affected = f"SELECT DISTINCT {_list(keys)} FROM ({new_times}) nt"
-        inputs_all = " UNION ALL ".join(
-            f"SELECT {_list([*keys, *vals, *times, DIFF])} FROM i{i}"
-            for i in range(len(input_frames))
-        )
-        outputs_all = " UNION ALL ".join(
-            f"SELECT {_list(self.all_columns())} FROM o{i}"
-            for i in range(len(self._trace.frames()))
-        )
-        # H: the input history of the affected keys, materialized once.
-        hist_sql = (
-            f"SELECT h.* FROM ({inputs_all}) h JOIN ({affected}) k ON {_keys_match('h', 'k', keys)}"
-        )
-        frames["hist"] = self._store(hist_sql, frames, keys)
-
-        # Grid values per coordinate, at or beyond the least new value of that coordinate.
-        lows = ", ".join(f"MIN({_q(t)}) AS {_q('lo_' + t)}" for t in times)
-        frames["lo"] = self._store(
-            f"SELECT {_list(keys)}, {lows} FROM ({new_times}) nt GROUP BY {_list(keys)}",
-            frames,
-            keys,
-        )
-        grid_sources = (
-            f"SELECT {_list(kt)} FROM hist UNION ALL SELECT {_list(kt)} FROM ({new_times}) nt"
-        )
-        # Stored once: the candidates and the predecessors both read them.
-        value_sql: dict[str, str] = {}
-        for c, t in enumerate(times):
-            frames[f"gv{c}"] = self._store(
-                f"SELECT DISTINCT {_list(keys, 'g.')}{', ' if keys else ''}g.{_q(t)} "
-                f"FROM ({grid_sources}) g JOIN lo ON {_keys_match('g', 'lo', keys)} "
-                f"WHERE g.{_q(t)} >= lo.{_q('lo_' + t)}",
-                frames,
-                keys,
+        kernel, d = self.kernel, self.depth
+        outputs = self._trace.frames()
+        frames: dict[str, Frame] = {
+            "inp": kernel.union(input_frames) if len(input_frames) > 1 else input_frames[0],
+            "outp": (
+                kernel.union(outputs)
+                if len(outputs) > 1
+                else outputs[0]
+                if outputs
+                else self.worker.empty_frame(self.schema, d)
+            ),
+            "delta": (
+                source.current.frame
+                if source.current is not None
+                else self.worker.empty_frame(source.schema, d)
+            ),
+            "pending": self._pending if self._pending is not None else self._no_pending(),
+            "fr": self._frontier_frame(rnd.frontier),
+        }
+        if self._prepared is None:
+            self._prepared = self._prepare()
+        sql_logic, first, second = self._prepared
+        if sql_logic and self._fresh_at_one_time(source, rnd):
+            # Nothing before: the output is the logic over the new input, at its one time.
+            result, stored = kernel.run_pipeline(self._prepared_first(), frames, self.keys)
+        elif sql_logic:
+            result, stored = kernel.run_pipeline(first, frames, self.keys)
+        else:
+            acc, stored = kernel.run_pipeline(first, frames, self.keys)
+            acc = kernel.materialize(acc, self.keys).frame
+            frames["desired"] = self.logic.desired(
+                kernel, acc, self.keys, self.source_values, d, self.schema
             )
-            value_sql[t] = f"SELECT * FROM gv{c}"
-        # Candidates: grid points >= some new time.
-        grid = f"SELECT {_list(keys, 'v0.')}{', ' if keys else ''}v0.{_q(times[0])}"
-        grid_from = f"({value_sql[times[0]]}) v0"
-        for c, t in enumerate(times[1:], start=1):
-            grid += f", v{c}.{_q(t)}"
-            grid_from += f" JOIN ({value_sql[t]}) v{c} ON {_keys_match('v0', f'v{c}', keys)}"
-        candidates = f"{grid} FROM {grid_from}"
-        if d > 1:
-            above = " AND ".join(f"c.{_q(t)} >= n.{_q(t)}" for t in times)
-            candidates = (
-                f"SELECT DISTINCT c.* FROM ({candidates}) c JOIN ({new_times}) n "
-                f"ON {_keys_match('c', 'n', keys)} AND {above}"
-            )
-        frames["cand"] = self._store(candidates, frames, keys)
-        not_ready = rel.beyond(rnd.frontier, d).sql(dialect="spark")
-        ready = f"SELECT * FROM cand WHERE NOT {not_ready}"
-
-        # Predecessors of each coordinate on the grid.
-        preds = []
-        for t in times:
-            part = ", ".join([*(_q(k) for k in keys)])
-            order = f"PARTITION BY {part} ORDER BY {_q(t)}" if keys else f"ORDER BY {_q(t)}"
-            preds.append(
-                f"SELECT {_list(keys)}{', ' if keys else ''}{_q(t)}, "
-                f"LAG({_q(t)}) OVER ({order}) AS {_q('p_' + t)} FROM ({value_sql[t]}) v"
-            )
-        with_preds = "SELECT r.*" + "".join(f", p{c}.{_q('p_' + t)}" for c, t in enumerate(times))
-        with_preds += " FROM (" + ready + ") r"
-        for c, t in enumerate(times):
-            with_preds += (
-                f" JOIN ({preds[c]}) p{c} ON {_keys_match('r', f'p{c}', keys)}"
-                f" AND r.{_q(t)} = p{c}.{_q(t)}"
-            )
-
-        # E = logic(accumulated input) - accumulated output, at every ready candidate.
-        accumulated = _accumulate_at(ready, "hist", keys, vals, d)
-        out_cols = self.values
-        frames["acc"] = self._store(accumulated, frames, keys)
-        desired = self.logic.desired(self.kernel, frames["acc"], keys, vals, d, self.schema)
-        frames["desired"] = desired
-        current = _accumulate_at(ready, f"({outputs_all})", keys, out_cols, d, negate=True)
-        allc = [*keys, *out_cols, *times]
-        error_parts = [f"SELECT {_list(allc)}, {_q(DIFF)} FROM desired"]
-        if self._trace.frames():
-            error_parts.append(f"SELECT {_list(allc)}, {_q(DIFF)} FROM ({current}) cur")
-        errors = (
-            f"SELECT {_list(allc)}, CAST(SUM({_q(DIFF)}) AS BIGINT) AS {_q(DIFF)} FROM ("
-            + " UNION ALL ".join(error_parts)
-            + f") u GROUP BY {_list(allc)} HAVING SUM({_q(DIFF)}) <> 0"
-        )
-        frames["err"] = self._store(errors, frames, keys)
-
-        # Corrections: Möbius inversion of E over the grid (the 2^d terms share `preds`).
-        frames["preds"] = self._store(with_preds, frames, keys)
-        terms = []
-        for size in range(d + 1):
-            for subset in itertools.combinations(range(d), size):
-                sign = "-" if size % 2 else ""
-                match = " AND ".join(
-                    f"e.{_q(t)} = p.{_q('p_' + t) if c in subset else _q(t)}"
-                    for c, t in enumerate(times)
-                )
-                terms.append(
-                    f"SELECT {_list(keys, 'p.')}{', ' if keys else ''}"
-                    f"{_list(out_cols, 'e.') + ', ' if out_cols else ''}{_list(times, 'p.')}, "
-                    f"{sign}e.{_q(DIFF)} AS {_q(DIFF)} FROM preds p JOIN err e "
-                    f"ON {_keys_match('p', 'e', keys)} AND {match}"
-                )
-        out_all = [*keys, *out_cols, *times]
-        corrections = (
-            f"SELECT {_list(out_all)}, CAST(SUM({_q(DIFF)}) AS BIGINT) AS {_q(DIFF)} FROM ("
-            + " UNION ALL ".join(terms)
-            + f") t GROUP BY {_list(out_all)} HAVING SUM({_q(DIFF)}) <> 0"
-        )
-        ordered = f"SELECT {_list(self.all_columns())} FROM ({corrections}) c"
-        stored = self.kernel.materialize(self._run(ordered, frames), keys)
-        output, rows = stored.frame, stored.rows
-
-        # Pending: candidates the frontier has not passed.
-        pending = self._store(f"SELECT {_list(kt)} FROM cand WHERE {not_ready}", frames, keys)
+            stored.append(acc)
+            result, more = kernel.run_pipeline(second, frames, self.keys)
+            stored += more
+        output, pending = self._split(kernel.materialize(result, self.keys))
+        for frame in stored:
+            kernel.release(frame)
         old_pending = self._pending
-        self._set_pending(pending, d)
-        grid_values = [f"gv{c}" for c in range(d)]
-        for name in ("hist", "lo", "cand", "acc", "err", "preds", *grid_values):
-            self.kernel.release(frames[name])
+        self._set_pending(pending)
         if old_pending is not None:
-            self.kernel.release(old_pending)
-        if rows == 0:
-            self.kernel.release(output)
+            kernel.release(old_pending)
+        if output.rows == 0:
+            kernel.release(output.frame)
             return None
-        self.current = Batch(output, rows, stored.table)
+        self.current = Batch(output.frame, output.rows, output.table)
         return self.current
+
+    def _prepare(self) -> tuple[bool, Any, Any]:
+        """The step's queries, rendered once per shape: (SQL logic?, pipeline(s))."""
+        keys, vals, d, kernel = self.keys, self.source_values, self.depth, self.kernel
+        desired = self.logic.query(keys, vals, d, kernel.dialect)
+
+        def build() -> tuple[bool, Any, Any]:
+            base, acc, tail, final = _queries(keys, vals, self.values, d, self.all_columns())
+            prepare = kernel.prepare_pipeline
+            if desired is not None:
+                stages = (*base, acc, Stage("desired", desired, store=False), *tail)
+                return True, prepare(Pipeline(stages, final)), None
+            first = prepare(Pipeline(base, acc.query))
+            return False, first, prepare(Pipeline((*base, *tail), final))
+
+        if desired is None:
+            return build()
+        shape = (keys, vals, self.values, d, desired.sql(dialect=kernel.dialect))
+        return kernel.cached(("reduce", *shape), build)
+
+    def _fresh_at_one_time(self, source: Arranged, rnd: Round) -> bool:
+        """Whether this step is a first evaluation: no input or output before, nothing
+        pending, and the new input at one complete time (so every grid point is that
+        time, the accumulation is the input itself and the correction is `desired`)."""
+        if self._trace.batches or self._pending is not None or source.current is None:
+            return False
+        if source.history() or self.depth != 1:
+            return False
+        bounds = self.kernel.bounds(source.current.frame, time_columns(1)[0])
+        return bounds is not None and bounds[0] == bounds[1] and rnd.frontier.complete(bounds[:1])
+
+    def _prepared_first(self) -> Any:
+        """The pipeline of a first evaluation (see `_fresh_at_one_time`), once per shape."""
+        keys, vals, d, kernel = self.keys, self.source_values, self.depth, self.kernel
+        desired = self.logic.query(keys, vals, d, kernel.dialect)
+        assert desired is not None
+
+        def build() -> Any:
+            kt = [*keys, *time_columns(d)]
+            group = _list([*kt, *vals])
+            acc = parse_one(
+                f"SELECT {group}, CAST(SUM({_q(DIFF)}) AS BIGINT) AS {_q(DIFF)} FROM delta "
+                f"GROUP BY {group} HAVING SUM({_q(DIFF)}) <> 0",
+                read="spark",
+            )
+            data = _list([*self.columns, *time_columns(d)])
+            final = parse_one(
+                f"SELECT {data}, CAST(SUM({_q(DIFF)}) AS BIGINT) AS {_q(DIFF)}, "
+                f"0 AS {_q(_PENDING)} FROM desired GROUP BY {data} HAVING SUM({_q(DIFF)}) <> 0",
+                read="spark",
+            )
+            assert isinstance(acc, exp.Query) and isinstance(final, exp.Query)
+            stages = (Stage("acc", acc), Stage("desired", desired, store=False))
+            return kernel.prepare_pipeline(Pipeline(stages, final))
+
+        shape = (keys, vals, self.values, d, desired.sql(dialect=kernel.dialect))
+        return kernel.cached(("reduce-first", *shape), build)
+
+    def _split(self, stored: Stored) -> tuple[Stored, Stored]:
+        """The step's result split into the output batch and the pending candidates."""
+        kernel, kt = self.kernel, [*self.keys, *time_columns(self.depth)]
+        table = stored.table
+        if table is not None:
+            flag = table[_PENDING]
+            out = table.filter(pc.equal(flag, 0)).select(list(self.all_columns()))
+            pend = table.filter(pc.equal(flag, 1)).select(kt)
+            kernel.release(stored.frame)
+            return (
+                Stored(kernel.from_arrow(out), out.num_rows, out),
+                Stored(kernel.from_arrow(pend), pend.num_rows, pend),
+            )
+        parts = []
+        for flag, cols in ((0, self.all_columns()), (1, kt)):
+            query = parse_one(
+                f"SELECT {_list(cols)} FROM r WHERE {_q(_PENDING)} = {flag}", read="spark"
+            )
+            frame = kernel.query(query, {"r": stored.frame})
+            parts.append(kernel.materialize(frame, self.keys))
+        kernel.release(stored.frame)
+        return parts[0], parts[1]
+
+    def _no_pending(self) -> Frame:
+        if self._empty_pending is None:
+            fields = [self.inputs[0].schema.field(k) for k in self.keys]
+            fields += [pa.field(t, pa.int64()) for t in time_columns(self.depth)]
+            self._empty_pending = self.kernel.from_arrow(pa.schema(fields).empty_table())
+        return self._empty_pending
+
+    def _frontier_frame(self, frontier: Antichain) -> Frame:
+        """The frontier as a relation: one row per element, one column per coordinate."""
+        if self._frontier is None or self._frontier[0] != frontier:
+            times = time_columns(self.depth)
+            columns = {
+                t: pa.array([f[i] for f in frontier], pa.int64()) for i, t in enumerate(times)
+            }
+            self._frontier = (frontier, self.kernel.from_arrow(pa.table(columns)))
+        return self._frontier[1]
 
     def pending(self) -> tuple[tuple[int, ...], ...]:
         return self._pending_lower.elements
 
-    def _set_pending(self, pending: Frame, depth: int) -> None:
-        times = time_columns(depth)
-        query = parse_one(f"SELECT DISTINCT {_list(times)} FROM pending", read="spark")
-        lower = self.kernel.to_arrow(self.kernel.query(query, {"pending": pending}))
-        if lower.num_rows == 0:
-            self.kernel.release(pending)
+    def _set_pending(self, pending: Stored) -> None:
+        times = time_columns(self.depth)
+        if pending.rows == 0:
+            self.kernel.release(pending.frame)
             self._pending, self._pending_lower = None, Antichain()
             return
-        rows = zip(*(lower[t].to_pylist() for t in times), strict=True)
-        self._pending = pending
-        self._pending_lower = Antichain(tuple(r) for r in rows)
-
-    def _store(self, sql: str, frames: dict[str, Frame], keys: Sequence[str]) -> Frame:
-        return self.kernel.materialize(self._run(sql, frames), keys).frame
-
-    def _run(self, sql: str, frames: dict[str, Frame]) -> Frame:
-        query = parse_one(sql, read="spark")
-        used = {t.name for t in query.find_all(exp.Table)}
-        return self.kernel.query(query, {k: v for k, v in frames.items() if k in used})
+        lower = pending.table
+        if lower is None:
+            query = parse_one(f"SELECT DISTINCT {_list(times)} FROM pending", read="spark")
+            lower = self.kernel.to_arrow(self.kernel.query(query, {"pending": pending.frame}))
+        rows = set(zip(*(lower[t].to_pylist() for t in times), strict=True))
+        self._pending = pending.frame
+        self._pending_lower = Antichain(sorted(rows))
 
     def release(self) -> None:
         super().release()

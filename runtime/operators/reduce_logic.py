@@ -26,6 +26,7 @@ from sqlglot import exp, parse_one
 
 from dsql.errors import SchemaError
 from dsql.runtime import relational as rel
+from dsql.runtime.dataflow import schema_key
 from dsql.runtime.kernel.base import Frame, Kernel
 from dsql.runtime.lattice import DIFF, time_columns
 
@@ -38,6 +39,13 @@ _ACC = "acc"
 class ReduceLogic:
     """The per-group computation of a reduce (see module docstring)."""
 
+    def query(
+        self, keys: Sequence[str], values: Sequence[str], depth: int, dialect: str
+    ) -> exp.Query | None:
+        """The desired output as one query over the accumulated groups (table `acc`), or
+        None when the logic is not SQL (then `desired` computes it from the rows)."""
+        return None
+
     def desired(
         self,
         kernel: Kernel,
@@ -47,19 +55,31 @@ class ReduceLogic:
         depth: int,
         schema: pa.Schema,
     ) -> Frame:
-        raise NotImplementedError
+        """The desired output for the accumulated groups in `acc` (by default: `query`)."""
+        query = self.query(keys, values, depth, kernel.dialect)
+        if query is None:
+            raise NotImplementedError
+        return kernel.query(query, {_ACC: acc})
 
     def output_schema(self, source: Arranged) -> pa.Schema:
         """Key columns, then output columns (by evaluating over an empty group)."""
-        worker = source.worker
-        acc_schema = pa.schema(list(source.schema))
-        empty = worker.empty_frame(acc_schema, source.depth)
-        frame = self.desired(
-            worker.kernel, empty, source.keys, source.values, source.depth, pa.schema([])
-        )
-        full = worker.kernel.schema(frame)
-        internal = {*time_columns(source.depth), DIFF}
-        return pa.schema([f for f in full if f.name not in internal])
+        worker, kernel = source.worker, source.kernel
+
+        def evaluate() -> pa.Schema:
+            acc_schema = pa.schema(list(source.schema))
+            empty = worker.empty_frame(acc_schema, source.depth)
+            frame = self.desired(
+                kernel, empty, source.keys, source.values, source.depth, pa.schema([])
+            )
+            full = kernel.schema(frame)
+            internal = {*time_columns(source.depth), DIFF}
+            return pa.schema([f for f in full if f.name not in internal])
+
+        query = self.query(source.keys, source.values, source.depth, kernel.dialect)
+        if query is None:
+            return evaluate()
+        shape = (rel.fingerprint(query), schema_key(source.schema), source.keys, source.depth)
+        return kernel.cached(("reduce-schema", *shape), evaluate)
 
     def describe(self) -> str:
         return type(self).__name__
@@ -83,7 +103,7 @@ class Aggregates(ReduceLogic):
                     hint="each reduce output must aggregate, e.g. sum(x) or count(*)",
                 )
 
-    def desired(self, kernel, acc, keys, values, depth, schema):  # type: ignore[override]
+    def query(self, keys, values, depth, dialect):  # type: ignore[override]
         needs_expansion = any(_rewrite(e) is None for _, e in self.aggregates)
         source: str | exp.Query = _ACC
         if needs_expansion:
@@ -93,7 +113,7 @@ class Aggregates(ReduceLogic):
                     *(rel.col(c) for c in (*keys, *time_columns(depth), *values)),
                     exp.alias_(
                         exp.Explode(this=exp.func("SEQUENCE", rel.lit(1), rel.col(DIFF)))
-                        if kernel.dialect == "spark"
+                        if dialect == "spark"
                         else exp.Explode(this=exp.func("RANGE", rel.lit(0), rel.col(DIFF))),
                         "__copy",
                         quoted=True,
@@ -104,7 +124,7 @@ class Aggregates(ReduceLogic):
             (name, e.copy() if needs_expansion else _rewrite(e)) for name, e in self.aggregates
         ]
         group = _by_group(keys, depth)
-        query = rel.select(
+        return rel.select(
             source,
             [
                 *(exp.alias_(g.copy(), g.name, quoted=True) for g in group),
@@ -112,7 +132,6 @@ class Aggregates(ReduceLogic):
                 exp.alias_(rel.lit(1), DIFF, quoted=True),
             ],
         ).group_by(*group)
-        return kernel.query(query, {_ACC: acc})
 
     def describe(self) -> str:
         return ", ".join(f"{e.sql()} AS {n}" for n, e in self.aggregates)
@@ -167,14 +186,13 @@ def _rewrite(e: exp.Expression) -> exp.Expression | None:
 class Distinct(ReduceLogic):
     """Each present row once (`count > 0`)."""
 
-    def desired(self, kernel, acc, keys, values, depth, schema):  # type: ignore[override]
+    def query(self, keys, values, depth, dialect):  # type: ignore[override]
         cols = [rel.col(c) for c in (*keys, *values, *time_columns(depth))]
-        query = rel.select(
+        return rel.select(
             _ACC,
             [*cols, exp.alias_(rel.lit(1), DIFF, quoted=True)],
             where=exp.GT(this=rel.col(DIFF), expression=rel.lit(0)),
         )
-        return kernel.query(query, {_ACC: acc})
 
 
 @dataclass(frozen=True)
@@ -183,7 +201,7 @@ class Threshold(ReduceLogic):
 
     expression: exp.Expression
 
-    def desired(self, kernel, acc, keys, values, depth, schema):  # type: ignore[override]
+    def query(self, keys, values, depth, dialect):  # type: ignore[override]
         weight = self.expression.transform(
             lambda n: rel.col(DIFF) if isinstance(n, exp.Column) and n.name == "__count__" else n
         )
@@ -197,10 +215,9 @@ class Threshold(ReduceLogic):
                 ),
             ],
         )
-        query = rel.select(
+        return rel.select(
             inner, [*cols, rel.col(DIFF)], where=exp.NEQ(this=rel.col(DIFF), expression=rel.lit(0))
         )
-        return kernel.query(query, {_ACC: acc})
 
     def describe(self) -> str:
         return f"Threshold({self.expression.sql()})"
@@ -212,9 +229,9 @@ class Count(ReduceLogic):
 
     column: str = "count"
 
-    def desired(self, kernel, acc, keys, values, depth, schema):  # type: ignore[override]
+    def query(self, keys, values, depth, dialect):  # type: ignore[override]
         cols = [rel.col(c) for c in (*keys, *values, *time_columns(depth))]
-        query = rel.select(
+        return rel.select(
             _ACC,
             [
                 *cols,
@@ -222,7 +239,6 @@ class Count(ReduceLogic):
                 exp.alias_(rel.lit(1), DIFF, quoted=True),
             ],
         )
-        return kernel.query(query, {_ACC: acc})
 
 
 @dataclass(frozen=True)
