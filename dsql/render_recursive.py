@@ -15,6 +15,12 @@ from dsql.planner import types
 from dsql.planner.plan import LetRec
 from dsql.runtime.collection import Collection
 
+_LIMIT_HINT = (
+    "make the recursion converge (UNION instead of UNION ALL, or a bound on the depth), "
+    "or use WITH MUTUALLY RECURSIVE (RETURN AT RECURSION LIMIT n) to keep the values "
+    "after n iterations"
+)
+
 
 def render_letrec(renderer, plan: LetRec) -> Collection:  # type: ignore[no-untyped-def]
     """The body of `plan` over the fixpoint of its bindings."""
@@ -22,6 +28,7 @@ def render_letrec(renderer, plan: LetRec) -> Collection:  # type: ignore[no-unty
 
     worker = renderer.unit().worker
     loop = worker.scope(name=", ".join(plan.names), limit=plan.limit, on_limit=plan.on_limit)
+    loop.hint = _LIMIT_HINT
     with loop:
         variables = {}
         for name, value in zip(plan.names, plan.values, strict=True):

@@ -181,7 +181,13 @@ class ImportNode(Arranged):
             return self.current
         self._started = True
         frames = source.history() + ([source.current.frame] if source.current else [])
-        self.current = Batch(self.kernel.union(frames)) if frames else None
+        if not frames:
+            return None
+        # The history is replayed at times advanced to the frontier the handle was
+        # taken at: this dataflow starts there, and an update behind the frontier
+        # would be at a time its operators (loops above all) treat as complete.
+        replay = rel.advance("h", self.columns, self.depth, self.handle.frontier)
+        self.current = Batch(self.kernel.query(replay, {"h": self.kernel.union(frames)}))
         return self.current
 
     def finish(self, rnd: Round) -> None:

@@ -98,6 +98,12 @@ class Scope:
         self.limit = worker.recursion_limit if limit is None else limit
         self.on_limit = on_limit if limit is not None else "error"
         self.default_limit = limit is None
+        #: What the limit error suggests; a front end may put it in its own terms.
+        self.hint = (
+            "check that the loop body converges (distinct() a monotone body), pass "
+            "limit=<rounds> for a longer loop, or on_limit='return' to keep the values "
+            "reached at the limit"
+        )
         self.nodes: list[Node] = []
         self.variables: list[Variable] = []
         self.exports: list[Node] = []
@@ -194,9 +200,7 @@ class Scope:
         return RecursionLimitError(
             f"loop {self.name!r} did not converge: round {round_} is beyond {which} "
             f"of {self.limit} rounds",
-            hint="check that the loop body converges (distinct() a monotone body), pass "
-            "limit=<rounds> for a longer loop, or on_limit='return' to keep the values "
-            "reached at the limit",
+            hint=self.hint,
         )
 
 
