@@ -43,6 +43,8 @@ VIEWS = {
     "v_derived": "SELECT t.a, t.n FROM (SELECT a, count(*) AS n FROM s GROUP BY a) AS t WHERE t.n >= 1",
     "v_case_when": "SELECT a, CASE WHEN b IS NULL THEN 'none' WHEN b > 2 THEN 'big' ELSE 'small' END AS k FROM r",
     "v_division": "SELECT a, b / 2 AS half, b % 2 AS odd FROM r WHERE b IS NOT NULL",
+    "v_top2": "SELECT a, b FROM r ORDER BY b DESC NULLS LAST, a NULLS FIRST LIMIT 2",
+    "v_page": "SELECT t.a FROM (SELECT a, b FROM r ORDER BY a NULLS LAST, b LIMIT 3 OFFSET 1) t",
 }
 
 #: DuckDB spells PostgreSQL's integer division `//`.
@@ -211,7 +213,7 @@ def test_sql_on_spark(spark) -> None:  # noqa: ANN001 - the shared session fixtu
         c.execute("CREATE TABLE s (a int, c int)")
         c.execute("INSERT INTO r VALUES (1, 1), (1, 2), (2, NULL), (3, 3)")
         c.execute("INSERT INTO s VALUES (1, 5), (3, NULL), (4, 1)")
-    names = ["v_left_joined", "v_global"]
+    names = ["v_left_joined", "v_global", "v_top2"]
     for name in names:
         con.execute(f"CREATE MATERIALIZED VIEW {name} AS {VIEWS[name]}")
     for step in ("DELETE FROM r WHERE a = 1", "UPDATE r SET b = 7 WHERE a = 3"):
