@@ -429,7 +429,9 @@ def _hoist(
             else:
                 kept.append(p)
         out[k] = (_replace_predicates(seg, tuple(kept)), table)
-        out[k - 1] = (_replace_predicates(prev, prev.predicates + tuple(moved)), prev_table)
+        seen = {p.sql() for p in prev.predicates}
+        fresh = tuple(p for p in moved if not (p.sql() in seen or seen.add(p.sql())))
+        out[k - 1] = (_replace_predicates(prev, prev.predicates + fresh), prev_table)
     for k, (seg, table) in enumerate(out):
         neg = negated and k == len(out) - 1
         out[k] = (Segment(seg.input_arity, seg.outputs, seg.meta, seg.predicates, neg), table)
