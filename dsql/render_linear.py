@@ -16,6 +16,7 @@ from sqlglot import exp
 
 from dsql.planner.linear import JoinFunction, Segment
 from dsql.planner.plan import col
+from dsql.planner.temporal import Interval
 from dsql.runtime.collection import Collection
 
 
@@ -38,14 +39,10 @@ def render_linear(c: Collection, fn: JoinFunction, time_scale: int) -> Collectio
 
 
 def _segment(c: Collection, seg: Segment, time_scale: int) -> Collection:
-    safe, lower, upper = seg.split(time_scale)
+    safe, intervals = seg.split(time_scale)
     n = len(seg.outputs)
     plain = all(e == col(i) for i, e in enumerate(seg.outputs)) and n == seg.input_arity
-    if (
-        plain
-        and not (safe.predicates or lower or upper or seg.negated)
-        and c.columns == tuple(names(n))
-    ):
+    if plain and not (safe.predicates or intervals or seg.negated) and c.columns == tuple(names(n)):
         return c
     outputs = (
         [exp.alias_(e.copy(), f"_c{i}") for i, e in enumerate(seg.outputs)]
@@ -54,33 +51,46 @@ def _segment(c: Collection, seg: Segment, time_scale: int) -> Collection:
     )
     where = exp.and_(*(p.copy() for p in safe.predicates)) if safe.predicates else None
     diff = "-1" if seg.negated else None
-    return c.join_function(temporal_branches(outputs, where, lower, upper, diff))
+    sign = -1 if seg.negated else 1
+    if not intervals:
+        return c.join_function([{"columns": outputs, "where": where, "time": None, "diff": diff}])
+    branches = [b for i in intervals for b in temporal_branches(outputs, where, i, sign)]
+    return c.join_function(branches)
 
 
 def temporal_branches(
-    columns: list[exp.Expression],
-    where: exp.Expression | None,
-    lower: list[exp.Expression],
-    upper: list[exp.Expression],
-    diff: str | None = None,
+    columns: list[exp.Expression], where: exp.Expression | None, interval: Interval, sign: int
 ) -> list[dict]:
-    """Runtime branches: the row from `max(lower)` (if any) until `min(upper)` (if any)."""
-    lo = _fold(exp.Greatest, lower)
-    hi = _fold(exp.Least, upper)
-    enter = {"columns": columns, "where": where, "time": lo, "diff": diff}
+    """Runtime branches: the row counted `sign * interval.sign` times from the interval's
+    lower bound (the row's time if none) until its upper bound (if any).
+
+    A NULL bound makes the comparison NULL, so the row is never in that interval.
+    """
+    lo = _fold(exp.Greatest, list(interval.lower))
+    hi = _fold(exp.Least, list(interval.upper))
+    known = [
+        exp.Not(this=exp.Is(this=b.copy(), expression=exp.Null()))
+        for b in (*interval.lower, *interval.upper)
+    ]
+    window = [exp.GT(this=hi.copy(), expression=lo.copy())] if lo is not None and hi else []
+    parts = [p.copy() for p in ([where] if where is not None else [])]
+    parts += [g.copy() for g in interval.guard] + known + window
+    cond = exp.and_(*parts) if parts else None
+    weight = sign * interval.sign
+    enter = {"columns": columns, "where": cond, "time": lo, "diff": _diff(weight)}
     if hi is None:
         return [enter]
-    window = exp.GT(this=hi.copy(), expression=lo.copy()) if lo is not None else None
-    parts = [x for x in (where, window) if x is not None]
-    cond = exp.and_(*parts) if parts else None
-    enter["where"] = cond
     leave = {
         "columns": [e.copy() for e in columns],
         "where": cond.copy() if cond is not None else None,
         "time": hi,
-        "diff": "1" if diff else "-1",
+        "diff": _diff(-weight),
     }
     return [enter, leave]
+
+
+def _diff(weight: int) -> str | None:
+    return None if weight == 1 else str(weight)
 
 
 def _fold(kind: type[exp.Func], bounds: list[exp.Expression]) -> exp.Expression | None:

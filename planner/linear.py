@@ -38,7 +38,7 @@ from sqlglot import exp
 
 from dsql.errors import SchemaError
 from dsql.planner.plan import Column, col, conjuncts, index, refs, remap, show_expr
-from dsql.planner.temporal import mentions_mz_now, split_temporal
+from dsql.planner.temporal import Interval, mentions_mz_now, presence
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +124,10 @@ class Segment:
             out.append(NegateStep())
         return tuple(out)
 
-    def split(self, time_scale: int) -> tuple[Segment, list[exp.Expression], list[exp.Expression]]:
-        """(the stretch without temporal predicates, lower bounds, upper bounds)."""
-        safe, lower, upper = split_temporal(self.predicates, time_scale)
-        return _replace_predicates(self, tuple(safe)), lower, upper
+    def split(self, time_scale: int) -> tuple[Segment, list[Interval]]:
+        """(the stretch without temporal predicates, the intervals a row is present in)."""
+        safe, intervals = presence(self.predicates, time_scale)
+        return _replace_predicates(self, tuple(safe)), intervals
 
 
 def _replace_predicates(s: Segment, predicates: tuple[exp.Expression, ...]) -> Segment:
@@ -292,20 +292,19 @@ class JoinFunction:
         layout = tuple(mapping[i] if i in mapping else nulls[i] for i in range(self.input_arity))
         return prefix.project(layout).compose(self).optimize()
 
-    def split(
-        self, time_scale: int
-    ) -> tuple[JoinFunction, list[exp.Expression], list[exp.Expression]]:
-        """(the function without temporal predicates, lower bounds, upper bounds).
+    def split(self, time_scale: int) -> tuple[JoinFunction, list[Interval]]:
+        """(the function without temporal predicates, the intervals a row is present in).
 
-        Bounds are over the input columns, in runtime time units. Only for a
-        function whose temporal predicates all sit in its first stretch.
+        Bounds are over the input columns, in runtime time units (see
+        `temporal.presence`). Only for a function whose temporal predicates all
+        sit in its first stretch.
         """
         parts = self.segments()
-        first, lower, upper = parts[0][0].split(time_scale)
+        first, intervals = parts[0][0].split(time_scale)
         if any(mentions_mz_now(p) for seg, _ in parts[1:] for p in seg.predicates):
             raise SchemaError("a temporal bound over a table function's output cannot be split off")
         rest = JoinFunction(self.input_arity, first.steps() + _tail_steps(parts))
-        return rest, lower, upper
+        return rest, intervals
 
     def peel_predicates(self) -> tuple[tuple[exp.Expression, ...], JoinFunction]:
         """(predicates over the input that may be applied before it, the rest of the function).

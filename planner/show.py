@@ -53,13 +53,15 @@ def linear_lines(plan: Linear) -> list[str]:
     """A fused operator's steps, then its time bounds if it has any."""
     lines = plan.function.describe()
     try:
-        _, lower, upper = plan.function.split(1)
+        _, intervals = plan.function.split(1)
     except DsqlError as e:
         return [*lines, f"time bounds: {e.message}"]
-    if lower or upper:
-        lo = ", ".join(show_expr(e) for e in lower) or "-"
-        hi = ", ".join(show_expr(e) for e in upper) or "-"
-        lines.append(f"time bounds: lower {lo}; upper {hi}")
+    for i in intervals:
+        lo = ", ".join(show_expr(e) for e in i.lower) or "-"
+        hi = ", ".join(show_expr(e) for e in i.upper) or "-"
+        sign = "" if len(intervals) == 1 else ("+ " if i.sign > 0 else "- ")
+        guard = " if " + " AND ".join(show_expr(g) for g in i.guard) if i.guard else ""
+        lines.append(f"time bounds: {sign}lower {lo}; upper {hi}{guard}")
     return lines
 
 

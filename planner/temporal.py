@@ -15,14 +15,17 @@ millisecond). A row at time `t` then enters at `max(t, lo)` and leaves at
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from itertools import combinations
+
 from sqlglot import exp
 
 from dsql.errors import UnsupportedError
 
 _REWRITE_HINT = (
-    "compare mz_now() directly with an expression over the row, joined by AND, e.g. "
-    "WHERE mz_now() >= t AND mz_now() < t + 1000; an OR can be split into a UNION ALL of "
-    "two queries"
+    "compare mz_now() directly with an expression over the row, joined by AND or OR, "
+    "e.g. WHERE mz_now() >= t AND mz_now() < t + 1000; rewrite CASE and NOT as such "
+    "comparisons"
 )
 
 
@@ -34,31 +37,133 @@ def mentions_mz_now(e: exp.Expression) -> bool:
     return any(is_mz_now(n) for n in e.walk())
 
 
-def split_temporal(
+@dataclass(frozen=True)
+class Interval:
+    """A row is present from `max(lower)` (inclusive) until `min(upper)` (exclusive),
+    where `guard` holds, counted `sign` times. No lower bound: from the row's time on;
+    no upper bound: for ever. Bounds are in runtime time units.
+    """
+
+    sign: int
+    lower: tuple[exp.Expression, ...] = ()
+    upper: tuple[exp.Expression, ...] = ()
+    guard: tuple[exp.Expression, ...] = ()
+
+    def meet(self, other: Interval) -> Interval:
+        """The intersection (signs multiply)."""
+        return Interval(
+            self.sign * other.sign,
+            self.lower + other.lower,
+            self.upper + other.upper,
+            self.guard + other.guard,
+        )
+
+
+#: Disjuncts of one OR are combined by inclusion–exclusion: 2^n - 1 intervals.
+MAX_INTERVALS = 16
+
+
+def presence(
     predicates: tuple[exp.Expression, ...] | list[exp.Expression], time_scale: int
-) -> tuple[list[exp.Expression], list[exp.Expression], list[exp.Expression]]:
-    """(ordinary predicates, lower bounds, upper bounds); bounds in runtime time units."""
+) -> tuple[list[exp.Expression], list[Interval]]:
+    """(ordinary predicates, signed intervals whose sum is the row's presence in time).
+
+    A conjunction of `mz_now()` comparisons is one interval. A disjunction is the
+    union of its disjuncts' intervals, written exactly by inclusion–exclusion: the
+    signed intersections of every non-empty subset of disjuncts, so at any time
+    the signs add up to one where some disjunct holds and to zero elsewhere. An
+    ordinary predicate inside a disjunct guards that disjunct's interval. No
+    temporal predicate: no intervals (always present).
+    """
     safe: list[exp.Expression] = []
-    lower: list[exp.Expression] = []
-    upper: list[exp.Expression] = []
+    result: list[Interval] | None = None
     for p in predicates:
         if not mentions_mz_now(p):
             safe.append(p)
             continue
-        for lo, hi in _bounds(p):
+        terms = _union([_conjunction(d, time_scale) for d in _disjuncts(p)])
+        result = terms if result is None else [a.meet(b) for a in result for b in terms]
+        if len(result) > MAX_INTERVALS:
+            raise UnsupportedError(
+                f"the temporal filter needs more than {MAX_INTERVALS} intervals",
+                hint="split the query into a UNION ALL of simpler temporal filters",
+            )
+    return safe, result or []
+
+
+def split_temporal(
+    predicates: tuple[exp.Expression, ...] | list[exp.Expression], time_scale: int
+) -> tuple[list[exp.Expression], list[exp.Expression], list[exp.Expression]]:
+    """(ordinary predicates, lower bounds, upper bounds) of a conjunction; an OR
+    around `mz_now()` raises `UnsupportedError` (use `presence` for those)."""
+    safe, intervals = presence(predicates, time_scale)
+    if not intervals:
+        return safe, [], []
+    if len(intervals) > 1 or intervals[0].guard:
+        raise UnsupportedError(
+            "mz_now() inside OR has no single lower and upper bound", hint=_REWRITE_HINT
+        )
+    return safe, list(intervals[0].lower), list(intervals[0].upper)
+
+
+def _disjuncts(p: exp.Expression) -> list[exp.Expression]:
+    if isinstance(p, exp.Paren):
+        return _disjuncts(p.this)
+    if isinstance(p, exp.Or):
+        return _disjuncts(p.this) + _disjuncts(p.expression)
+    return [p]
+
+
+def _conjunction(p: exp.Expression, time_scale: int) -> Interval:
+    """One disjunct: its mz_now() comparisons bound the interval, the rest guard it."""
+    lower: list[exp.Expression] = []
+    upper: list[exp.Expression] = []
+    guard: list[exp.Expression] = []
+    for atom in _conjuncts(p):
+        if not mentions_mz_now(atom):
+            guard.append(atom)
+            continue
+        for lo, hi in _bounds(atom):
             if lo is not None:
                 lower.append(_scaled(lo, time_scale))
             if hi is not None:
                 upper.append(_scaled(hi, time_scale))
-    return safe, lower, upper
+    return Interval(1, tuple(lower), tuple(upper), tuple(guard))
+
+
+def _conjuncts(p: exp.Expression) -> list[exp.Expression]:
+    if isinstance(p, exp.Paren):
+        return _conjuncts(p.this)
+    if isinstance(p, exp.And):
+        return _conjuncts(p.this) + _conjuncts(p.expression)
+    return [p]
+
+
+def _union(intervals: list[Interval]) -> list[Interval]:
+    """Inclusion–exclusion: the signed intersections of every non-empty subset."""
+    if 2 ** len(intervals) - 1 > MAX_INTERVALS:
+        raise UnsupportedError(
+            f"mz_now() in an OR of {len(intervals)} alternatives is too many to compile",
+            hint="split the query into a UNION ALL of simpler temporal filters",
+        )
+    terms: list[Interval] = []
+    for r in range(1, len(intervals) + 1):
+        for subset in combinations(intervals, r):
+            term = subset[0]
+            for other in subset[1:]:
+                term = term.meet(other)
+            terms.append(term if r % 2 else Interval(-term.sign, *_parts(term)))
+    return terms
+
+
+def _parts(i: Interval) -> tuple:
+    return i.lower, i.upper, i.guard
 
 
 def _bounds(p: exp.Expression) -> list[tuple[exp.Expression | None, exp.Expression | None]]:
     """Each mz_now() comparison as (inclusive lower ms, exclusive upper ms)."""
     if isinstance(p, exp.Paren):
         return _bounds(p.this)
-    if isinstance(p, exp.And):
-        return _bounds(p.this) + _bounds(p.expression)
     if isinstance(p, exp.Between) and is_mz_now(p.this):
         return [(p.args["low"], None), (None, _plus_one(p.args["high"]))]
     if isinstance(p, exp.EQ | exp.GT | exp.GTE | exp.LT | exp.LTE):
@@ -103,4 +208,4 @@ def _scaled(e: exp.Expression, time_scale: int) -> exp.Expression:
     return ms if time_scale == 1 else exp.Mul(this=ms, expression=exp.Literal.number(time_scale))
 
 
-__all__ = ["is_mz_now", "mentions_mz_now", "split_temporal"]
+__all__ = ["Interval", "is_mz_now", "mentions_mz_now", "presence", "split_temporal"]

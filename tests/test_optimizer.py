@@ -175,10 +175,22 @@ def test_split_separates_temporal_bounds() -> None:
         .filter([parse_expr("mz_now() >= _c1 AND mz_now() < _c1 + 10 AND _c0 > 1")])
         .project([0])
     )
-    safe, lower, upper = fn.split(1)
+    safe, [interval] = fn.split(1)
     assert safe.describe() == ["filter #0 > 1", "project (#0)"]
-    assert [e.sql() for e in lower] == ["CAST(_c1 AS BIGINT)"]
-    assert [e.sql() for e in upper] == ["CAST(_c1 + 10 AS BIGINT)"]
+    assert [e.sql() for e in interval.lower] == ["CAST(_c1 AS BIGINT)"]
+    assert [e.sql() for e in interval.upper] == ["CAST(_c1 + 10 AS BIGINT)"]
+    assert (interval.sign, interval.guard) == (1, ())
+
+
+def test_split_of_an_or_is_inclusion_exclusion() -> None:
+    fn = JoinFunction.identity(2).filter([parse_expr("mz_now() < _c1 OR _c0 > 1")])
+    _, intervals = fn.split(1)
+    shown = [(i.sign, [e.sql() for e in i.upper], [g.sql() for g in i.guard]) for i in intervals]
+    assert shown == [
+        (1, ["CAST(_c1 AS BIGINT)"], []),
+        (1, [], ["_c0 > 1"]),
+        (-1, ["CAST(_c1 AS BIGINT)"], ["_c0 > 1"]),
+    ]
 
 
 def test_split_of_a_bound_on_a_table_output_is_refused() -> None:
@@ -188,7 +200,7 @@ def test_split_of_a_bound_on_a_table_output_is_refused() -> None:
     with pytest.raises(SchemaError):
         fn.split(1)
     with pytest.raises(UnsupportedError):
-        JoinFunction.identity(1).filter([parse_expr("mz_now() > 1 OR _c0 > 1")]).split(1)
+        JoinFunction.identity(1).filter([parse_expr("NOT mz_now() > _c0")]).split(1)
 
 
 def test_optimize_hoists_predicates_and_negation() -> None:

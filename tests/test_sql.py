@@ -185,7 +185,7 @@ def test_temporal_filter_window() -> None:
         ("SELECT a, count(*) FROM r", SchemaError, "GROUP BY"),
         ("INSERT INTO r VALUES ('x', 1)", TypeMismatchError, "type"),
         ("INSERT INTO r VALUES (1)", SchemaError, "values"),
-        ("SELECT a FROM r WHERE mz_now() > b OR a = 1", UnsupportedError, "mz_now"),
+        ("SELECT a FROM r WHERE NOT (mz_now() > b)", UnsupportedError, "mz_now"),
         ("DROP TABLE r", SchemaError, "depend"),
         ("FETCH ALL nocursor", SchemaError, "cursor"),
         ("SELECT (SELECT a, b FROM r)", SchemaError, "one column"),
