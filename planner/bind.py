@@ -341,7 +341,8 @@ def _aggregate(plan: Plan, group: list[exp.Expression], uses: list[Any]):  # typ
                     return col(g + i)
             if isinstance(node, exp.Column) and node.name.startswith("_c"):
                 raise SchemaError(
-                    f"column #{node.name[2:]} must appear in the GROUP BY clause or be used in an aggregate function",
+                    f"column #{node.name[2:]} must appear in the GROUP BY clause "
+                    "or be used in an aggregate function",
                     hint="add it to GROUP BY or wrap it in an aggregate such as min(...)",
                 )
             return node

@@ -142,7 +142,8 @@ class ExprBinder:
         return _visible(self.bind_query(query, self.env, self.scope))
 
     def _in_subquery(self, e: exp.In) -> exp.Expression:
-        """`x IN (S)`: TRUE if some s = x; else NULL if x or some s is NULL (S non-empty); else FALSE."""
+        """`x IN (S)`: TRUE if some s = x; else NULL if x or some s is NULL (S non-empty);
+        else FALSE."""
         subquery = e.args["query"]
         plan = self._subquery(subquery.this if isinstance(subquery, exp.Subquery) else subquery)
         if plan.arity != 1:

@@ -72,7 +72,8 @@ def to_arrow(dtype: exp.DataType) -> pa.DataType:
         return pa.list_(to_arrow(dtype.expressions[0]))
     raise TypeMismatchError(
         f"type {dtype.sql('postgres')} is not supported",
-        hint="use integer, bigint, double precision, numeric(p,s), text, boolean, date or timestamp",
+        hint="use integer, bigint, double precision, numeric(p,s), text, boolean, date "
+        "or timestamp",
     )
 
 

@@ -24,7 +24,9 @@ VIEWS = {
     "v_joined": "SELECT r.a, r.b, s.c FROM r JOIN s ON r.a = s.a",
     "v_left_joined": "SELECT r.a, r.b, s.c FROM r LEFT JOIN s ON r.a = s.a AND s.c > 0",
     "v_full_joined": "SELECT r.b, s.c FROM r FULL JOIN s ON r.a = s.a",
-    "v_grouped": "SELECT a, count(*) AS n, sum(b) AS total, min(b) AS lo, max(b) AS hi FROM r GROUP BY a",
+    "v_grouped": (
+        "SELECT a, count(*) AS n, sum(b) AS total, min(b) AS lo, max(b) AS hi FROM r GROUP BY a"
+    ),
     "v_global": "SELECT count(*) AS n, sum(b) AS total, count(DISTINCT a) AS keys FROM r",
     "v_grp_having": "SELECT a, count(*) AS n FROM r GROUP BY a HAVING count(*) > 1",
     "v_distinct": "SELECT DISTINCT a FROM r",
@@ -40,8 +42,13 @@ VIEWS = {
     "v_scalar": "SELECT a, (SELECT count(*) FROM s WHERE s.a = r.a) AS n FROM r",
     "v_scalar_max": "SELECT a, (SELECT max(c) FROM s WHERE s.c < r.b) AS m FROM r",
     "v_series": "SELECT r.a, g.i FROM r, generate_series(1, r.b) AS g(i) WHERE r.b < 4",
-    "v_derived": "SELECT t.a, t.n FROM (SELECT a, count(*) AS n FROM s GROUP BY a) AS t WHERE t.n >= 1",
-    "v_case_when": "SELECT a, CASE WHEN b IS NULL THEN 'none' WHEN b > 2 THEN 'big' ELSE 'small' END AS k FROM r",
+    "v_derived": (
+        "SELECT t.a, t.n FROM (SELECT a, count(*) AS n FROM s GROUP BY a) AS t WHERE t.n >= 1"
+    ),
+    "v_case_when": (
+        "SELECT a, CASE WHEN b IS NULL THEN 'none' WHEN b > 2 THEN 'big' ELSE 'small' END AS k "
+        "FROM r"
+    ),
     "v_division": "SELECT a, b / 2 AS half, b % 2 AS odd FROM r WHERE b IS NOT NULL",
     "v_top2": "SELECT a, b FROM r ORDER BY b DESC NULLS LAST, a NULLS FIRST LIMIT 2",
     "v_page": "SELECT t.a FROM (SELECT a, b FROM r ORDER BY a NULLS LAST, b LIMIT 3 OFFSET 1) t",
@@ -83,7 +90,7 @@ def _norm(rows: list[tuple]) -> Counter:
 
 
 def _check_views(con: dsql.api.Connection, oracle: duckdb.DuckDBPyConnection, step: str) -> None:
-    for name, query in VIEWS.items():
+    for name in VIEWS:
         got = _norm(con.execute(f"SELECT * FROM {name}").fetchall())
         want = _norm(oracle.execute(ORACLE[name]).fetchall())
         assert got == want, f"view {name} after {step}: dsql {got} != duckdb {want}"
@@ -134,7 +141,8 @@ def test_views_over_views_and_subscribe() -> None:
     con = dsql.connect(kernel="local")
     con.execute("CREATE TABLE orders (id int, customer text, amount int)")
     con.execute(
-        "CREATE MATERIALIZED VIEW per_customer AS SELECT customer, sum(amount) AS total FROM orders GROUP BY customer"
+        "CREATE MATERIALIZED VIEW per_customer AS "
+        "SELECT customer, sum(amount) AS total FROM orders GROUP BY customer"
     )
     con.execute(
         "CREATE MATERIALIZED VIEW big AS SELECT customer FROM per_customer WHERE total > 10"
@@ -155,7 +163,8 @@ def test_temporal_filter_window() -> None:
     con = dsql.connect(kernel="local")
     con.execute("CREATE TABLE events (id int, ts bigint)")
     con.execute(
-        "CREATE MATERIALIZED VIEW live AS SELECT id FROM events WHERE mz_now() >= ts AND mz_now() < ts + 100"
+        "CREATE MATERIALIZED VIEW live AS "
+        "SELECT id FROM events WHERE mz_now() >= ts AND mz_now() < ts + 100"
     )
     con.execute("INSERT INTO events VALUES (1, 0), (2, 50), (3, 500)")
     seen = {}
