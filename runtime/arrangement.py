@@ -147,12 +147,7 @@ class TraceHandle:
         self.source.trace.release_hold(self._hold)
 
     def import_into(self) -> ImportNode:
-        """An arrangement in the same worker that replays the history, then follows.
-
-        The trace is first compacted to one batch where its batches hold several times,
-        so the replay is at one time (operators downstream take their cheapest path).
-        """
-        self.source.trace.settle()
+        """An arrangement in the same worker that replays the history, then follows."""
         return ImportNode(self)
 
 

@@ -99,11 +99,12 @@ class LinearNode(Node):
 
     lazy = True
     always_run = False
+    applied_by_producer = True
 
     def __init__(self, source: Node, linear: Linear, prior: Node | None = None) -> None:
         self.linear = linear
         self._query: Prepared | None = None
-        self._composed: dict[str, Prepared] = {}
+        self._composed: dict[object, Prepared] = {}
         before = prior if prior is not None else source
         last = linear.steps[-1]
         schema = static_schema(last, before.schema)
@@ -136,6 +137,8 @@ class LinearNode(Node):
         delta = rnd.delta(self.inputs[0])
         if delta is None:
             return None
+        if delta.applied is self:  # the producer ran this chain in its own query
+            return Batch(delta.frame, delta.rows, delta.table)
         bound = self.linear.fanout_bound()
         rows = None if bound is None or delta.rows is None else delta.rows * bound
         if self.consumers == 1 and self.readers[0].composes_linear:
@@ -157,6 +160,22 @@ class LinearNode(Node):
         shape = (rel.fingerprint(self.linear), source.columns, self.depth)
         self._composed[name] = kernel.cached((name, *shape), prepare)
         return self._composed[name]
+
+    def over(self, producer: Callable[[], exp.Query], key: tuple) -> Prepared:
+        """This chain applied to the rows of `producer()` (a producer's own query, `key`
+        naming its shape), prepared once per shape: the producer runs both in one call."""
+        if key in self._composed:
+            return self._composed[key]  # type: ignore[index]
+        source, kernel = self.inputs[0], self.kernel
+
+        def prepare() -> Prepared:
+            return kernel.prepare(
+                self.linear.compile(kernel, producer(), source.columns, self.depth)
+            )
+
+        shape = (rel.fingerprint(self.linear), source.columns, self.depth)
+        self._composed[key] = kernel.cached((*key, *shape), prepare)  # type: ignore[index]
+        return self._composed[key]  # type: ignore[index]
 
     def describe(self) -> str:
         return f"Linear({len(self.linear.steps)} steps)"
@@ -408,12 +427,19 @@ class Collection:
 
     # --- arrangements, joins, reductions -------------------------------------------
     def arrange_by_key(self, *keys: str) -> Arrangement:
-        """The collection arranged (indexed, shared) by the key columns."""
-        return Arrangement(ArrangeNode(self.node, tuple(keys)))
+        """The collection arranged (indexed, shared) by the key columns.
+
+        A collection that is already an arrangement by exactly these keys (an arrange,
+        a reduce's output) is that arrangement: no second trace.
+        """
+        node = self.node
+        if isinstance(node, ArrangeNode | ReduceNode) and node.keys == tuple(keys):
+            return Arrangement(node)
+        return Arrangement(ArrangeNode(node, tuple(keys)))
 
     def arrange_by_self(self) -> Arrangement:
         """The collection arranged by all of its columns."""
-        return Arrangement(ArrangeNode(self.node, self.columns))
+        return self.arrange_by_key(*self.columns)
 
     def join(self, other: Collection, on: Sequence[str | tuple[str, str]]) -> Collection:
         """Pairs of rows with equal keys: this row's columns, then the other's non-key columns."""

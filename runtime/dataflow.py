@@ -19,12 +19,13 @@ few jobs); nodes that keep state materialize what they keep.
 from __future__ import annotations
 
 import heapq
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from dsql.errors import SchemaError
+from dsql.errors import DsqlError, QueryCanceledError, SchemaError
 from dsql.runtime.kernel.base import Frame, Kernel
 from dsql.runtime.lattice import DIFF, Antichain, Time, time_columns
 
@@ -61,6 +62,8 @@ class Batch:
     #: A linear node whose query is still to be applied to `frame` (its input batch): only
     #: a sole reader that composes that query into its own sees such a batch.
     deferred: Any = None
+    #: The sole reader (a linear node) whose query the producer already applied to `frame`.
+    applied: Any = None
 
 
 @dataclass(slots=True)
@@ -106,6 +109,8 @@ class Node:
     always_run = True
     #: Whether the node folds a linear input's query into its own (see `Batch.deferred`).
     composes_linear = False
+    #: Whether a producer may apply this node's query for it (see `Batch.applied`).
+    applied_by_producer = False
 
     def __init__(
         self,
@@ -188,6 +193,12 @@ class Worker:
         self._always: dict[int, Node] = {}
         self._fresh: list[Node] = []
         self._standing: dict[int, Node] = {}
+        #: The running statement's deadline (`time.monotonic()` seconds; None: no bound)
+        #: and the first node it may cut short (older nodes belong to views that stay).
+        self.deadline: float | None = None
+        self.cancelable_from = 0
+        #: An error met inside a round, raised once the round is complete (see `abort`).
+        self._failure: DsqlError | None = None
 
     def _register(self, node: Node) -> int:
         self.nodes.append(node)
@@ -249,12 +260,40 @@ class Worker:
         """Ask for a round at the next `step` even if no input changed (a new import)."""
         self._woken = True
 
+    def expired(self, node: Node) -> bool:
+        """Whether `node` belongs to the running statement and its deadline has passed."""
+        return (
+            self.deadline is not None
+            and node.id >= self.cancelable_from
+            and time.monotonic() > self.deadline
+        )
+
+    def abort(self, error: DsqlError) -> None:
+        """Fail the current round once it is complete: a round cut in the middle would leave
+        nodes that stepped without finishing (an arrangement would lose its batch), so a
+        node that must stop stops producing and the round ends before `step` raises."""
+        if self._failure is None:
+            self._failure = error
+
+    def check_deadline(self) -> None:
+        """Raise `QueryCanceledError` when the running statement's deadline has passed."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise canceled()
+
     def step(self) -> bool:
         """Run one round if any input flushed updates or moved its frontier.
 
         Returns whether a round ran. After it, every output at times not beyond the
-        worker's frontier is final.
+        worker's frontier is final. An error `abort`ed in the round is raised after it.
         """
+        try:
+            return self._step()
+        finally:
+            failure, self._failure = self._failure, None
+            if failure is not None:
+                raise failure
+
+    def _step(self) -> bool:
         frontier = self.input_frontier()
         has_data = any(s.has_flushed() for s in self.inputs)
         if not has_data and frontier == self.frontier and not self._woken:
@@ -305,9 +344,11 @@ class Worker:
                 self._standing[node.id] = node
 
     def run(self) -> None:
-        """Step until no input has anything to deliver."""
+        """Step until no input has anything to deliver (between rounds, a passed deadline
+        cancels the statement: the graph is consistent there)."""
+        self.check_deadline()
         while self.step():
-            pass
+            self.check_deadline()
 
     def drop(self, nodes: list[Node]) -> None:
         """Remove operators from the graph and free their state."""
@@ -316,6 +357,15 @@ class Worker:
             node.release()
             self._always.pop(node.id, None)
             self._standing.pop(node.id, None)
+
+
+def canceled() -> QueryCanceledError:
+    """The error of a statement that ran past its deadline (PostgreSQL's message)."""
+    return QueryCanceledError(
+        "canceling statement due to statement timeout",
+        hint="raise it (SET statement_timeout = '30s'; 0 disables it), or make the query "
+        "cheaper; a recursive query that does not converge needs a round limit",
+    )
 
 
 def run_nodes(nodes: list[Node], rnd: Round) -> None:

@@ -120,9 +120,10 @@ class Linear:
         return columns
 
     def compile(
-        self, kernel: Kernel, source: str, inputs: tuple[str, ...], depth: int
+        self, kernel: Kernel, source: str | exp.Query, inputs: tuple[str, ...], depth: int
     ) -> exp.Query:
-        """One query evaluating the chain over the batch relation `source`."""
+        """One query evaluating the chain over the batch relation `source` (a table name,
+        or a query whose rows it reads)."""
         query: str | exp.Query = source
         columns = inputs
         for step in self.steps:

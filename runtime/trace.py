@@ -108,24 +108,6 @@ class Trace:
         ):
             self.batches = [self._combine(self.batches)]
 
-    def settle(self) -> None:
-        """Compact every batch into one (`compact_all`) unless the batches already hold a
-        single time: a reader importing the trace then replays its history at one time.
-        Where the kernel cannot tell the times without an action, it compacts."""
-        times = set()
-        for b in self.batches:
-            for t in time_columns(self.depth):
-                bounds = self.kernel.bounds(b.frame, t)
-                if bounds is None:
-                    if b.rows:  # unknown without an action: compact
-                        self.compact_all()
-                        return
-                    continue
-                times.add((t, bounds[0]))
-                times.add((t, bounds[1]))
-        if len(times) > len(time_columns(self.depth)):
-            self.compact_all()
-
     def _combine(self, batches: list[TraceBatch]) -> TraceBatch:
         names = {f"b{i}": b.frame for i, b in enumerate(batches)}
         union = rel.union_all(list(names), (*self.columns, *time_columns(self.depth), DIFF))

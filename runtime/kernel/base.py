@@ -141,6 +141,10 @@ class Kernel(ABC):
     #: How many prepared queries and schemas `cached` keeps.
     cache_entries: int = 4096
 
+    def placement(self, frame: Frame | None = None) -> str:
+        """Where `frame` lives ("local" or "spark"); with no frame, where new data goes."""
+        return self.name
+
     def rows(self, frame: Frame) -> int | None:
         """The frame's exact row count when it is known without an action, else None."""
         return None

@@ -61,6 +61,7 @@ class JoinNode(Node):
 
         #: The join rendered once per shape; each round binds its batches as `l` and `r`.
         self.query: Prepared = kernel.cached(("join", *shape), prepare)
+        self._shape = shape
         schema = kernel.cached(
             ("join-schema", *shape, schema_key(left.schema), schema_key(right.schema)),
             lambda: worker.output_schema(self.query, {"l": left, "r": right}),
@@ -70,22 +71,30 @@ class JoinNode(Node):
     def step(self, rnd: Round) -> Batch | None:
         left, right = self.inputs
         assert isinstance(left, Arranged) and isinstance(right, Arranged)
+        reader = self.readers[0] if self.consumers == 1 else None
+        fused = reader if reader is not None and reader.applied_by_producer else None
+        if fused is not None and not fused.dropped:  # run the reader's chain in our query
+            query = fused.over(self._probe_query, ("join-linear", *self._shape))
+        else:
+            query, fused = self.query, None
         parts: list[Frame] = []
         lk, rk = self.pairs[0] if self.pairs else (None, None)
         if left.current is not None:
             right_all = right.history() + ([right.current.frame] if right.current else [])
             if right_all:
                 probed = self._probe(right_all, rk, left.current, lk)
-                parts.append(self._join(left.current.frame, probed))
+                parts.append(self.kernel.query(query, {"l": left.current.frame, "r": probed}))
         if right.current is not None and left.history():
             probed = self._probe(left.history(), lk, right.current, rk)
-            parts.append(self._join(probed, right.current.frame))
+            parts.append(self.kernel.query(query, {"l": probed, "r": right.current.frame}))
         if not parts:
             return None
-        return Batch(self.kernel.union(parts) if len(parts) > 1 else parts[0])
+        return Batch(self.kernel.union(parts) if len(parts) > 1 else parts[0], applied=fused)
 
-    def _join(self, left: Frame, right: Frame) -> Frame:
-        return self.kernel.query(self.query, {"l": left, "r": right})
+    def _probe_query(self) -> exp.Query:
+        """The join as a query over the batches `l` and `r`."""
+        pairs, left, right_values, depth, kind = self._shape
+        return rel.join_on_keys("l", "r", pairs, left, right_values, depth, kind)
 
     def _probe(
         self, frames: list[Frame], column: str | None, batch: Batch, by: str | None
