@@ -34,6 +34,7 @@ from dsql.errors import InterfaceError
 from dsql.execute import Executor
 from dsql.session import Result, Session
 from dsql.subscribe import Subscription
+from dsql.timeout import parse_duration
 
 apilevel = "2.0"
 threadsafety = 1
@@ -47,12 +48,15 @@ def connect(
     master: str | None = None,
     clock: str = "manual",
     kernel: str = "local",
+    statement_timeout: float | str | None = None,
     **spark_conf: Any,
 ) -> Connection:
     """A connection to a new dsql session (in-process; on Spark when `kernel="spark"`).
 
     `spark` adopts an existing SparkSession (and implies the Spark kernel); `master`
     and `spark_conf` configure the one dsql starts. Spark starts only when needed.
+    `statement_timeout` (seconds, or text like '2s') bounds each statement, as
+    `SET statement_timeout` does.
     """
     if spark is not None:
         kernel = "spark"
@@ -60,7 +64,9 @@ def connect(
         from dsql.runtime.spark_session import get_spark
 
         spark = get_spark(master=master, conf={k: str(v) for k, v in spark_conf.items()} or None)
-    return Connection(Session(kernel=kernel, clock=clock, spark=spark))
+    connection = Connection(Session(kernel=kernel, clock=clock, spark=spark))
+    connection.executor.statement_timeout = parse_duration(statement_timeout)
+    return connection
 
 
 class Connection:

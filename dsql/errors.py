@@ -152,3 +152,7 @@ class SourceError(OperationalError):
 
 class EnvironmentSetupError(OperationalError):
     """The machine lacks something dsql needs to run (such as Java for Spark)."""
+
+
+class QueryCanceledError(OperationalError):
+    """A statement ran past `statement_timeout` and was canceled; the session stays usable."""

@@ -24,6 +24,7 @@ from dsql.planner.plan import Column, Query
 from dsql.planner.temporal import is_mz_now
 from dsql.session import Result, Session
 from dsql.subscribe import Subscription
+from dsql.timeout import parse_duration, statement_deadline
 
 
 class Executor:
@@ -32,6 +33,8 @@ class Executor:
     def __init__(self, session: Session) -> None:
         self.session = session
         self.cursors: dict[str, Subscription] = {}
+        #: Seconds a statement may run (`SET statement_timeout`); None: unbounded.
+        self.statement_timeout: float | None = None
 
     def run(self, text: str) -> list[Result]:
         """Parse and execute every statement of `text`; results in order."""
@@ -39,7 +42,8 @@ class Executor:
 
     def execute(self, stmt: Any) -> Result:
         try:
-            return self._execute(stmt)
+            with statement_deadline(self.session.worker, self.statement_timeout):
+                return self._execute(stmt)
         except DsqlError as error:
             if error.statement is None:
                 error.statement = getattr(stmt, "text", None)
@@ -134,6 +138,8 @@ class Executor:
                     )
                 return Result(status="COMMIT")
             case grammar.SetVariable():
+                if stmt.name.lower() == "statement_timeout":
+                    self.statement_timeout = parse_duration(stmt.value)
                 return Result(status="SET")
         raise UnsupportedError(f"{type(stmt).__name__} statements are not supported yet")
 

@@ -224,14 +224,17 @@ class Session:
         if materialized:
             self.close_time()
             start = len(self.worker.nodes)
-            collection = self._render(plan)
-            rel.columns = _typed_columns(cols, collection.schema)
-            rel.arrangement = collection.arrange_by_self()
-            rel.nodes = self.worker.nodes[start:]
             try:
-                self._sync()
+                collection = self._render(plan)
+                rel.columns = _typed_columns(cols, collection.schema)
+                rel.arrangement = collection.arrange_by_self()
+                rel.nodes = self.worker.nodes[start:]
+                # Run the first evaluation now (the import's history completes when the
+                # tick closes): a view that fails, or times out, fails its CREATE and
+                # leaves nothing behind, instead of failing a later statement.
+                self.close_time(force=True)
             except DsqlError:
-                self.worker.drop(rel.nodes)
+                self.worker.drop(self.worker.nodes[start:])
                 raise
         self.relations[name] = rel
 

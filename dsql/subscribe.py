@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dsql.clock import TICKS_PER_MS
+from dsql.errors import DsqlError
 from dsql.planner.plan import Query
 from dsql.runtime.capture import consolidate_table
 from dsql.runtime.lattice import DIFF, TIME
@@ -45,16 +46,20 @@ class Subscription:
         self.names = [c.name for c in bound.columns]
         self.closed = False
         self._start = len(session.worker.nodes)
-        collection = session._render(bound.plan)
-        self.schema = collection.schema
-        self._capture = collection.capture()
-        self._nodes = session.worker.nodes[self._start :]
         self._first = True
         #: Updates polled but not yet fetched (FETCH n returns at most n).
         self._pending: pa.Table | None = None
         self._last_progress = -1
-        session.worker.wake()
-        session.worker.run()
+        try:
+            collection = session._render(bound.plan)
+            self.schema = collection.schema
+            self._capture = collection.capture()
+            session.worker.wake()
+            session.worker.run()
+        except DsqlError:  # a failed SUBSCRIBE leaves no dataflow behind
+            session.worker.drop(session.worker.nodes[self._start :])
+            raise
+        self._nodes = session.worker.nodes[self._start :]
 
     @property
     def columns(self) -> list[str]:

@@ -273,6 +273,11 @@ def _order_target(
 ) -> int | exp.Expression:
     """An ORDER BY key: an output position (ordinal or output name) or an expression."""
     if isinstance(e, exp.Literal) and not e.is_string:
+        if not e.this.isdigit():
+            raise SchemaError(
+                f"non-integer constant {e.this} in ORDER BY",
+                hint="order by a column's position (ORDER BY 1) or by an expression",
+            )
         n = int(e.this)
         if not 1 <= n <= len(names):
             raise SchemaError(f"ORDER BY position {n} is not in the select list")

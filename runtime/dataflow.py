@@ -194,9 +194,10 @@ class Worker:
         self._fresh: list[Node] = []
         self._standing: dict[int, Node] = {}
         #: The running statement's deadline (`time.monotonic()` seconds; None: no bound)
-        #: and the first node it may cut short (older nodes belong to views that stay).
+        #: and its first node: nodes from there on are its own, and may be cut short or
+        #: fail without failing the round (older nodes belong to dataflows that stay).
         self.deadline: float | None = None
-        self.cancelable_from = 0
+        self.cancelable_from = 1 << 62  # no statement runs: no node is cut short
         #: An error met inside a round, raised once the round is complete (see `abort`).
         self._failure: DsqlError | None = None
 
@@ -329,7 +330,15 @@ class Worker:
             node = self.nodes[heapq.heappop(heap)]
             if node.lazy and node.consumers == 0:
                 continue
-            batch = node.step(rnd)
+            try:
+                batch = node.step(rnd)
+            except DsqlError as error:
+                if node.id < self.cancelable_from:
+                    raise
+                # The running statement's own dataflow failed: the round ends first (see
+                # `abort`), and the statement drops that dataflow.
+                self.abort(error)
+                batch = None
             if batch is not None and (batch.rows == 0 or self.kernel.rows(batch.frame) == 0):
                 batch = None  # an empty batch changes nothing downstream
             rnd.outputs[node.id] = batch

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from dsql.errors import RecursionLimitError, SchemaError
-from dsql.runtime.dataflow import Batch, Node, Round, Worker, run_nodes
+from dsql.runtime.dataflow import Batch, Node, Round, Worker, canceled, run_nodes
 from dsql.runtime.kernel.base import Frame
 from dsql.runtime.lattice import Antichain, Time
 
@@ -230,8 +230,14 @@ class ScopeNode(Node):
         compaction = Antichain(lift(basis))
         step: int | None = 0
         while step is not None:
+            # A loop that must stop stops producing; the worker raises once the parent
+            # round is complete (see `Worker.abort`), and its statement drops the loop.
             if step > loop.limit + 1:
-                raise loop.limit_error(step)
+                self.worker.abort(loop.limit_error(step))
+                return None
+            if self.worker.expired(self):
+                self.worker.abort(canceled())
+                return None
             inner = Round(
                 step,
                 compaction,
@@ -239,7 +245,11 @@ class ScopeNode(Node):
                 parent=rnd,
                 compaction=compaction,
             )
-            run_nodes(loop.nodes, inner)
+            try:
+                run_nodes(loop.nodes, inner)
+            except RecursionLimitError as error:
+                self.worker.abort(error)
+                return None
             for node in loop.exports:
                 batch = inner.delta(node)
                 if batch is not None:

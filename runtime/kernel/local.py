@@ -141,4 +141,9 @@ def _spark_types(table: pa.Table) -> pa.Table:
     fields = [
         pa.field(f.name, pa.int64(), f.nullable) if f.type == huge else f for f in table.schema
     ]
-    return table.cast(pa.schema(fields))
+    try:
+        return table.cast(pa.schema(fields))
+    except pa.ArrowInvalid:
+        raise ExecutionError(
+            "bigint out of range", hint="cast to numeric or double for larger values"
+        ) from None
