@@ -157,8 +157,9 @@ class Renderer:
         left, right = self.render(plan.left), self.render(plan.right)
         parts = [inner]
         if plan.kind in ("left", "full"):
-            matched = inner.project(*names(la))
-            unmatched = left.antijoin(matched, on=names(la))
+            # A left side of no columns is carried as one constant `_c0` (see `_constant`).
+            matched = inner.project(*names(la)) if la else inner.map("0 AS _c0")
+            unmatched = left.antijoin(matched, on=names(la) or ["_c0"])
             parts.append(
                 unmatched.map(
                     *names(la),

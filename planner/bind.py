@@ -43,6 +43,7 @@ from dsql.planner.plan import (
     Negate,
     Order,
     Plan,
+    Position,
     Project,
     Query,
     Reduce,
@@ -261,9 +262,10 @@ def _select_items(sel: exp.Select, scope: Scope) -> list[tuple[str, exp.Expressi
 
 
 def _item_columns(item: Item) -> list[tuple[str, exp.Expression]]:
+    # By position: a name may occur twice in one item (a view's two `?column?`).
     return [
-        (n, exp.column(n, table=item.alias or None, quoted=True))
-        for n in item.names
+        (n, Position(this=item.offset + i))
+        for i, n in enumerate(item.names)
         if n not in item.hidden
     ]
 

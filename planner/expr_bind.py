@@ -21,7 +21,7 @@ from sqlglot import exp
 
 from dsql.errors import DsqlError, SchemaError
 from dsql.planner import types
-from dsql.planner.plan import Filter, Outer, Plan, SubqueryExpr, col
+from dsql.planner.plan import Filter, Outer, Plan, Position, SubqueryExpr, col
 from dsql.planner.scope import Scope, position_of, unsupported
 
 _AGGREGATES = (
@@ -100,6 +100,8 @@ class ExprBinder:
         match e:
             case exp.Column() if isinstance(e.this, exp.Star):
                 raise SchemaError("'*' is only allowed in a select list or count(*)")
+            case Position():
+                return col(e.this)
             case exp.Column():
                 level, pos = self.scope.resolve(e.name, e.table or None)
                 if level == 0:

@@ -63,6 +63,13 @@ class Outer(exp.Expression):
     arg_types = {"this": True}
 
 
+class Position(exp.Expression):
+    """Column `this` of the current query level, by position: what `*` expands to, so that
+    columns sharing a name (two `?column?`) stay distinct."""
+
+    arg_types = {"this": True}
+
+
 class SubqueryExpr(exp.Expression):
     """A subquery used as a value: `kind` is "exists" or "scalar"; `this` holds the plan."""
 
