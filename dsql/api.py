@@ -32,7 +32,7 @@ from dsql import errors, grammar
 from dsql.compiled import CompiledQuery, compile, query_of
 from dsql.errors import InterfaceError
 from dsql.execute import Executor
-from dsql.session import Result, Session
+from dsql.session import Result, Session, default_kernel
 from dsql.subscribe import Subscription
 from dsql.timeout import parse_duration
 
@@ -47,24 +47,33 @@ def connect(
     spark: Any = None,
     master: str | None = None,
     clock: str = "manual",
-    kernel: str = "local",
+    kernel: str | None = None,
+    placement_threshold: int | None = None,
     statement_timeout: float | str | None = None,
     **spark_conf: Any,
 ) -> Connection:
-    """A connection to a new dsql session (in-process; on Spark when `kernel="spark"`).
+    """A connection to a new dsql session.
 
-    `spark` adopts an existing SparkSession (and implies the Spark kernel); `master`
-    and `spark_conf` configure the one dsql starts. Spark starts only when needed.
+    `kernel`: "auto" (the default, or `$DSQL_KERNEL`): each relation in-process (DuckDB)
+    while it has at most `placement_threshold` rows (default 100,000), on Spark once it
+    outgrows that, Spark started only then; "local": always in-process; "spark": every
+    step on Spark. `spark` adopts an existing SparkSession (the Spark kernel unless a
+    kernel is named); `master` and `spark_conf` configure the one dsql starts.
     `statement_timeout` (seconds, or text like '2s') bounds each statement, as
     `SET statement_timeout` does.
     """
-    if spark is not None:
-        kernel = "spark"
-    if spark is None and (master is not None or spark_conf) and kernel == "spark":
+    kernel = kernel or ("spark" if spark is not None else default_kernel())
+    conf = {k: str(v) for k, v in spark_conf.items()} or None
+    start = None
+    if spark is None and (master is not None or conf):
         from dsql.runtime.spark_session import get_spark
 
-        spark = get_spark(master=master, conf={k: str(v) for k, v in spark_conf.items()} or None)
-    connection = Connection(Session(kernel=kernel, clock=clock, spark=spark))
+        if kernel == "spark":
+            spark = get_spark(master=master, conf=conf)
+        else:
+            start = lambda: get_spark(master=master, conf=conf)  # noqa: E731
+    session = Session(kernel, clock, spark, placement_threshold, start_spark=start)
+    connection = Connection(session)
     connection.executor.statement_timeout = parse_duration(statement_timeout)
     return connection
 

@@ -196,8 +196,16 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--clock", choices=("manual", "wall"), help="how time moves")
     common.add_argument(
         "--kernel",
-        choices=("local", "spark"),
-        help="local: DuckDB in-process (default); spark: every step on Spark",
+        choices=("auto", "local", "spark"),
+        help="auto (default, or $DSQL_KERNEL): in-process until a relation outgrows "
+        "--placement-threshold rows, then Spark; local: DuckDB in-process only; "
+        "spark: every step on Spark",
+    )
+    common.add_argument(
+        "--placement-threshold",
+        type=int,
+        metavar="ROWS",
+        help="auto kernel: relations with more rows live on Spark (default 100000)",
     )
     common.add_argument("--master", help="Spark master URL (implies --kernel spark)")
     common.add_argument(
@@ -237,11 +245,15 @@ def connect(options: argparse.Namespace, default_clock: str, err: TextIO) -> Any
         if not sep:
             raise errors.InterfaceError(f"--conf {item!r} is not key=value")
         conf[key] = value
-    kernel = options.kernel or ("spark" if options.master else "local")
+    kernel = options.kernel or ("spark" if options.master else None)
     if kernel == "spark":
         print(f"dsql: starting Spark ({options.master or 'local mode'})...", file=err, flush=True)
     return api_connect(
-        master=options.master, clock=options.clock or default_clock, kernel=kernel, **conf
+        master=options.master,
+        clock=options.clock or default_clock,
+        kernel=kernel,
+        placement_threshold=options.placement_threshold,
+        **conf,
     )
 
 

@@ -15,6 +15,7 @@ the catalog.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,10 +73,21 @@ class Result:
 class Session:
     """Owns the catalog, the clock and the runtime worker (see module docstring)."""
 
-    def __init__(self, kernel: str = "local", clock: str = "manual", spark: Any = None) -> None:
+    def __init__(
+        self,
+        kernel: str | None = None,
+        clock: str = "manual",
+        spark: Any = None,
+        placement_threshold: int | None = None,
+        start_spark: Any = None,
+    ) -> None:
+        """`kernel`: "auto" (placement by size), "local" or "spark"; default
+        `default_kernel()`. `placement_threshold`: rows kept in-process under "auto";
+        `start_spark`: called before Spark's first step under "auto" (starts it)."""
+        kernel = kernel or default_kernel()
         self.kernel_name = kernel
         self.clock = Clock(clock)
-        self.worker = Worker(_make_kernel(kernel, spark))
+        self.worker = Worker(_make_kernel(kernel, spark, placement_threshold, start_spark))
         self.relations: dict[str, Relation] = {}
         self._unit = self._new_input(pa.schema([("_c0", pa.int32())]))
         self._unit.update_at((0,), self.clock.write_tick(), 1)
@@ -426,7 +438,24 @@ def _typed_columns(cols: tuple[Column, ...], schema: pa.Schema) -> tuple[Column,
     return tuple(Column(c.name, types.from_arrow(schema.field(i).type)) for i, c in enumerate(cols))
 
 
-def _make_kernel(kind: str, spark: Any) -> Any:
+def default_kernel() -> str:
+    """The kernel of a session that names none: `$DSQL_KERNEL`, else "auto" (in-process
+    until a relation outgrows the placement threshold, `$DSQL_PLACEMENT_THRESHOLD` or
+    100,000 rows, so small work never starts Spark)."""
+    return os.environ.get("DSQL_KERNEL") or "auto"
+
+
+def _make_kernel(kind: str, spark: Any, threshold: int | None, start: Any) -> Any:
+    if kind == "auto":
+        from dsql.runtime.kernel.auto import DEFAULT_THRESHOLD, AutoKernel
+
+        if threshold is not None and threshold < 0:
+            raise TypeMismatchError(
+                f"placement threshold {threshold} is negative", hint="give a number of rows"
+            )
+        if threshold is None:
+            threshold = int(os.environ.get("DSQL_PLACEMENT_THRESHOLD") or DEFAULT_THRESHOLD)
+        return AutoKernel(threshold, spark=spark, start=start)
     if kind == "local":
         from dsql.runtime.kernel.local import LocalKernel
 
@@ -435,7 +464,17 @@ def _make_kernel(kind: str, spark: Any) -> Any:
         from dsql.runtime.kernel.spark import SparkKernel
 
         return SparkKernel(spark)
-    raise TypeMismatchError(f"unknown kernel {kind!r}", hint="use kernel='local' or kernel='spark'")
+    raise TypeMismatchError(
+        f"unknown kernel {kind!r}", hint="use kernel='auto', kernel='local' or kernel='spark'"
+    )
 
 
-__all__ = ["Relation", "Result", "Session", "accumulate", "present", "sqlglot"]
+__all__ = [
+    "Relation",
+    "Result",
+    "Session",
+    "accumulate",
+    "default_kernel",
+    "present",
+    "sqlglot",
+]

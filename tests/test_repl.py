@@ -113,7 +113,7 @@ def terminal(tmp_path):
 def test_shell_on_a_terminal(terminal, tmp_path):
     t = terminal
     banner = t.expect(r"dsql> ")
-    assert "local kernel, wall clock" in banner and "starting Spark" not in banner
+    assert "auto kernel, wall clock" in banner and "starting Spark" not in banner
     t.send("CREATE TABLE t (a int, b text);\n")
     t.expect(r"CREATE TABLE")
     t.send("INSERT INTO t\n")  # a statement over several lines

@@ -1,0 +1,292 @@
+"""Automatic placement: one kernel that runs each step in DuckDB or on Spark by size.
+
+`AutoKernel` implements the `Kernel` interface over two kernels, the in-process
+`LocalKernel` (frames are Arrow tables) and the `SparkKernel` (frames are Spark
+DataFrames). A frame's type says where it lives, so no operator knows about placement:
+
+- a step whose inputs are all Arrow runs in DuckDB;
+- a step with any Spark input runs on Spark, its Arrow inputs shipped there
+  (`createDataFrame` from Arrow, marked for broadcast: they are the small side);
+- `materialize` (an arrangement's batch, a trace merge, a reduce's output) decides:
+  at most `threshold` rows stay (or come back) in the driver as Arrow, more move to
+  Spark, where they are stored as key-sorted Parquet. A trace that grows past the
+  threshold therefore moves to Spark at its next merge, like Spark's own
+  `autoBroadcastJoinThreshold`, but counted in rows.
+
+Spark starts only when a step first needs it, and says so once (`notice`).
+
+Both kernels evaluate the same sqlglot query: it is built for DuckDB (`dialect`) and,
+for Spark, the two constructs whose spelling differs are rewritten (the fan-out of
+`fanout`, and `explode(range(0, n))`, which Spark spells `explode(sequence(1, n))`).
+
+Invariant: placement never changes a result; every frame this kernel returns is
+either an Arrow table (local) or a Spark DataFrame (spark).
+
+>>> import pyarrow as pa
+>>> kernel = AutoKernel(threshold=10)
+>>> kernel.placement(kernel.from_arrow(pa.table({"x": [1, 2]})))
+'local'
+>>> kernel.started
+False
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from sqlglot import exp
+
+from dsql.runtime.kernel.base import Frame, Kernel, Pipeline, Prepared, Stage, Stored
+from dsql.runtime.kernel.local import LocalKernel
+from dsql.runtime.kernel.spark import SparkKernel
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+#: The default placement threshold, in rows (at most this many stay in-process).
+DEFAULT_THRESHOLD = 100_000
+
+_log = logging.getLogger("dsql")
+
+
+@dataclass(frozen=True, slots=True)
+class _Dual(Prepared):
+    """A query prepared for DuckDB (the inherited fields), and on demand for Spark.
+
+    `source` is the query itself; `spark` caches its Spark rendering (one entry).
+    """
+
+    source: Any = None
+    spark: list[Any] = field(default_factory=list, compare=False, hash=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class _DualPipeline:
+    """A pipeline prepared for DuckDB, and on demand for Spark (like `_Dual`)."""
+
+    local: Any
+    source: Pipeline
+    spark: list[Any] = field(default_factory=list, compare=False, hash=False, repr=False)
+
+
+def _print_notice(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class AutoKernel(Kernel):
+    """Runs each step in-process or on Spark by the size of its data (module docstring)."""
+
+    dialect = LocalKernel.dialect
+    name = "auto"
+
+    #: Arrow tables shipped to Spark recently, by identity (a trace batch is joined
+    #: against many Spark batches; it is shipped once).
+    shipped_entries = 64
+
+    def __init__(
+        self,
+        threshold: int = DEFAULT_THRESHOLD,
+        spark: SparkSession | None = None,
+        start: Callable[[], Any] | None = None,
+        notice: Callable[[str], None] | None = _print_notice,
+    ) -> None:
+        """`threshold`: rows kept in-process; `spark`: a session to use (none is started
+        before it is needed); `start`: called once before Spark's first step (starts or
+        configures the session); `notice`: told, in one line, when Spark starts."""
+        if threshold < 0:
+            raise ValueError("the placement threshold is a number of rows (>= 0)")
+        self.threshold = threshold
+        self.local = LocalKernel()
+        self.remote = SparkKernel(spark, small_rows=threshold)
+        self._given = spark
+        self._start = start
+        self._notice = notice
+        #: Whether a step has run on Spark.
+        self.started = False
+        self._shipped: OrderedDict[int, tuple[pa.Table, DataFrame]] = OrderedDict()
+
+    # --- where a frame lives ---------------------------------------------------------
+    def placement(self, frame: Frame | None = None) -> str:
+        return "local" if frame is None or isinstance(frame, pa.Table) else "spark"
+
+    @property  # type: ignore[override]
+    def probe_by_keys(self) -> bool:  # only a Spark batch gains from a key filter
+        return self.started
+
+    def _spark(self) -> SparkKernel:
+        """The Spark kernel, its session started (with one notice) the first time."""
+        if not self.started:
+            self.started = True
+            if self._given is None:
+                from pyspark.sql import SparkSession
+
+                if SparkSession.getActiveSession() is None:
+                    message = (
+                        "dsql: starting Spark (local mode) for relations over "
+                        f"{self.threshold} rows..."
+                    )
+                    _log.info(message)
+                    if self._notice is not None:
+                        self._notice(message)
+            if self._start is not None:
+                self._start()
+        return self.remote
+
+    def _ship(self, frame: Frame) -> Frame:
+        """`frame` on Spark: a Spark frame as is, an Arrow table shipped (once)."""
+        if not isinstance(frame, pa.Table):
+            return frame
+        hit = self._shipped.get(id(frame))
+        if hit is not None:
+            self._shipped.move_to_end(id(frame))
+            return hit[1]
+        shipped = self._spark().from_arrow(frame)
+        if frame.num_rows <= self.threshold:
+            from pyspark.sql.functions import broadcast
+
+            shipped = broadcast(shipped)
+        self._shipped[id(frame)] = (frame, shipped)  # holding the table keeps its id unique
+        if len(self._shipped) > self.shipped_entries:
+            self._shipped.popitem(last=False)
+        return shipped
+
+    @staticmethod
+    def _remote(frames: Sequence[Frame]) -> bool:
+        return any(not isinstance(f, pa.Table) for f in frames)
+
+    # --- data in and out ---------------------------------------------------------------
+    def from_arrow(self, table: pa.Table) -> pa.Table:
+        return table
+
+    def to_arrow(self, frame: Frame) -> pa.Table:
+        return frame if isinstance(frame, pa.Table) else self.remote.to_arrow(frame)
+
+    # --- queries -----------------------------------------------------------------------
+    def prepare(self, select: exp.Query) -> Prepared:
+        local = self.local.prepare(select)
+        return _Dual(local.text, local.tables, select)
+
+    def _for_spark(self, prepared: _Dual) -> Prepared:
+        if not prepared.spark:
+            query = _spark_query(prepared.source, self.remote.fanout)
+            prepared.spark.append(self.remote.prepare(query))
+        return prepared.spark[0]
+
+    def run(self, prepared: Prepared, inputs: Mapping[str, Frame]) -> Frame:
+        assert isinstance(prepared, _Dual), "prepare queries with this kernel"
+        used = {name: inputs[name] for name, _ in prepared.tables if name in inputs}
+        if not self._remote(list(used.values())):
+            return self.local.run(prepared, used)
+        shipped = {name: self._ship(frame) for name, frame in used.items()}
+        return self._spark().run(self._for_spark(prepared), shipped)
+
+    def prepare_pipeline(self, pipeline: Pipeline) -> Any:
+        return _DualPipeline(self.local.prepare_pipeline(pipeline), pipeline)
+
+    def run_pipeline(
+        self, prepared: Any, inputs: Mapping[str, Frame], keys: Sequence[str] = ()
+    ) -> tuple[Frame, list[Frame]]:
+        assert isinstance(prepared, _DualPipeline)
+        if not self._remote(list(inputs.values())):
+            return self.local.run_pipeline(prepared.local, inputs, keys)
+        if not prepared.spark:
+            source = prepared.source
+            fan = self.remote.fanout
+            stages = tuple(
+                Stage(s.name, _spark_query(s.query, fan), s.store) for s in source.stages
+            )
+            pipeline = Pipeline(stages, _spark_query(source.final, fan))
+            prepared.spark.append(self.remote.prepare_pipeline(pipeline))
+        shipped = {name: self._ship(frame) for name, frame in inputs.items()}
+        return self._spark().run_pipeline(prepared.spark[0], shipped, keys)
+
+    # --- storage: where placement is decided ---------------------------------------------
+    def materialize(
+        self, frame: Frame, keys: Sequence[str] = (), estimate: int | None = None
+    ) -> Stored:
+        if isinstance(frame, pa.Table):
+            if frame.num_rows <= self.threshold:
+                return self.local.materialize(frame, keys, estimate)
+            _log.debug("placement: %d rows move to Spark", frame.num_rows)
+            shipped = self._spark().from_arrow(frame)  # not broadcast: it is the big side
+            stored = self.remote.materialize(shipped, keys)
+        else:
+            stored = self.remote.materialize(frame, keys, estimate)
+        if stored.table is None:
+            return stored
+        self.remote.release(stored.frame)  # small: it comes back to the driver
+        return self.local.materialize(stored.table, keys)
+
+    def release(self, frame: Frame) -> None:
+        if not isinstance(frame, pa.Table):
+            self.remote.release(frame)
+
+    # --- facts about frames --------------------------------------------------------------
+    def rows(self, frame: Frame) -> int | None:
+        return frame.num_rows if isinstance(frame, pa.Table) else None
+
+    def bounds(self, frame: Frame, column: str) -> tuple[Any, Any] | None:
+        return self.local.bounds(frame, column) if isinstance(frame, pa.Table) else None
+
+    def nbytes(self, frame: Frame) -> int:
+        return frame.nbytes if isinstance(frame, pa.Table) else self.remote.nbytes(frame)
+
+    def schema(self, frame: Frame) -> pa.Schema:
+        return frame.schema if isinstance(frame, pa.Table) else self.remote.schema(frame)
+
+    # --- steps with an engine-specific form ------------------------------------------------
+    def map_arrow(
+        self, frame: Frame, function: Callable[[pa.Table], pa.Table], schema: pa.Schema
+    ) -> Frame:
+        if isinstance(frame, pa.Table):
+            return self.local.map_arrow(frame, function, schema)
+        return self.remote.map_arrow(frame, function, schema)
+
+    def union(self, frames: Sequence[Frame]) -> Frame:
+        if not self._remote(frames):
+            return self.local.union(frames)
+        return self._spark().union([self._ship(f) for f in frames])
+
+    def append_time(self, frame: Frame, name: str, value: int) -> Frame:
+        if isinstance(frame, pa.Table):
+            return self.local.append_time(frame, name, value)
+        return self.remote.append_time(frame, name, value)
+
+    def fanout(self, branches: Sequence[Sequence[tuple[str, exp.Expression]]]) -> exp.Expression:
+        return self.local.fanout(branches)
+
+
+def _spark_query(query: exp.Query, fanout: Callable[..., exp.Expression]) -> exp.Query:
+    """A query built for DuckDB, with the constructs Spark spells differently rewritten
+    (`fanout`: the Spark kernel's)."""
+
+    def rewrite(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Anonymous) and node.name.upper() == "UNNEST":
+            array = node.expressions[0] if node.expressions else None
+            if isinstance(array, exp.Array) and any(
+                isinstance(a, exp.Kwarg) for a in node.expressions[1:]
+            ):
+                branches = [
+                    [(p.this.name, p.expression) for p in struct.expressions]
+                    for struct in array.expressions
+                ]
+                return fanout(branches)
+        if isinstance(node, exp.Explode) and isinstance(node.this, exp.Anonymous):
+            inner = node.this
+            args = inner.expressions
+            if inner.name.upper() == "RANGE" and len(args) == 2 and args[0].sql() == "0":
+                sequence = exp.Anonymous(
+                    this="SEQUENCE", expressions=[exp.Literal.number(1), args[1]]
+                )
+                return exp.Explode(this=sequence)
+        return node
+
+    result = query.transform(rewrite)
+    assert isinstance(result, exp.Query)
+    return result

@@ -1,0 +1,224 @@
+"""Automatic placement: results never depend on where a relation lives.
+
+Under `kernel="auto"` a relation lives in-process (DuckDB over Arrow) while it has at
+most `placement_threshold` rows and on Spark once it outgrows that. With a tiny
+threshold, traces move to Spark (and back) in the middle of a history, and steps mix
+Arrow and Spark inputs; the views must still agree with DuckDB evaluating each query
+from scratch, and the change streams must be the same as on the forced kernels.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+
+import duckdb
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dsql
+from dsql.cli import main as cli_main
+from dsql.runtime.kernel.auto import AutoKernel
+
+TABLES = {"r": "a int, b int", "e": "src int, dst int"}
+
+VIEWS = {
+    "v_join": "SELECT r.a, r.b, e.dst FROM r JOIN e ON r.a = e.src",
+    "v_agg": "SELECT a, count(*) AS n, sum(b) AS total, min(b) AS lo FROM r GROUP BY a",
+    "v_agg_join": (
+        "SELECT e.dst, count(*) AS n, sum(r.b) AS total FROM r JOIN e ON r.a = e.src GROUP BY e.dst"
+    ),
+    "v_distinct": "SELECT DISTINCT b FROM r WHERE b IS NOT NULL",
+    "v_series": "SELECT r.a, g.i FROM r, generate_series(1, r.b) AS g(i) WHERE r.b < 3",
+    "v_reach": (
+        "WITH RECURSIVE reach(n) AS (SELECT 0 UNION SELECT e.dst FROM reach JOIN e "
+        "ON reach.n = e.src) SELECT n FROM reach"
+    ),
+}
+
+small = st.integers(0, 4)
+op = st.one_of(
+    st.tuples(st.just("insert"), st.just("r"), st.lists(st.tuples(small, small), max_size=4)),
+    st.tuples(st.just("insert"), st.just("e"), st.lists(st.tuples(small, small), max_size=3)),
+    st.tuples(st.just("delete"), st.sampled_from(["r", "e"]), small),
+    st.tuples(st.just("update"), st.just("r"), small),
+    st.tuples(st.just("advance"), st.just(""), st.integers(1, 3)),
+)
+
+
+def _statement(kind: str, table: str, arg: object) -> str | None:
+    if kind == "insert":
+        rows = ", ".join(f"({x}, {y})" for x, y in arg)  # type: ignore[attr-defined]
+        return f"INSERT INTO {table} VALUES {rows}" if rows else None
+    if kind == "delete":
+        first = "a" if table == "r" else "src"
+        return f"DELETE FROM {table} WHERE {first} = {arg}"
+    if kind == "update":
+        return f"UPDATE r SET b = b + 1 WHERE a = {arg}"
+    return None
+
+
+def _norm(rows: list[tuple]) -> Counter:
+    return Counter(tuple(round(v, 6) if isinstance(v, float) else v for v in r) for r in rows)
+
+
+def _setup(con, oracle) -> None:  # noqa: ANN001 - dsql and duckdb connections
+    for name, cols in TABLES.items():
+        con.execute(f"CREATE TABLE {name} ({cols})")
+        oracle.execute(f"CREATE TABLE {name} ({cols})")
+    for c in (con, oracle):
+        c.execute("INSERT INTO r VALUES (0, 1), (1, 2), (2, NULL)")
+        c.execute("INSERT INTO e VALUES (0, 1), (1, 2)")
+    for name, query in VIEWS.items():
+        con.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+
+
+def _agree(con, oracle, step: str) -> None:  # noqa: ANN001
+    for name, query in VIEWS.items():
+        got = _norm(con.execute(f"SELECT * FROM {name}").fetchall())
+        want = _norm(oracle.execute(query).fetchall())
+        assert got == want, f"{name} after {step}: dsql {got} != duckdb {want}"
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(op, min_size=1, max_size=6), st.sampled_from([0, 2, 6]))
+def test_views_agree_with_duckdb_while_traces_move(spark, history, threshold) -> None:  # noqa: ANN001
+    con = dsql.connect(kernel="auto", placement_threshold=threshold)
+    oracle = duckdb.connect()
+    _setup(con, oracle)
+    _agree(con, oracle, "creation")
+    now = 0
+    for kind, table, arg in history:
+        sql = _statement(kind, table, arg)
+        if sql is None:
+            now += int(arg) if kind == "advance" else 0  # type: ignore[call-overload]
+            con.execute(f"ADVANCE TO {now}")
+            continue
+        con.execute(sql)
+        oracle.execute(sql)
+        _agree(con, oracle, sql)
+
+
+HISTORY = [
+    "INSERT INTO r VALUES (0, 3), (1, 1), (3, 2), (4, 4)",
+    "INSERT INTO e VALUES (2, 3), (3, 4), (4, 0)",
+    "UPDATE r SET b = b + 1 WHERE a = 1",
+    "DELETE FROM e WHERE src = 1",
+    "INSERT INTO r VALUES (2, 2), (2, 3), (0, 1)",
+    "DELETE FROM r WHERE a = 0",
+    "INSERT INTO e VALUES (1, 2)",
+]
+
+
+def _changes(con) -> list[tuple]:  # noqa: ANN001
+    """The history run under `con`, with every view's SUBSCRIBE changes, in order."""
+    _setup(con, duckdb.connect())
+    cursors = {name: con.execute(f"SUBSCRIBE {name}") for name in VIEWS}
+    out: list[tuple] = []
+    for i, sql in enumerate(HISTORY, start=1):
+        con.execute(sql)
+        con.execute(f"ADVANCE TO {i}")
+        for name, cur in cursors.items():
+            out.extend((name, *row) for row in sorted(cur.fetchall(), key=repr))
+    return out
+
+
+def test_change_streams_are_the_same_on_every_kernel(spark) -> None:  # noqa: ANN001
+    local = _changes(dsql.connect(kernel="local"))
+    assert local == _changes(dsql.connect(kernel="auto", placement_threshold=3))
+    assert local == _changes(dsql.connect(kernel="spark"))
+
+
+def _where(con, name: str) -> str:  # noqa: ANN001
+    rows = con.execute("SHOW ARRANGEMENTS").fetchall()
+    return {r[0]: r[2] for r in rows}[name]
+
+
+def test_a_trace_moves_to_spark_when_it_grows_and_back_when_it_shrinks(spark) -> None:  # noqa: ANN001
+    con = dsql.connect(kernel="auto", placement_threshold=50)
+    con.execute("CREATE TABLE t (k int, v int)")
+    con.execute("CREATE MATERIALIZED VIEW per_k AS SELECT k, count(*) AS n FROM t GROUP BY k")
+    con.execute("INSERT INTO t VALUES (1, 1), (2, 2)")
+    con.execute("ADVANCE TO 1")
+    assert _where(con, "t") == "local" and _where(con, "per_k") == "local"
+    con.execute("INSERT INTO t SELECT i % 5, i FROM generate_series(1, 200) AS g(i)")
+    con.execute("ADVANCE TO 2")
+    con.execute("INSERT INTO t VALUES (9, 9)")  # a small batch, merged into the big one
+    con.execute("ADVANCE TO 3")
+    assert _where(con, "t") == "spark"
+    assert _where(con, "per_k") == "local"  # six groups: small, it stays in-process
+    assert con.execute("SELECT n FROM per_k WHERE k = 0").fetchall() == [(40,)]
+    kernel = con.session.worker.kernel
+    assert isinstance(kernel, AutoKernel) and kernel.started
+    con.execute("DELETE FROM t WHERE v > 3")
+    for time in range(4, 12):  # compaction folds the deletions in as readers advance
+        con.execute(f"ADVANCE TO {time}")
+        con.execute("SELECT count(*) FROM t").fetchall()
+    assert sorted(con.execute("SELECT * FROM per_k").fetchall()) == [(1, 2), (2, 2), (3, 1)]
+    assert _where(con, "t") == "local"
+
+
+def test_a_step_mixing_placements_runs_on_spark(spark) -> None:  # noqa: ANN001
+    kernel = AutoKernel(threshold=2)
+    big = kernel.materialize(kernel.from_arrow(pa.table({"k": [1, 2, 3], "v": [1, 2, 3]})))
+    little = kernel.materialize(kernel.from_arrow(pa.table({"k": [2], "w": [20]})))
+    assert (kernel.placement(big.frame), kernel.placement(little.frame)) == ("spark", "local")
+    from sqlglot import parse_one
+
+    query = parse_one("SELECT b.k, b.v, l.w FROM b JOIN l ON b.k = l.k")
+    joined = kernel.query(query, {"b": big.frame, "l": little.frame})
+    assert kernel.placement(joined) == "spark"
+    assert kernel.to_arrow(joined).to_pylist() == [{"k": 2, "v": 2, "w": 20}]
+    stored = kernel.materialize(joined)
+    assert kernel.placement(stored.frame) == "local" and stored.rows == 1
+
+
+def test_cli_auto_kernel_prints_what_local_prints(tmp_path, capsys, spark) -> None:  # noqa: ANN001
+    script = tmp_path / "s.sql"
+    script.write_text(
+        "CREATE TABLE t (a int);\n"
+        "CREATE MATERIALIZED VIEW c AS SELECT a % 3 AS m, count(*) AS n FROM t GROUP BY a % 3;\n"
+        "INSERT INTO t SELECT * FROM generate_series(1, 30);\n"
+        "SELECT * FROM c ORDER BY m;\n"
+    )
+    outputs = []
+    for options in (["--kernel", "local"], ["--kernel", "auto", "--placement-threshold", "4"]):
+        assert cli_main(["run", str(script), *options]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and "10" in outputs[0]
+
+
+def test_spark_does_not_start_for_small_work_under_auto() -> None:
+    # In a fresh interpreter: this test process may already run the shared session.
+    program = textwrap.dedent(
+        """
+        import sys
+        import dsql
+        con = dsql.connect()
+        con.execute("CREATE TABLE t (a int, b int)")
+        con.execute("CREATE MATERIALIZED VIEW s AS SELECT a, sum(b) AS b FROM t GROUP BY a")
+        con.execute("INSERT INTO t VALUES (1, 2), (1, 3), (2, 5)")
+        print(con.execute("SELECT * FROM s ORDER BY a").fetchall())
+        print(con.session.kernel_name, con.session.worker.kernel.started)
+        print("pyspark" in sys.modules)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(pytest.importorskip("pathlib").Path.home())},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[(1, 5), (2, 5)]", "auto False", "False"]
+    assert "starting Spark" not in done.stderr
+
+
+def test_a_negative_threshold_is_refused() -> None:
+    with pytest.raises(dsql.errors.DsqlError, match="threshold"):
+        dsql.connect(kernel="auto", placement_threshold=-1)
