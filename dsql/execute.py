@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from dsql import grammar
 from dsql.errors import DsqlError, SchemaError, TypeMismatchError, UnsupportedError
-from dsql.explain import explain
+from dsql.explain import explain, placement
 from dsql.planner import types
 from dsql.planner.plan import Column, Query
 from dsql.planner.temporal import is_mz_now
@@ -303,7 +303,7 @@ class Executor:
                 st = r.arrangement.stats()
                 out["name"].append(r.name)
                 out["kind"].append(r.kind)
-                out["kernel"].append(_placement(s.worker.kernel, r.arrangement.node.trace))
+                out["kernel"].append(placement(s.worker.kernel, r.arrangement.node.trace))
                 out["rows"].append(st["rows"])
                 out["bytes"].append(st["bytes"])
                 out["batches"].append(st["batches"])
@@ -314,12 +314,6 @@ class Executor:
                 raise SchemaError(f"'{stmt.of}' is not a view")
             return _rows({"name": [rel.name], "create_sql": [rel.sql]})
         raise UnsupportedError(f"SHOW {what.upper()} is not supported")
-
-
-def _placement(kernel: Any, trace: Any) -> str:
-    """Where an arrangement lives: "spark" if any batch of its trace does, else "local"."""
-    places = {kernel.placement(frame) for frame in trace.frames()} or {kernel.placement()}
-    return "spark" if "spark" in places else "local"
 
 
 def _rows(columns: dict[str, list[Any]]) -> Result:

@@ -32,11 +32,12 @@ def stage_text(plan: Plan, stage: str) -> str:
     raise UnsupportedError(f"unknown EXPLAIN stage {stage!r}")
 
 
-def physical_tree(root: Any, fresh: set[int]) -> list[str]:
+def physical_tree(root: Any, fresh: set[int], kernel: Any = None) -> list[str]:
     """Runtime nodes from `root` down, children indented; a node seen before is `^n`.
 
     Nodes not in `fresh` (shared arrangements of other views) are shown without
-    their inputs.
+    their inputs. Under automatic placement, once Spark has started, an arrangement
+    that holds data says where it lives (`[local]`, `[spark]`; `kernel`: the worker's).
     """
     numbers: dict[int, int] = {}
     lines: list[str] = []
@@ -47,13 +48,32 @@ def physical_tree(root: Any, fresh: set[int]) -> list[str]:
             lines.append(f"{pad}^{numbers[id(node)]}")
             return
         numbers[id(node)] = len(numbers)
-        lines.append(f"{pad}{numbers[id(node)]}: {node.describe()}")
+        where = _placement(kernel, node)
+        note = f"  [{where}]" if where else ""
+        lines.append(f"{pad}{numbers[id(node)]}: {node.describe()}{note}")
         if id(node) in fresh:
             for child in node.inputs:
                 visit(child, depth + 1)
 
     visit(root, 0)
     return lines
+
+
+def placement(kernel: Any, trace: Any) -> str:
+    """Where an arrangement lives: "spark" if any batch of its trace does, else "local"."""
+    places = {kernel.placement(frame) for frame in trace.frames()} or {kernel.placement()}
+    return "spark" if "spark" in places else "local"
+
+
+def _placement(kernel: Any, node: Any) -> str | None:
+    """Where an arrangement's data lives, when placement is automatic and Spark runs."""
+    if kernel is None or kernel.name != "auto" or not getattr(kernel, "started", False):
+        return None
+    try:
+        trace = node.trace
+    except (AttributeError, NotImplementedError):  # not an arrangement
+        return None
+    return placement(kernel, trace) if trace.frames() else None
 
 
 def explain(session: Any, target: Any, stage: str) -> str:
@@ -71,10 +91,10 @@ def explain(session: Any, target: Any, stage: str) -> str:
         try:
             root = session._render(plan).node
             fresh = {id(n) for n in session.worker.nodes[start:]}
-            return "\n".join(physical_tree(root, fresh))
+            return "\n".join(physical_tree(root, fresh, session.worker.kernel))
         finally:
             session.worker.drop(session.worker.nodes[start:])
     return stage_text(plan, stage)
 
 
-__all__ = ["explain", "physical_tree", "render_expr", "stage_text", "tree"]
+__all__ = ["explain", "physical_tree", "placement", "render_expr", "stage_text", "tree"]

@@ -2,7 +2,30 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# --- The default kernel -------------------------------------------------------------------
+# DSQL_TEST_KERNEL=auto|local|spark runs the suite on that kernel: it becomes $DSQL_KERNEL
+# (the kernel of `dsql.connect()`, the CLI and subprocesses), a session that names
+# another non-Spark kernel gets it too, and so does the `kernel` fixture's in-process
+# run. DSQL_TEST_PLACEMENT_THRESHOLD (rows, $DSQL_PLACEMENT_THRESHOLD) makes relations
+# move to Spark sooner under auto.
+FORCED_KERNEL = os.environ.get("DSQL_TEST_KERNEL") or None
+if os.environ.get("DSQL_TEST_PLACEMENT_THRESHOLD"):
+    os.environ["DSQL_PLACEMENT_THRESHOLD"] = os.environ["DSQL_TEST_PLACEMENT_THRESHOLD"]
+if FORCED_KERNEL:
+    import dsql.session
+
+    os.environ["DSQL_KERNEL"] = FORCED_KERNEL
+    _make_kernel = dsql.session._make_kernel
+
+    def _forced_kernel(kind, *args):  # noqa: ANN001, ANN002, ANN202
+        return _make_kernel(kind if kind == "spark" else FORCED_KERNEL, *args)
+
+    dsql.session._make_kernel = _forced_kernel
+
 
 # --- Spark ------------------------------------------------------------------------------
 # One SparkSession per test run (per xdist worker), shared by every test that asks for
@@ -27,10 +50,14 @@ def spark():
 @pytest.fixture(params=["local", "spark"])
 def kernel(request):
     """A fresh runtime kernel: `LocalKernel()` (DuckDB) or `SparkKernel(spark)`."""
-    if request.param == "local":
+    if request.param == "local" and FORCED_KERNEL in (None, "local"):
         from dsql.runtime.kernel.local import LocalKernel
 
         return LocalKernel()
+    if request.param == "local" and FORCED_KERNEL == "auto":
+        from dsql.session import _make_kernel
+
+        return _make_kernel("auto", None, None, None)
     from dsql.runtime.kernel.spark import SparkKernel
 
     return SparkKernel(request.getfixturevalue("spark"))

@@ -9,6 +9,7 @@ from scratch, and the change streams must be the same as on the forced kernels.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -23,6 +24,10 @@ from hypothesis import strategies as st
 import dsql
 from dsql.cli import main as cli_main
 from dsql.runtime.kernel.auto import AutoKernel
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("DSQL_TEST_KERNEL") == "spark", reason="placement needs the auto kernel"
+)
 
 TABLES = {"r": "a int, b int", "e": "src int, dst int"}
 
@@ -154,6 +159,8 @@ def test_a_trace_moves_to_spark_when_it_grows_and_back_when_it_shrinks(spark) ->
     assert con.execute("SELECT n FROM per_k WHERE k = 0").fetchall() == [(40,)]
     kernel = con.session.worker.kernel
     assert isinstance(kernel, AutoKernel) and kernel.started
+    plan = con.execute("EXPLAIN PHYSICAL PLAN FOR SELECT k FROM t WHERE v > 1").fetchall()[0][0]
+    assert "Arrange(keys=_c0, _c1)  [spark]" in plan
     con.execute("DELETE FROM t WHERE v > 3")
     for time in range(4, 12):  # compaction folds the deletions in as readers advance
         con.execute(f"ADVANCE TO {time}")
