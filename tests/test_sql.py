@@ -242,3 +242,15 @@ def test_fetch_count_keeps_the_rest_for_the_next_fetch() -> None:
     rest = con.execute("FETCH ALL c").fetchall()
     assert len(first) == 2 and len(rest) == 1
     assert sorted(first + rest) == [(0, 1, 1), (0, 1, 2), (0, 1, 3)]
+
+
+def test_reads_of_no_relation_reduce_and_recurse() -> None:
+    """Constant queries take a short path that must still wait for reductions."""
+    con = dsql.connect(kernel="local")
+    assert con.execute("SELECT count(*) FROM (VALUES (1), (2)) v").fetchall() == [(2,)]
+    assert con.execute("SELECT DISTINCT x FROM (VALUES (1), (1)) v(x)").fetchall() == [(1,)]
+    counted = "WITH RECURSIVE c(n) AS (SELECT 0 UNION SELECT n + 1 FROM c WHERE n < 3) "
+    assert sorted(con.execute(counted + "SELECT n FROM c").fetchall()) == [(0,), (1,), (2,), (3,)]
+    assert con.execute("SELECT x FROM (VALUES (2), (1)) v(x) ORDER BY x LIMIT 1").fetchall() == [
+        (1,)
+    ]
