@@ -3,7 +3,8 @@
 A statement may span lines and ends at a `;` outside strings and comments; `\\help`,
 `\\timing` and `\\q` are shell commands. Results print as rich tables; a SUBSCRIBE
 shows a live-updating table until Ctrl-C, and the shell goes on; errors print with a
-caret under the position and a hint, never a traceback. Ctrl-C at the prompt drops
+caret under the position and a hint, never a traceback; a statement whose new
+dataflow takes a while to hydrate shows a progress bar of its operator steps. Ctrl-C at the prompt drops
 the statement being typed, Ctrl-D leaves. History persists across runs in
 `~/.dsql_history` (or the file `DSQL_HISTORY` names); Tab completes keywords and the
 names of relations and columns.
@@ -57,7 +58,12 @@ KEYWORDS = (
 
 
 class ReplScript(Script):
-    """`Script` whose SUBSCRIBE is a live table until Ctrl-C."""
+    """`Script` whose SUBSCRIBE is a live table until Ctrl-C, and whose statements show
+    a progress bar while a new dataflow hydrates (`Hydration`)."""
+
+    def execute(self, stmt: Any) -> None:
+        with Hydration(self.connection.session.worker, self.printer.console):
+            super().execute(stmt)
 
     def subscribed(self, stmt: Any, result: Any) -> None:
         from rich.live import Live
@@ -80,6 +86,64 @@ class ReplScript(Script):
         finally:
             sub.close()
         console.print(f"[dim]subscription ended after {rows.num_rows} updates[/dim]")
+
+
+class Hydration:
+    """A progress bar for a statement that builds a dataflow and fills it from the
+    existing data (a view on large inputs, a one-off read): operators stepped out of
+    the new dataflow's operators, shown once the work takes longer than `delay`
+    seconds, gone when it ends. Within `with`, the worker reports each step.
+
+    Invariant: the worker's `on_step` hook is restored on exit, error or not.
+    """
+
+    def __init__(self, worker: Any, console: Any, delay: float = 0.5) -> None:
+        self.worker, self.console, self.delay = worker, console, delay
+        self.first = len(worker.nodes)
+        self.stepped = 0
+        self.progress: Any = None
+
+    def __enter__(self) -> Hydration:
+        self.started = time.perf_counter()
+        self.saved, self.worker.on_step = self.worker.on_step, self.step
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.worker.on_step = self.saved
+        if self.progress is not None:
+            self.progress.stop()
+
+    def step(self, node: Any) -> None:
+        """Count a step of one of the new dataflow's operators; show the bar when due."""
+        if node.id < self.first:  # an older dataflow's operator (ids count up)
+            return
+        self.stepped += 1
+        built = len(self.worker.nodes) - self.first
+        if self.progress is None:
+            if time.perf_counter() - self.started < self.delay:
+                return
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self.progress = Progress(
+                TextColumn("hydrating"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("operator steps"),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+            )
+            self.task = self.progress.add_task("hydrating", total=built)
+            self.progress.start()
+        # Loops step their operators once per round: the total grows with them.
+        total = max(built, self.stepped)
+        self.progress.update(self.task, completed=self.stepped, total=total)
 
 
 def _live_table(label: str, rows: pa.Table) -> Any:
@@ -230,4 +294,4 @@ def main(options: argparse.Namespace) -> int:
     return interact(connection, printer)
 
 
-__all__ = ["Completer", "ReplScript", "interact", "is_complete", "main"]
+__all__ = ["Completer", "Hydration", "ReplScript", "interact", "is_complete", "main"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -200,6 +201,8 @@ class Worker:
         self.cancelable_from = 1 << 62  # no statement runs: no node is cut short
         #: An error met inside a round, raised once the round is complete (see `abort`).
         self._failure: DsqlError | None = None
+        #: Called with each node after it steps (a front end's progress display).
+        self.on_step: Callable[[Node], None] | None = None
 
     def _register(self, node: Node) -> int:
         self.nodes.append(node)
@@ -339,6 +342,8 @@ class Worker:
                 # `abort`), and the statement drops that dataflow.
                 self.abort(error)
                 batch = None
+            if self.on_step is not None:
+                self.on_step(node)
             if batch is not None and (batch.rows == 0 or self.kernel.rows(batch.frame) == 0):
                 batch = None  # an empty batch changes nothing downstream
             rnd.outputs[node.id] = batch
@@ -382,6 +387,8 @@ def run_nodes(nodes: list[Node], rnd: Round) -> None:
     for node in nodes:
         if not node.dropped and not (node.lazy and node.consumers == 0):
             rnd.outputs[node.id] = node.step(rnd)
+            if node.worker.on_step is not None:
+                node.worker.on_step(node)
     for node in nodes:
         if not node.dropped:
             node.finish(rnd)

@@ -154,3 +154,26 @@ def test_shell_on_a_terminal(terminal, tmp_path):
     assert t.wait() == 0
     history = (tmp_path / "history").read_text()
     assert "SELECT count(*) AS n FROM t;" in history
+
+
+def test_hydration_shows_progress_for_a_slow_view():
+    """The bar appears once hydration outlasts the delay (here none) and counts steps."""
+    import io
+
+    from rich.console import Console
+
+    import dsql
+    from dsql.repl import Hydration
+
+    con = dsql.connect(kernel="local")
+    con.execute("CREATE TABLE t (a int)")
+    con.execute("INSERT INTO t SELECT * FROM generate_series(1, 1000)")
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=100)
+    worker = con.session.worker
+    with Hydration(worker, console, delay=0.0) as shown:
+        con.execute("CREATE MATERIALIZED VIEW v AS SELECT a % 7 AS k, count(*) FROM t GROUP BY 1")
+    assert shown.stepped >= 1 and shown.progress is not None
+    assert "hydrating" in out.getvalue()
+    assert worker.on_step is None  # restored
+    assert con.execute("SELECT sum(count) FROM v").fetchall() == [(1000,)]
