@@ -100,6 +100,10 @@ class ExprBinder:
         match e:
             case exp.Column() if isinstance(e.this, exp.Star):
                 raise SchemaError("'*' is only allowed in a select list or count(*)")
+            case exp.Count() if isinstance(e.this, exp.Star):
+                return e
+            case exp.Star():  # `(*)`, `* + 1`: not a value
+                raise SchemaError("'*' is only allowed in a select list or count(*)")
             case Position():
                 return col(e.this)
             case exp.Column():

@@ -109,6 +109,8 @@ def consolidate_table(
     if table.num_rows == 0:
         return table
     keys = [*columns, *times]
+    if not all(_sortable(table.schema.field(k).type) for k in keys):
+        return _consolidate_nested(table, keys, times)
     grouped = table.group_by(keys, use_threads=False).aggregate([(DIFF, "sum")])
     grouped = grouped.rename_columns(
         [DIFF if n == f"{DIFF}_sum" else n for n in grouped.column_names]
@@ -118,6 +120,25 @@ def consolidate_table(
         (c, "ascending") for c in columns if _sortable(table.schema.field(c).type)
     ]
     return grouped.sort_by(order)
+
+
+def _consolidate_nested(table: pa.Table, keys: list[str], times: tuple[str, ...]) -> pa.Table:
+    """`consolidate_table` where a column is a list or struct (Arrow cannot group by
+    those; DuckDB can)."""
+    import duckdb
+
+    names = ", ".join(f'"{k}"' for k in keys)
+    order = ", ".join(f'"{t}"' for t in times) or "ALL"
+    con = duckdb.connect()
+    try:
+        con.register("t", table)
+        grouped = con.sql(
+            f'SELECT {names}, CAST(SUM("{DIFF}") AS BIGINT) AS "{DIFF}" FROM t '
+            f'GROUP BY ALL HAVING SUM("{DIFF}") <> 0 ORDER BY {order}'
+        ).to_arrow_table()
+    finally:
+        con.close()
+    return grouped.cast(table.select([*keys, DIFF]).schema)
 
 
 def _sortable(t: pa.DataType) -> bool:

@@ -1,0 +1,1 @@
+"""Malformed-input fuzzing: a corpus of real statements and the mutations applied to them."""
