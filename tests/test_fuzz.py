@@ -111,7 +111,8 @@ def _session(timeout: str | None = "300ms") -> dsql.Connection:
 )
 def test_timeout_cancels_and_leaves_the_session_as_it_was(statement: str) -> None:
     con = _session()
-    with pytest.raises(QueryCanceledError, match="canceling statement due to statement timeout") as e:
+    canceling = "canceling statement due to statement timeout"
+    with pytest.raises(QueryCanceledError, match=canceling) as e:
         con.execute(statement)
     assert e.value.hint and "statement_timeout" in e.value.hint
     con.execute("SET statement_timeout = 0")  # the checks below must not race the clock

@@ -29,6 +29,8 @@ from __future__ import annotations
 import time
 import traceback
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,9 +70,7 @@ class Outcomes:
 class Harness:
     """A fuzz session over the corpus's tables (see module docstring)."""
 
-    def __init__(
-        self, outcomes: Outcomes, timeout: str = "250ms", full_every: int = 200
-    ) -> None:
+    def __init__(self, outcomes: Outcomes, timeout: str = "250ms", full_every: int = 200) -> None:
         self.outcomes = outcomes
         self.full_every = full_every
         self.con = dsql.connect(kernel="local")
@@ -158,9 +158,7 @@ class Harness:
 
     def _after_error(self, text: str, error: DsqlError, mark: tuple[int, ...]) -> str:
         self.outcomes.errors[type(error).__name__] += 1
-        executor = self.con.executor
-        timeout, executor.statement_timeout = executor.statement_timeout, None
-        try:  # the control must answer; a loaded machine may take longer than the bound
+        with self.unbounded():  # the control must answer, however loaded the machine
             touched = self._mark() != mark
             if not touched:
                 names = {r[0] for r in self.cursor.execute("SHOW TABLES").fetchall()}
@@ -168,8 +166,6 @@ class Harness:
             else:
                 rows = self.cursor.execute(CONTROL).fetchall()
                 assert rows == [(2,)], f"control query answered {rows} after {text!r}"
-        finally:
-            executor.statement_timeout = timeout
         if touched:  # else nothing ran: no table can have changed
             assert self.tables() == self.snapshot, f"a table changed after {text!r} failed"
         self.failures += 1
@@ -184,8 +180,22 @@ class Harness:
         self.snapshot = self.tables()  # the crash may have written: go on from here
         return "crash"
 
+    @contextmanager
+    def unbounded(self) -> Iterator[None]:
+        """The checks' own statements run without the statement timeout."""
+        executor = self.con.executor
+        timeout, executor.statement_timeout = executor.statement_timeout, None
+        try:
+            yield
+        finally:
+            executor.statement_timeout = timeout
+
     def final_check(self) -> None:
         """Tables read by SQL equal their arrangements; views equal their queries from scratch."""
+        with self.unbounded():
+            self._final_check()
+
+    def _final_check(self) -> None:
         snapshot = self.tables()
         for name, (_, columns, rows) in snapshot.items():
             names = ", ".join(f'"{c.name}"' for c in columns)
