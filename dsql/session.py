@@ -99,6 +99,8 @@ class Session:
         self.kernel_name = kernel
         self.clock = Clock(clock)
         self.worker = Worker(_make_kernel(kernel, spark, placement_threshold, start_spark))
+        # A kept view that fails on new data fails alone (reads of it report the error).
+        self.worker.isolate_failures = True
         self.relations: dict[str, Relation] = {}
         self._unit = self._new_input(pa.schema([("_c0", pa.int32())]))
         self._unit.update_at((0,), self.clock.write_tick(), 1)
@@ -303,10 +305,26 @@ class Session:
 
     def _source(self, name: str) -> Collection:
         rel = self.relations[name]
+        self._check_failed(rel)
         if rel.arrangement is not None:
             return import_arrangement(rel.arrangement.trace_handle()).as_collection()
         assert rel.plan is not None
         return self._render(rel.plan)
+
+    def _check_failed(self, rel: Relation) -> None:
+        """Refuse to read a materialized view whose dataflow failed on data written after
+        it was created (or a view over one): it stopped following its inputs."""
+        failed = self.worker.failed
+        error = next((failed[n.id] for n in rel.nodes if n.id in failed), None)
+        if error is not None:
+            raise type(error)(
+                f"materialized view '{rel.name}' failed: {error.message}",
+                hint="fix or remove the rows that make it fail, then DROP the view and "
+                "create it again" + (f" ({error.hint})" if error.hint else ""),
+            )
+        for name in rel.depends_on:
+            if name in self.relations:
+                self._check_failed(self.relations[name])
 
     def _unit_collection(self) -> Collection:
         return import_arrangement(self._unit_arrangement.trace_handle()).as_collection()

@@ -127,6 +127,10 @@ def infer(expression: exp.Expression, inputs: Sequence[exp.DataType]) -> exp.Dat
     The expression is annotated in place (sqlglot caches types on nodes), which
     the binder relies on to rewrite integer division.
     """
+    literal = _integer_literal(expression)
+    if literal is not None and not -(2**31) <= literal < 2**31:
+        # sqlglot types every integer literal as int; PostgreSQL widens those that do not fit.
+        return build("bigint" if -(2**63) <= literal < 2**63 else "decimal(38, 0)")
     schema = {"_in": {f"_c{i}": t.sql("postgres") for i, t in enumerate(inputs)} or {"_": "int"}}
     holder = exp.select(expression).from_("_in")
     expression = holder.expressions[0]
@@ -142,6 +146,17 @@ def infer(expression: exp.Expression, inputs: Sequence[exp.DataType]) -> exp.Dat
             if column.table == "_in":
                 column.set("table", None)
     return expression.type or exp.DataType.build("unknown")
+
+
+def _integer_literal(e: exp.Expression) -> int | None:
+    """The value of an integer literal (possibly negated), else None."""
+    sign = 1
+    while isinstance(e, exp.Neg | exp.Paren):
+        sign = -sign if isinstance(e, exp.Neg) else sign
+        e = e.this
+    if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
+        return sign * int(e.this)
+    return None
 
 
 def common_type(a: exp.DataType, b: exp.DataType, where: str) -> exp.DataType:

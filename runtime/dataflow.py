@@ -201,6 +201,13 @@ class Worker:
         self.cancelable_from = 1 << 62  # no statement runs: no node is cut short
         #: An error met inside a round, raised once the round is complete (see `abort`).
         self._failure: DsqlError | None = None
+        #: Nodes whose step failed, with the error: they step no more, so what reads them
+        #: is frozen; the owner of such a dataflow reports the error when it is used.
+        self.failed: dict[int, DsqlError] = {}
+        #: Whether a failure of a node older than the running statement is only recorded in
+        #: `failed` (a session: the INSERT that feeds a failing view succeeds, reading the
+        #: view reports the error) rather than raised after the round.
+        self.isolate_failures = False
         #: Called with each node after it steps (a front end's progress display).
         self.on_step: Callable[[Node], None] | None = None
 
@@ -322,6 +329,8 @@ class Worker:
 
         def add(node: Node) -> None:
             if node.id not in queued and node.scope is None and not node.dropped:
+                if node.id in self.failed:
+                    return
                 queued.add(node.id)
                 heapq.heappush(heap, node.id)
 
@@ -336,12 +345,14 @@ class Worker:
             try:
                 batch = node.step(rnd)
             except DsqlError as error:
-                if node.id < self.cancelable_from:
-                    raise
-                # The running statement's own dataflow failed: the round ends first (see
-                # `abort`), and the statement drops that dataflow.
-                self.abort(error)
-                batch = None
+                # A round cut in the middle would leave nodes that stepped unfinished: the
+                # node fails alone (it steps no more), the round ends, then the error is
+                # raised (`abort`), unless the node belongs to a dataflow kept from before
+                # the running statement and failures are isolated (see `failed`).
+                self.failed[node.id] = error
+                if node.id >= self.cancelable_from or not self.isolate_failures:
+                    self.abort(error)
+                continue
             if self.on_step is not None:
                 self.on_step(node)
             if batch is not None and (batch.rows == 0 or self.kernel.rows(batch.frame) == 0):

@@ -230,14 +230,11 @@ class ScopeNode(Node):
         compaction = Antichain(lift(basis))
         step: int | None = 0
         while step is not None:
-            # A loop that must stop stops producing; the worker raises once the parent
-            # round is complete (see `Worker.abort`), and its statement drops the loop.
+            # The worker ends the parent round before it raises (see `Worker.abort`).
             if step > loop.limit + 1:
-                self.worker.abort(loop.limit_error(step))
-                return None
+                raise loop.limit_error(step)
             if self.worker.expired(self):
-                self.worker.abort(canceled())
-                return None
+                raise canceled()
             inner = Round(
                 step,
                 compaction,
@@ -245,11 +242,7 @@ class ScopeNode(Node):
                 parent=rnd,
                 compaction=compaction,
             )
-            try:
-                run_nodes(loop.nodes, inner)
-            except RecursionLimitError as error:
-                self.worker.abort(error)
-                return None
+            run_nodes(loop.nodes, inner)
             for node in loop.exports:
                 batch = inner.delta(node)
                 if batch is not None:

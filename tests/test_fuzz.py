@@ -191,3 +191,29 @@ def test_list_and_struct_results_are_consolidated() -> None:
     assert con.execute("SELECT a FROM t ORDER BY 1, ARRAY[1, 2]").fetchall() == [(1,), (1,), (2,)]
     cur = con.execute("SUBSCRIBE (SELECT ARRAY[a] AS l FROM t)")
     assert sorted((r[-1], r[-2]) for r in cur.fetchall()) == [([1], 2), ([2], 1)]  # (l, diff)
+
+
+def test_a_view_that_fails_on_new_data_fails_alone() -> None:
+    con = dsql.connect(kernel="local")
+    con.execute("CREATE TABLE t (a bigint)")
+    con.execute("INSERT INTO t VALUES (1), (2)")
+    con.execute("CREATE MATERIALIZED VIEW s AS SELECT sum(a) AS s FROM t")
+    con.execute("CREATE MATERIALIZED VIEW s1 AS SELECT s + 1 AS s1 FROM s")
+    con.execute("CREATE MATERIALIZED VIEW n AS SELECT count(*) AS n FROM t")
+    con.execute("INSERT INTO t VALUES (9223372036854775807)")  # the sum overflows
+    assert con.execute("SELECT * FROM n").fetchall() == [(3,)]  # other views go on
+    for view in ("s", "s1"):
+        with pytest.raises(DsqlError, match="materialized view 's' failed: bigint out of range"):
+            con.execute(f"SELECT * FROM {view}")
+    con.execute("DELETE FROM t WHERE a > 100")
+    assert con.execute("SELECT * FROM n").fetchall() == [(2,)]
+    con.execute("DROP VIEW s CASCADE")
+    con.execute("CREATE MATERIALIZED VIEW s AS SELECT sum(a) AS s FROM t")
+    assert con.execute("SELECT * FROM s").fetchall() == [(3,)]
+
+
+def test_integer_literals_wider_than_int() -> None:
+    con = dsql.connect(kernel="local")
+    con.execute("CREATE TABLE t (a bigint)")
+    con.execute("INSERT INTO t VALUES (9223372036854775807), (-2147483649)")
+    assert sorted(con.execute("SELECT a FROM t").fetchall()) == [(-2147483649,), (2**63 - 1,)]
