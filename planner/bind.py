@@ -387,6 +387,8 @@ def _int_arg(node: exp.Expression | None, what: str) -> int | None:
     if isinstance(node, exp.Limit | exp.Offset) and value is None:
         value = node.this
     if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
+        if int(value.this) >= 2**63:
+            raise SchemaError(f"{what} {value.this} is out of range", hint="at most 2^63 - 1")
         return int(value.this)
     if isinstance(value, exp.Null):
         return None

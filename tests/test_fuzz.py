@@ -173,6 +173,7 @@ def test_round_limit_error_leaves_the_session_usable() -> None:
         "SELECT a FROM t ORDER BY 0.0001",  # a non-integer ORDER BY constant
         "SELECT (*) FROM t",  # a star as a value (it reached DuckDB, which expanded it)
         "SELECT (SELECT (*) FROM t AS x), a FROM t",
+        "SELECT a FROM t LIMIT 99999999999999999999999999999999999999",  # beyond bigint
     ],
 )
 def test_malformed_statement_is_a_dsql_error(statement: str) -> None:
