@@ -22,6 +22,9 @@ import time as _time
 from dsql.errors import TimeError
 
 TICKS_PER_MS = 1_000_000
+#: The last millisecond whose ticks fit the runtime's signed 64-bit times (with room for
+#: the ticks of that millisecond).
+MAX_MS = (2**63 - 1) // TICKS_PER_MS - 1
 
 
 class Clock:
@@ -64,6 +67,11 @@ class Clock:
 
     def advance_to(self, ms: int) -> int:
         """Move to millisecond `ms` (not backwards); returns the new tick."""
+        if ms > MAX_MS:
+            raise TimeError(
+                f"cannot advance to {ms}: times end at {MAX_MS} ms (in the year 2262)",
+                hint="give milliseconds since the Unix epoch",
+            )
         if ms * TICKS_PER_MS < self.tick and ms < self.now_ms():
             raise TimeError(
                 f"cannot advance to {ms}: the clock is at {self.now_ms()}",

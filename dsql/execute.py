@@ -17,7 +17,14 @@ import sqlglot
 from sqlglot import exp
 
 from dsql import grammar
-from dsql.errors import DsqlError, SchemaError, TypeMismatchError, UnsupportedError
+from dsql.clock import MAX_MS
+from dsql.errors import (
+    DsqlError,
+    SchemaError,
+    TimeError,
+    TypeMismatchError,
+    UnsupportedError,
+)
 from dsql.explain import explain, placement
 from dsql.planner import types
 from dsql.planner.plan import Column, Query
@@ -361,7 +368,9 @@ def _in_select_list(node: exp.Expression) -> bool:
 
 def _as_ms(e: exp.Expression, interval: bool = False) -> int:
     """A time given in SQL: milliseconds, a timestamp literal, or (for BY) an interval."""
-    if isinstance(e, exp.Literal) and not e.is_string:
+    if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
+        if int(e.this) > MAX_MS:
+            raise TimeError(f"time {e.this} is beyond the last time, {MAX_MS} ms")
         return int(e.this)
     if isinstance(e, exp.Neg):
         raise TypeMismatchError("a time cannot be negative")

@@ -174,6 +174,10 @@ def test_round_limit_error_leaves_the_session_usable() -> None:
         "SELECT (*) FROM t",  # a star as a value (it reached DuckDB, which expanded it)
         "SELECT (SELECT (*) FROM t AS x), a FROM t",
         "SELECT a FROM t LIMIT 99999999999999999999999999999999999999",  # beyond bigint
+        "SELECT * FROM t AS OF 123456789012345678901234567890.123456789",  # not a time
+        "SUBSCRIBE t UP TO 99999999999999999999",  # beyond the last time
+        "ADVANCE TO 9999999999999",  # its ticks overflowed the runtime's times
+        "ADVANCE BY INTERVAL '9999999999 days'",
     ],
 )
 def test_malformed_statement_is_a_dsql_error(statement: str) -> None:
