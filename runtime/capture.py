@@ -142,4 +142,4 @@ def _consolidate_nested(table: pa.Table, keys: list[str], times: tuple[str, ...]
 
 
 def _sortable(t: pa.DataType) -> bool:
-    return not (pa.types.is_nested(t) or pa.types.is_dictionary(t))
+    return not (pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_interval(t))

@@ -188,12 +188,13 @@ def test_malformed_statement_is_a_dsql_error(statement: str) -> None:
     assert con.execute("SELECT * FROM v").fetchall() == [(3, 13)]
 
 
-def test_list_and_struct_results_are_consolidated() -> None:
-    con = _session(None)  # Arrow cannot group by nested columns: reads and SUBSCRIBE could not
+def test_list_struct_and_interval_results_are_consolidated() -> None:
+    con = _session(None)  # Arrow cannot group or sort these: reads and SUBSCRIBE failed
     con.execute("INSERT INTO t VALUES (1)")
     rows = con.execute("SELECT ARRAY[a, 0] AS l, (a, 0) AS r FROM t ORDER BY 1").fetchall()
     assert [r[0] for r in rows] == [[1, 0], [1, 0], [2, 0]]
     assert con.execute("SELECT a FROM t ORDER BY 1, ARRAY[1, 2]").fetchall() == [(1,), (1,), (2,)]
+    assert len(con.execute("SELECT a, INTERVAL '1 day' AS i FROM t ORDER BY 1, 2").fetchall()) == 3
     cur = con.execute("SUBSCRIBE (SELECT ARRAY[a] AS l FROM t)")
     assert sorted((r[-1], r[-2]) for r in cur.fetchall()) == [([1], 2), ([2], 1)]  # (l, diff)
 
