@@ -61,7 +61,9 @@ def statement_deadline(worker: Any, seconds: float | None) -> Iterator[None]:
     previous = worker.deadline, worker.cancelable_from
     worker.deadline = None if seconds is None else time.monotonic() + seconds
     worker.cancelable_from = len(worker.nodes)
+    worker.kernel.set_deadline(worker.deadline)  # building a dataflow may run queries too
     try:
         yield
     finally:
         worker.deadline, worker.cancelable_from = previous
+        worker.kernel.set_deadline(None)

@@ -478,10 +478,38 @@ def _bind_lateral(
     return plan, Item(alias or name, (col_name,), offset)
 
 
+#: The most rows a table function with constant arguments may produce: its rows are
+#: built in the driver's memory at once, and no engine can interrupt that allocation.
+MAX_CONSTANT_ROWS = 10_000_000
+
+
+def _check_constant_size(fn: exp.Expression) -> None:
+    """Refuse `generate_series`/`repeat_row` whose literal arguments ask for too many rows."""
+    if isinstance(fn, exp.ExplodingGenerateSeries | exp.GenerateSeries):
+        args = [fn.args.get("start"), fn.args.get("end"), fn.args.get("step")]
+    elif isinstance(fn, exp.Anonymous) and fn.name.lower() == "repeat_row":
+        args = [exp.Literal.number(1), *fn.expressions[:1]]
+    else:
+        return
+    values = [types.integer_literal(a) if a is not None else 1 for a in args]
+    if None in values or len(values) < 2:
+        return
+    start, end, step = (values + [1])[:3]
+    assert start is not None and end is not None and step is not None
+    count = (end - start) // step + 1 if step else 0
+    if count > MAX_CONSTANT_ROWS:
+        raise unsupported(
+            f"{fn.sql('postgres')} would produce {count} rows at once "
+            f"(at most {MAX_CONSTANT_ROWS:,})",
+            "generate the rows in parts, or load them from a file",
+        )
+
+
 def _table_function(
     fn: exp.Expression, binder: ExprBinder
 ) -> tuple[str, exp.Expression, exp.DataType]:
     bound = binder.bind(fn)
+    _check_constant_size(bound)
     if isinstance(bound, exp.ExplodingGenerateSeries | exp.GenerateSeries):
         start_type = types.infer(bound.args["start"].copy(), binder.input_types())
         t = start_type if not types.is_unknown(start_type) else types.build("bigint")

@@ -127,7 +127,7 @@ def infer(expression: exp.Expression, inputs: Sequence[exp.DataType]) -> exp.Dat
     The expression is annotated in place (sqlglot caches types on nodes), which
     the binder relies on to rewrite integer division.
     """
-    literal = _integer_literal(expression)
+    literal = integer_literal(expression)
     if literal is not None and not -(2**31) <= literal < 2**31:
         # sqlglot types every integer literal as int; PostgreSQL widens those that do not fit.
         return build("bigint" if -(2**63) <= literal < 2**63 else "decimal(38, 0)")
@@ -148,7 +148,7 @@ def infer(expression: exp.Expression, inputs: Sequence[exp.DataType]) -> exp.Dat
     return expression.type or exp.DataType.build("unknown")
 
 
-def _integer_literal(e: exp.Expression) -> int | None:
+def integer_literal(e: exp.Expression) -> int | None:
     """The value of an integer literal (possibly negated), else None."""
     sign = 1
     while isinstance(e, exp.Neg | exp.Paren):
@@ -185,6 +185,7 @@ __all__ = [
     "common_type",
     "from_arrow",
     "infer",
+    "integer_literal",
     "is_integer",
     "is_numeric",
     "is_unknown",

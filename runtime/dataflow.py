@@ -342,6 +342,8 @@ class Worker:
             node = self.nodes[heapq.heappop(heap)]
             if node.lazy and node.consumers == 0:
                 continue
+            if self.deadline is not None:  # only the statement's own queries are interrupted
+                self.kernel.set_deadline(self.deadline if node.id >= self.cancelable_from else None)
             try:
                 batch = node.step(rnd)
             except DsqlError as error:
@@ -363,10 +365,12 @@ class Worker:
                 for reader in node.readers:
                     add(reader)
         self._standing = {}
+        self.kernel.set_deadline(None)  # finishing (traces merging) is never cut short
         for node in ran:
             node.finish(rnd)
             if node.pending():
                 self._standing[node.id] = node
+        self.kernel.set_deadline(self.deadline)
 
     def run(self) -> None:
         """Step until no input has anything to deliver (between rounds, a passed deadline

@@ -178,6 +178,9 @@ def test_round_limit_error_leaves_the_session_usable() -> None:
         "SUBSCRIBE t UP TO 99999999999999999999",  # beyond the last time
         "ADVANCE TO 9999999999999",  # its ticks overflowed the runtime's times
         "ADVANCE BY INTERVAL '9999999999 days'",
+        # rows built in memory at once, which no engine interrupts (it ran out of memory)
+        "SELECT * FROM generate_series(1, 2147483648) AS g(x)",
+        "SELECT count(*) FROM t, repeat_row(99999999999)",
     ],
 )
 def test_malformed_statement_is_a_dsql_error(statement: str) -> None:
@@ -223,3 +226,12 @@ def test_integer_literals_wider_than_int() -> None:
     con.execute("CREATE TABLE t (a bigint)")
     con.execute("INSERT INTO t VALUES (9223372036854775807), (-2147483649)")
     assert sorted(con.execute("SELECT a FROM t").fetchall()) == [(-2147483649,), (2**63 - 1,)]
+
+
+def test_a_long_engine_query_is_interrupted_at_the_deadline() -> None:
+    con = _session("300ms")  # a join of 16M rows in one DuckDB query: cut by the kernel
+    with pytest.raises(QueryCanceledError):
+        con.execute("SELECT count(*) FROM generate_series(1, 4000), generate_series(1, 4000)")
+    con.execute("SET statement_timeout = 0")
+    con.execute("INSERT INTO t VALUES (10)")
+    assert con.execute("SELECT * FROM v").fetchall() == [(3, 13)]

@@ -178,6 +178,9 @@ class AutoKernel(Kernel):
             prepared.spark.append(self.remote.prepare(query))
         return prepared.spark[0]
 
+    def set_deadline(self, deadline: float | None) -> None:
+        self.local.set_deadline(deadline)
+
     def run(self, prepared: Prepared, inputs: Mapping[str, Frame]) -> Frame:
         assert isinstance(prepared, _Dual), "prepare queries with this kernel"
         used = {name: inputs[name] for name, _ in prepared.tables if name in inputs}

@@ -122,6 +122,12 @@ class Kernel(ABC):
     def run(self, prepared: Prepared, inputs: Mapping[str, Frame]) -> Frame:
         """Evaluate a prepared query over `inputs` (extra inputs are ignored)."""
 
+    def set_deadline(self, deadline: float | None) -> None:
+        """Interrupt queries still running at `deadline` (`time.monotonic()` seconds; None:
+        never), where the engine can; the worker sets it while a statement's own nodes
+        step, so a single long query cannot outlast `statement_timeout`."""
+        return None
+
     def cached(self, key: Hashable, build: Callable[[], Any]) -> Any:
         """`build()`, computed once per `key` for this kernel (prepared queries, schemas).
 

@@ -7,6 +7,8 @@ the identity and lineage never grows.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -15,6 +17,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from dsql.errors import ExecutionError, SchemaError
+from dsql.runtime.dataflow import canceled
 from dsql.runtime.kernel.base import Kernel, Pipeline, Prepared, Stored
 
 
@@ -30,6 +33,10 @@ class LocalKernel(Kernel):
 
         self._con = duckdb.connect()
         self._con.execute("SET threads TO 2")
+        self._deadline: float | None = None
+
+    def set_deadline(self, deadline: float | None) -> None:
+        self._deadline = deadline
 
     def from_arrow(self, table: pa.Table) -> pa.Table:
         return table
@@ -43,17 +50,25 @@ class LocalKernel(Kernel):
 
     def run(self, prepared: Prepared, inputs: Mapping[str, pa.Table]) -> pa.Table:
         con = self._con.cursor()
+        timer = None
+        if self._deadline is not None:  # DuckDB stops a query when interrupted
+            timer = threading.Timer(max(self._deadline - time.monotonic(), 0.0), con.interrupt)
+            timer.start()
         try:
             for name, _ in prepared.tables:
                 if name in inputs:
                     con.register(name, inputs[name])
             result = con.sql(prepared.text).to_arrow_table()
         except Exception as error:  # noqa: BLE001 - engine errors become DsqlErrors
+            if self._deadline is not None and time.monotonic() >= self._deadline:
+                raise canceled() from None
             message = str(error).strip().splitlines()[0]
             if "Referenced column" in message or "not found in FROM clause" in message:
                 raise SchemaError(f"unknown column: {message}") from error
             raise ExecutionError(f"DuckDB failed: {message}", statement=prepared.text) from error
         finally:
+            if timer is not None:
+                timer.cancel()
             con.close()
         return _spark_types(result)
 
