@@ -7,7 +7,8 @@ unicode, splices; `fuzz/mutate.py`), some run as written, and statements that ne
 converge. Any exception other than a `DsqlError` fails the test; after each error the
 session answers a control query and its tables are unchanged (`fuzz/harness.py`
 says how that is checked cheaply). The run is seeded, so CI sees the same statements
-every time; it prints the counts by outcome class.
+every time; it prints the counts by outcome class. `test_random_token_sequences` adds
+hypothesis-generated statements (derandomized) of SQL words and random characters.
 
 The time bound: sessions run with `statement_timeout = '250ms'`, which the worker checks
 between rounds and loops between inner steps; the tests below check that a canceled
@@ -19,11 +20,14 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator
 
 import pytest
 from fuzz.corpus import DSQL_STATEMENTS, NON_TERMINATING, suite_statements
 from fuzz.harness import Harness, Outcomes
-from fuzz.mutate import mutate
+from fuzz.mutate import KEYWORDS, mutate
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dsql
 from dsql.errors import DsqlError, QueryCanceledError, TypeMismatchError
@@ -81,6 +85,25 @@ def test_fuzz_statements() -> None:
 
 def test_fuzz_is_deterministic() -> None:
     assert fuzz_statements(300) == fuzz_statements(300)
+
+
+@pytest.fixture(scope="module")
+def harness() -> Iterator[Harness]:
+    h = Harness(Outcomes())
+    yield h
+    h.final_check()
+    h.close()
+
+
+_WORDS = st.sampled_from([*KEYWORDS, "t1", "a", "b", "1", "'x'", "NULL", "count(*)", "."])
+
+
+@settings(derandomize=True, max_examples=400, deadline=None)
+@given(st.lists(_WORDS | st.text(max_size=3), max_size=14))
+def test_random_token_sequences(harness: Harness, words: list[str]) -> None:
+    """Hypothesis' statements: sequences of SQL words and random characters."""
+    harness.run(" ".join(words))
+    assert not harness.outcomes.crashes, harness.outcomes.crashes[0][1]
 
 
 # --- statement_timeout ----------------------------------------------------------------------
