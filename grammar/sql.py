@@ -94,6 +94,8 @@ def _column(fragment: Fragment, node: exp.Expression, base: int) -> ColumnDef:
             where, f"unsupported table element: {node.sql('postgres')}", _COLUMN_HINT
         )
     name = node.this
+    if not isinstance(name, exp.Identifier):  # `f(x) int`: sqlglot accepts any expression
+        raise fragment.error_at(where, f"{name.sql('postgres')} is not a column name", _COLUMN_HINT)
     if not isinstance(node.args.get("kind"), exp.DataType):
         raise fragment.error_at(where, f"column {name.name} has no type", "write `name type`")
     not_null, default = False, None

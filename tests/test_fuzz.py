@@ -201,6 +201,8 @@ def test_round_limit_error_leaves_the_session_usable() -> None:
         "SUBSCRIBE t UP TO 99999999999999999999",  # beyond the last time
         "ADVANCE TO 9999999999999",  # its ticks overflowed the runtime's times
         "ADVANCE BY INTERVAL '9999999999 days'",
+        "WITH MUTUALLY RECURSIVE r(f(n) int) AS (SELECT 1) SELECT * FROM r",  # not a name
+        "CREATE TABLE z (f(a) int)",
         # rows built in memory at once, which no engine interrupts (it ran out of memory)
         "SELECT * FROM generate_series(1, 2147483648) AS g(x)",
         "SELECT count(*) FROM t, repeat_row(99999999999)",
