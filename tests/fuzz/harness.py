@@ -34,7 +34,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 import dsql
@@ -104,17 +103,15 @@ class Harness:
         for name, rel in s.relations.items():
             if rel.kind != "table":
                 continue
-            frames = [s.worker.kernel.to_arrow(f) for f in rel.arrangement.trace.frames()]
             data = [f"_c{i}" for i in range(len(rel.columns))]
-            rows: list[Any] = []
-            if frames:
-                table = pa.concat_tables([f.select([*data, DIFF]) for f in frames])
-                grouped = table.group_by(data, use_threads=False).aggregate([(DIFF, "sum")])
-                rows = sorted(
-                    (tuple(r[c] for c in data), r[f"{DIFF}_sum"])
-                    for r in grouped.to_pylist()
-                    if r[f"{DIFF}_sum"]
-                )
+            counts: Counter[str] = Counter()  # by repr: rows may hold NULLs, lists, NaN
+            values: dict[str, tuple[Any, ...]] = {}
+            for frame in rel.arrangement.trace.frames():
+                for r in s.worker.kernel.to_arrow(frame).select([*data, DIFF]).to_pylist():
+                    row = tuple(r[c] for c in data)
+                    counts[repr(row)] += r[DIFF]
+                    values[repr(row)] = row
+            rows = [(values[k], n) for k, n in sorted(counts.items()) if n]
             out[name] = (id(rel), rel.columns, rows)
         return out
 
@@ -201,7 +198,7 @@ class Harness:
         for name, (_, columns, rows) in snapshot.items():
             names = ", ".join(f'"{c.name}"' for c in columns)
             read = self.con.cursor().execute(f'SELECT {names} FROM "{name}"').fetchall()
-            expanded = sorted(row for row, n in rows for _ in range(n))
+            expanded = [row for row, n in rows for _ in range(n)]
             assert sorted(read, key=repr) == sorted(expanded, key=repr), name
         for name, query in VIEWS.items():
             if name not in self.session.relations:
