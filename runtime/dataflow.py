@@ -386,6 +386,7 @@ class Worker:
             node.release()
             self._always.pop(node.id, None)
             self._standing.pop(node.id, None)
+            self.failed.pop(node.id, None)
 
 
 def canceled() -> QueryCanceledError:
