@@ -102,8 +102,14 @@ def test_imported_trace_replays_history(kernel) -> None:
     data.advance_to(2)
     data.flush()
     worker.step()
-    rows = sorted((r["k"], r["__diff__"]) for r in later.poll().to_pylist())
-    assert rows == [(2, 1), (3, -1), (3, 1)]
+    rows = later.poll().to_pylist()
+    # The history replays at the frontier the handle was taken at (1), so the later
+    # removal may cancel it there: only the accumulation is fixed.
+    assert all(r["__time__"] >= 1 for r in rows)
+    counts: dict[int, int] = {}
+    for r in rows:
+        counts[r["k"]] = counts.get(r["k"], 0) + r["__diff__"]
+    assert {k: n for k, n in counts.items() if n} == {2: 1}
     handle.release()
 
 
