@@ -160,6 +160,7 @@ class ImportNode(Arranged):
         self.keys = source.keys
         super().__init__(source.worker, (source,), source.schema, source.depth)
         self._started = False
+        self._replaying = False
         self.worker.wake()
 
     @property
@@ -167,14 +168,16 @@ class ImportNode(Arranged):
         return self.handle.source.trace
 
     def history(self) -> list[Frame]:
-        return self.handle.source.history() if self._started else []
+        # In the round the import starts, its batch replays the whole history: nothing
+        # is older than that batch yet.
+        return self.handle.source.history() if self._started and not self._replaying else []
 
     def step(self, rnd: Round) -> Batch | None:
         source = self.handle.source
         if self._started:
             self.current = source.current
             return self.current
-        self._started = True
+        self._started = self._replaying = True
         frames = source.history() + ([source.current.frame] if source.current else [])
         if not frames:
             return None
@@ -188,6 +191,7 @@ class ImportNode(Arranged):
     def finish(self, rnd: Round) -> None:
         self.handle.advance(rnd.frontier)
         self.current = None
+        self._replaying = False
 
     def release(self) -> None:
         self.handle.release()
