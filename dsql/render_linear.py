@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dsql.errors import UnsupportedError
 from dsql.planner.linear import JoinFunction, Segment
 from dsql.planner.plan import col
-from dsql.planner.temporal import Interval
+from dsql.planner.temporal import Interval, mentions_mz_now
 from dsql.runtime.collection import Collection
 
 
@@ -40,6 +41,13 @@ def render_linear(c: Collection, fn: JoinFunction, time_scale: int) -> Collectio
 
 def _segment(c: Collection, seg: Segment, time_scale: int) -> Collection:
     safe, intervals = seg.split(time_scale)
+    if any(mentions_mz_now(e) for e in (*seg.outputs, *safe.predicates)):
+        raise UnsupportedError(
+            "mz_now() in a view or SUBSCRIBE may only be compared with the row's columns "
+            "in WHERE or HAVING",
+            hint="a one-off SELECT may return mz_now(); a view filters with it, e.g. "
+            "WHERE mz_now() < ts + 1000",
+        )
     n = len(seg.outputs)
     plain = all(e == col(i) for i, e in enumerate(seg.outputs)) and n == seg.input_arity
     if plain and not (safe.predicates or intervals or seg.negated) and c.columns == tuple(names(n)):

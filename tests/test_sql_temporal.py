@@ -109,3 +109,20 @@ def test_case_around_mz_now_is_refused_with_a_hint() -> None:
         )
     assert info.value.hint
     assert con.execute("SELECT count(*) FROM ev").fetchall() == [(0,)]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SUBSCRIBE (SELECT a, mz_now() FROM ev)",
+        "CREATE MATERIALIZED VIEW v AS SELECT a, mz_now() AS t FROM ev",
+        "CREATE MATERIALIZED VIEW v AS SELECT a FROM ev WHERE mz_now() + a > 3",
+    ],
+)
+def test_mz_now_outside_a_bound_in_a_view_is_refused(sql: str) -> None:
+    con = dsql.connect(kernel="local")
+    con.execute("CREATE TABLE ev (id int, a int)")
+    con.execute("INSERT INTO ev VALUES (1, 2)")
+    with pytest.raises(UnsupportedError, match="mz_now"):
+        con.execute(sql)
+    assert con.execute("SELECT id, a, mz_now() FROM ev").fetchall() == [(1, 2, 0)]
