@@ -47,7 +47,19 @@ def parse(text: str) -> tuple[ast.Statement, ...]:
     Statements are separated by `;` (the last one optional); `--` and `/* */` comments
     are allowed anywhere; an input of only comments has no statements.
     """
+    surrogate = _SURROGATE.search(text)
+    if surrogate is not None:  # no engine can encode it (a Python str may still hold one)
+        printable = text.encode("utf-8", "replace").decode("utf-8")  # the error prints it
+        raise Source(printable).error(
+            "the text has a lone UTF-16 surrogate, which is not a character",
+            surrogate.start(),
+            None,
+            "decode the input as UTF-8 (errors='replace') before running it",
+        )
     return tuple(_parse_fragment(f, "statement") for f in Source(text).statements())
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @cache
