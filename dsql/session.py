@@ -14,7 +14,6 @@ the catalog.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,10 +37,13 @@ from dsql.planner.plan import (
     Plan,
     Query,
     Reduce,
+    SubqueryExpr,
     Threshold,
     TopK,
+    expressions_of,
     walk,
 )
+from dsql.planner.temporal import mentions_mz_now
 from dsql.render import Renderer
 from dsql.runtime.collection import Arrangement, Collection, import_arrangement
 from dsql.runtime.dataflow import Worker, batch_schema
@@ -376,23 +378,16 @@ class Session:
 
 
 def _reads_nothing(plan: Plan) -> bool:
-    """Whether a plan reads no relation, never mentions `mz_now()` and reduces nothing."""
-    from dsql.planner.temporal import mentions_mz_now
-
+    """Whether a plan reads no relation (not even in a subquery), never mentions `mz_now()`
+    and reduces nothing."""
     for node in walk(plan):
         # A reduction (and a loop) emits only at complete times, which this round's
         # open tick is not: such plans take the ordinary read path.
         if isinstance(node, Get | Reduce | Distinct | Threshold | TopK | LetRec):
             return False
-        for value in (getattr(node, f.name) for f in dataclasses.fields(node)):
-            items = value if isinstance(value, tuple) else (value,)
-            for item in items:
-                if isinstance(item, exp.Expression) and mentions_mz_now(item):
-                    return False
-                if isinstance(item, tuple) and any(
-                    isinstance(e, exp.Expression) and mentions_mz_now(e) for e in item
-                ):
-                    return False
+        for e in expressions_of(node):
+            if e.find(SubqueryExpr) is not None or mentions_mz_now(e):
+                return False
     return True
 
 

@@ -251,6 +251,12 @@ def test_reads_of_no_relation_reduce_and_recurse() -> None:
     assert con.execute("SELECT DISTINCT x FROM (VALUES (1), (1)) v(x)").fetchall() == [(1,)]
     counted = "WITH RECURSIVE c(n) AS (SELECT 0 UNION SELECT n + 1 FROM c WHERE n < 3) "
     assert sorted(con.execute(counted + "SELECT n FROM c").fetchall()) == [(0,), (1,), (2,), (3,)]
+    con.execute("CREATE TABLE t (a int)")
+    con.execute("INSERT INTO t VALUES (1), (2)")
+    # A table read only inside a subquery is still a read.
+    assert con.execute("SELECT (SELECT count(*) FROM t)").fetchall() == [(2,)]
+    assert con.execute("SELECT 1 WHERE EXISTS (SELECT 1 FROM t)").fetchall() == [(1,)]
+    assert con.execute("SELECT 1 IN (SELECT a FROM t)").fetchall() == [(True,)]
     assert con.execute("SELECT x FROM (VALUES (2), (1)) v(x) ORDER BY x LIMIT 1").fetchall() == [
         (1,)
     ]
