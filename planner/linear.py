@@ -24,7 +24,7 @@ negation, at the end.
 >>> f = JoinFunction.identity(2).map((parse_expr("_c1 * 2"),), (Column("b2", types.build("int")),))
 >>> g = f.filter((parse_expr("_c2 > 1"),)).project((0, 2))
 >>> g.optimize().describe()
-['filter #1 * 2 > 1', 'map #2 = #1 * 2', 'project (#0, #2)']
+['filter (#1 * 2) > 1', 'map #2 = #1 * 2', 'project (#0, #2)']
 >>> sorted(g.demand())
 [0, 1]
 """

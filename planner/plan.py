@@ -98,7 +98,12 @@ def remap(expression: exp.Expression, mapping: dict[int, int | exp.Expression]) 
             i = index(node)
             if i is not None and i in mapping:
                 target = mapping[i]
-                return col(target) if isinstance(target, int) else target.copy()
+                if isinstance(target, int):
+                    return col(target)
+                # The tree keeps the grouping, but SQL text is generated without adding
+                # parentheses: `#2 * #0` with `#2 = #0 + 0` must not print as `#0 + 0 * #0`.
+                atomic = isinstance(target, exp.Column | exp.Literal | exp.Paren | exp.Func)
+                return target.copy() if atomic else exp.paren(target.copy())
         return node
 
     return expression.copy().transform(replace, copy=False)

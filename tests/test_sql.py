@@ -260,3 +260,12 @@ def test_reads_of_no_relation_reduce_and_recurse() -> None:
     assert con.execute("SELECT x FROM (VALUES (2), (1)) v(x) ORDER BY x LIMIT 1").fetchall() == [
         (1,)
     ]
+
+
+def test_an_inlined_expression_keeps_its_grouping() -> None:
+    """Fusing `x = a + 0` into `x * a` must multiply the sum, not just its last term."""
+    con = dsql.connect(kernel="local")
+    con.execute("CREATE TABLE r (a int, b int)")
+    con.execute("INSERT INTO r VALUES (-1, 2), (3, 4)")
+    query = "SELECT x * a FROM (SELECT a + 0 AS x, a FROM r) s"
+    assert sorted(con.execute(query).fetchall()) == [(1,), (9,)]
