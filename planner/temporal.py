@@ -1,26 +1,27 @@
-"""Temporal filters: `mz_now()` comparisons become bounds on when a row is present.
+"""Temporal filters: `mz_now()` comparisons become the intervals a row is present in.
 
 `mz_now() >= lo` (or `>`, `<`, `<=`, `=`, BETWEEN) over the row's columns says
-the row is in the result from time `lo` on, or until `hi`. `split_temporal`
-separates a conjunction into the ordinary predicates and the lower and upper
-bounds, as expressions of the runtime's time (`time_scale` runtime ticks per
-millisecond). A row at time `t` then enters at `max(t, lo)` and leaves at
-`max(t, hi)` (DESIGN §2.5).
+the row is in the result from time `lo` on, or until `hi`. `presence` separates
+the ordinary predicates from signed intervals, with bounds as expressions of the
+runtime's time (`time_scale` runtime ticks per millisecond). A row at time `t`
+then enters at `max(t, lo)` and leaves at `max(t, hi)` (DESIGN §2.5); an OR is
+a union of intervals, written by inclusion–exclusion.
 
 >>> from dsql.planner.plan import parse_expr
->>> safe, lo, hi = split_temporal((parse_expr("mz_now() >= _c0"), parse_expr("_c1 > 2")), 1)
->>> [p.sql() for p in safe], [e.sql() for e in lo], hi
-(['_c1 > 2'], ['CAST(_c0 AS BIGINT)'], [])
+>>> safe, [i] = presence((parse_expr("mz_now() >= _c0"), parse_expr("_c1 > 2")), 1)
+>>> [p.sql() for p in safe], [e.sql() for e in i.lower], i.upper
+(['_c1 > 2'], ['CAST(_c0 AS BIGINT)'], ())
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 
 from sqlglot import exp
 
 from dsql.errors import UnsupportedError
+from dsql.planner.plan import conjuncts
 
 _REWRITE_HINT = (
     "compare mz_now() directly with an expression over the row, joined by AND or OR, "
@@ -91,21 +92,6 @@ def presence(
     return safe, result or []
 
 
-def split_temporal(
-    predicates: tuple[exp.Expression, ...] | list[exp.Expression], time_scale: int
-) -> tuple[list[exp.Expression], list[exp.Expression], list[exp.Expression]]:
-    """(ordinary predicates, lower bounds, upper bounds) of a conjunction; an OR
-    around `mz_now()` raises `UnsupportedError` (use `presence` for those)."""
-    safe, intervals = presence(predicates, time_scale)
-    if not intervals:
-        return safe, [], []
-    if len(intervals) > 1 or intervals[0].guard:
-        raise UnsupportedError(
-            "mz_now() inside OR has no single lower and upper bound", hint=_REWRITE_HINT
-        )
-    return safe, list(intervals[0].lower), list(intervals[0].upper)
-
-
 def _disjuncts(p: exp.Expression) -> list[exp.Expression]:
     if isinstance(p, exp.Paren):
         return _disjuncts(p.this)
@@ -119,7 +105,7 @@ def _conjunction(p: exp.Expression, time_scale: int) -> Interval:
     lower: list[exp.Expression] = []
     upper: list[exp.Expression] = []
     guard: list[exp.Expression] = []
-    for atom in _conjuncts(p):
+    for atom in conjuncts(p):
         if not mentions_mz_now(atom):
             guard.append(atom)
             continue
@@ -129,14 +115,6 @@ def _conjunction(p: exp.Expression, time_scale: int) -> Interval:
             if hi is not None:
                 upper.append(_scaled(hi, time_scale))
     return Interval(1, tuple(lower), tuple(upper), tuple(guard))
-
-
-def _conjuncts(p: exp.Expression) -> list[exp.Expression]:
-    if isinstance(p, exp.Paren):
-        return _conjuncts(p.this)
-    if isinstance(p, exp.And):
-        return _conjuncts(p.this) + _conjuncts(p.expression)
-    return [p]
 
 
 def _union(intervals: list[Interval]) -> list[Interval]:
@@ -152,12 +130,8 @@ def _union(intervals: list[Interval]) -> list[Interval]:
             term = subset[0]
             for other in subset[1:]:
                 term = term.meet(other)
-            terms.append(term if r % 2 else Interval(-term.sign, *_parts(term)))
+            terms.append(term if r % 2 else replace(term, sign=-term.sign))
     return terms
-
-
-def _parts(i: Interval) -> tuple:
-    return i.lower, i.upper, i.guard
 
 
 def _bounds(p: exp.Expression) -> list[tuple[exp.Expression | None, exp.Expression | None]]:
@@ -208,4 +182,4 @@ def _scaled(e: exp.Expression, time_scale: int) -> exp.Expression:
     return ms if time_scale == 1 else exp.Mul(this=ms, expression=exp.Literal.number(time_scale))
 
 
-__all__ = ["Interval", "is_mz_now", "mentions_mz_now", "presence", "split_temporal"]
+__all__ = ["Interval", "is_mz_now", "mentions_mz_now", "presence"]

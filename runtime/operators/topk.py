@@ -18,6 +18,10 @@ from dsql.runtime.lattice import DIFF, time_columns
 from dsql.runtime.operators.reduce_logic import _ACC, ReduceLogic
 
 
+def _q(name: str) -> str:
+    return f'"{name}"'
+
+
 @dataclass(frozen=True)
 class OrderKey:
     """One ranking key: a column, its direction, and where NULLs go."""
@@ -29,7 +33,7 @@ class OrderKey:
     def sql(self) -> str:
         direction = "DESC" if self.desc else "ASC"
         nulls = "FIRST" if self.nulls_first else "LAST"
-        return f'"{self.column}" {direction} NULLS {nulls}'
+        return f"{_q(self.column)} {direction} NULLS {nulls}"
 
 
 @dataclass(frozen=True)
@@ -45,21 +49,20 @@ class TopK(ReduceLogic):
     offset: int = 0
 
     def query(self, keys, values, depth, dialect):  # type: ignore[override]
-        q = lambda c: f'"{c}"'  # noqa: E731
-        group = [q(c) for c in (*keys, *time_columns(depth))]
+        group = [_q(c) for c in (*keys, *time_columns(depth))]
         ties = [OrderKey(v).sql() for v in values]
         rank = ", ".join([k.sql() for k in self.order] + ties) or "1"
         before = (
-            f"COALESCE(SUM({q(DIFF)}) OVER (PARTITION BY {', '.join(group)} ORDER BY {rank} "
+            f"COALESCE(SUM({_q(DIFF)}) OVER (PARTITION BY {', '.join(group)} ORDER BY {rank} "
             "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)"
         )
-        upto = f"__before + {q(DIFF)}"
+        upto = f"__before + {_q(DIFF)}"
         if self.limit is not None:
             upto = f"LEAST({upto}, {self.offset + self.limit})"
         kept = f"CAST(GREATEST(0, {upto} - GREATEST(__before, {self.offset})) AS BIGINT)"
-        columns = ", ".join(q(c) for c in (*keys, *values, *time_columns(depth)))
+        columns = ", ".join(_q(c) for c in (*keys, *values, *time_columns(depth)))
         sql = (
-            f"SELECT {columns}, {kept} AS {q(DIFF)} FROM "
+            f"SELECT {columns}, {kept} AS {_q(DIFF)} FROM "
             f"(SELECT *, CAST({before} AS BIGINT) AS __before FROM {_ACC}) AS ranked "
             f"WHERE {kept} > 0"
         )
