@@ -111,10 +111,11 @@ def create_table(
 
 
 def spark_of(session: Any) -> Any:
-    """The SparkSession to hand rows to: the session's own, else the process's (started
-    here if none runs yet, with a note on stderr)."""
+    """The SparkSession to hand rows to: the kernel's own (under "auto", started as its
+    steps would start it, with the connection's master and settings), else the process's
+    (started here if none runs yet, with a note on stderr)."""
     kernel = session.worker.kernel
-    if getattr(kernel, "name", "") == "spark":
+    if getattr(kernel, "name", "") in ("spark", "auto"):
         return kernel.spark
     from pyspark.sql import SparkSession
 

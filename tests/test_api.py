@@ -182,6 +182,17 @@ def test_spark_interop(con, spark):
     assert out.count() == 0 and out.columns == ["a"]
 
 
+def test_to_spark_under_auto_starts_spark_with_the_connection_settings(spark):
+    """A DataFrame asked of an auto connection comes from the session its steps would use,
+    configured with the settings given to `connect`."""
+    con = dsql.connect(kernel="auto", **{"spark.sql.repl.eagerEval.maxNumRows": "21"})
+    con.execute("CREATE TABLE small (a int)")
+    con.execute("INSERT INTO small VALUES (1), (2)")
+    frame = con.table("small").to_spark()
+    assert sorted(r.a for r in frame.collect()) == [1, 2]
+    assert frame.sparkSession.conf.get("spark.sql.repl.eagerEval.maxNumRows") == "21"
+
+
 # --- error paths ------------------------------------------------------------------------
 
 ERRORS = [

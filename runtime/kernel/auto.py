@@ -119,6 +119,12 @@ class AutoKernel(Kernel):
     def probe_by_keys(self) -> bool:  # only a Spark batch gains from a key filter
         return self.started
 
+    @property
+    def spark(self) -> SparkSession:
+        """The Spark session steps would use, started as `_spark` starts it (with the
+        connection's master and settings) if no step has needed it yet."""
+        return self._spark().spark
+
     def _spark(self) -> SparkKernel:
         """The Spark kernel, its session started (with one notice) the first time."""
         if not self.started:
