@@ -377,7 +377,7 @@ def _as_ms(e: exp.Expression, interval: bool = False) -> int:
     try:
         import duckdb
 
-        value = duckdb.sql(f"SELECT {e.sql('duckdb')}").fetchone()[0]  # type: ignore[index]
+        value = duckdb.execute(f"SELECT {e.sql('duckdb')}").fetchone()[0]  # type: ignore[index]
     except Exception:
         value = None
     if isinstance(value, dt.datetime):

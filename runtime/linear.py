@@ -174,16 +174,28 @@ def _as_array(e: exp.Expression) -> exp.Expression:
         start, end = e.args["start"], e.args["end"]
         step = e.args.get("step") or exp.Literal.number(1)
         series = exp.GenerateSeries(start=start.copy(), end=end.copy(), step=step.copy())
+        # A step moves forward when it is above 0, or, for an interval stepping through
+        # timestamps (not comparable with 0), when it moves the start forward.
+        if _is_number(step):
+            ahead, behind = step, rel.lit(0)
+        else:
+            ahead, behind = exp.Add(this=start.copy(), expression=step.copy()), start
         up = exp.and_(
-            exp.GT(this=step.copy(), expression=rel.lit(0)),
+            exp.GT(this=ahead.copy(), expression=behind.copy()),
             exp.LTE(this=start.copy(), expression=end.copy()),
         )
         down = exp.and_(
-            exp.LT(this=step.copy(), expression=rel.lit(0)),
+            exp.LT(this=ahead.copy(), expression=behind.copy()),
             exp.GTE(this=start.copy(), expression=end.copy()),
         )
         return exp.Case(ifs=[exp.If(this=exp.or_(up, down), true=series)])
     return e
+
+
+def _is_number(e: exp.Expression) -> bool:
+    """Whether `e` is a numeric literal, possibly negated."""
+    inner = e.this if isinstance(e, exp.Neg) else e
+    return isinstance(inner, exp.Literal) and not inner.is_string
 
 
 def _branch_columns(branch: Branch, times: tuple[str, ...]) -> list[tuple[str, exp.Expression]]:

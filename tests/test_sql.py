@@ -269,3 +269,34 @@ def test_an_inlined_expression_keeps_its_grouping() -> None:
     con.execute("INSERT INTO r VALUES (-1, 2), (3, 4)")
     query = "SELECT x * a FROM (SELECT a + 0 AS x, a FROM r) s"
     assert sorted(con.execute(query).fetchall()) == [(1,), (9,)]
+
+
+def test_generate_series_over_timestamps_matches_duckdb() -> None:
+    """generate_series steps through timestamps by an interval, forwards and backwards,
+    empty when the step points away from the end, in a view and in a one-off read."""
+    con = dsql.connect(kernel="local")
+    oracle = duckdb.connect()
+    query = (
+        "SELECT w.id, g.ts FROM w, "
+        "generate_series(w.lo, w.hi, CASE WHEN w.lo <= w.hi THEN INTERVAL '6 hours' "
+        "ELSE INTERVAL '-1 day' END) AS g(ts)"
+    )
+    for c in (con, oracle):
+        c.execute("CREATE TABLE w (id int, lo timestamp, hi timestamp)")
+    con.execute(f"CREATE MATERIALIZED VIEW series AS {query}")
+    rows = [
+        "(1, TIMESTAMP '2024-01-01 00:00:00', TIMESTAMP '2024-01-02 00:00:00')",
+        "(2, TIMESTAMP '2024-03-05 00:00:00', TIMESTAMP '2024-03-01 12:00:00')",
+        "(3, TIMESTAMP '2024-01-01 00:00:00', TIMESTAMP '2024-01-01 00:00:00')",
+    ]
+    for c in (con, oracle):
+        c.execute(f"INSERT INTO w VALUES {', '.join(rows)}")
+    expected = _norm(oracle.execute(query).fetchall())
+    assert len(expected) == 5 + 4 + 1
+    assert _norm(con.execute("SELECT * FROM series").fetchall()) == expected
+    assert _norm(con.execute(query).fetchall()) == expected
+    fixed = (
+        "SELECT * FROM generate_series("
+        "TIMESTAMP '2024-01-01', TIMESTAMP '2024-01-03', INTERVAL '1 day')"
+    )
+    assert _norm(con.execute(fixed).fetchall()) == _norm(oracle.execute(fixed).fetchall())

@@ -126,3 +126,24 @@ def test_mz_now_outside_a_bound_in_a_view_is_refused(sql: str) -> None:
     with pytest.raises(UnsupportedError, match="mz_now"):
         con.execute(sql)
     assert con.execute("SELECT id, a, mz_now() FROM ev").fetchall() == [(1, 2, 0)]
+
+
+def test_advance_takes_timestamps_dates_and_intervals() -> None:
+    """ADVANCE TO a timestamp or a date, ADVANCE BY an interval: the clock moves there,
+    as `mz_now()` in a one-off read shows; going back is refused with a hint."""
+    con = dsql.connect(kernel="local")
+
+    def now() -> int:
+        return con.execute("SELECT mz_now()").fetchall()[0][0]
+
+    con.execute("ADVANCE TO TIMESTAMP '2024-01-01 00:00:00'")
+    assert now() == 1_704_067_200_000
+    con.execute("ADVANCE BY INTERVAL '1 second'")
+    assert now() == 1_704_067_201_000
+    con.execute("ADVANCE TO DATE '2025-01-01'")
+    assert now() == 1_735_689_600_000
+    with pytest.raises(dsql.errors.DsqlError, match="forward"):
+        con.execute("ADVANCE TO TIMESTAMP '2020-01-01 00:00:00'")
+    with pytest.raises(dsql.errors.DsqlError, match="not a time"):
+        con.execute("ADVANCE BY 'soon'")
+    assert now() == 1_735_689_600_000
