@@ -25,11 +25,13 @@ from dsql.errors import (
     TypeMismatchError,
     UnsupportedError,
 )
-from dsql.explain import explain, placement
+from dsql.explain import explain
+from dsql.history import replace_mz_now, retention_ms
 from dsql.planner import types
 from dsql.planner.plan import Column, Query
 from dsql.planner.temporal import is_mz_now
 from dsql.session import Result, Session
+from dsql.show_arrangements import arrangement_rows
 from dsql.subscribe import Subscription
 from dsql.timeout import parse_duration, statement_deadline
 
@@ -69,6 +71,7 @@ class Executor:
                     tuple(c.not_null for c in stmt.columns),
                     tuple(c.default for c in stmt.columns),
                     stmt.if_not_exists,
+                    _retention(stmt.retain_history),
                 )
                 return Result(status="CREATE TABLE")
             case grammar.Insert():
@@ -88,6 +91,7 @@ class Executor:
                     stmt.columns,
                     stmt.or_replace,
                     stmt.if_not_exists,
+                    _retention(stmt.retain_history),
                 )
                 return Result(
                     status="CREATE MATERIALIZED VIEW" if stmt.materialized else "CREATE VIEW"
@@ -98,9 +102,8 @@ class Executor:
                 dropped = []
                 for name in stmt.names:
                     if stmt.kind == "index":
-                        raise UnsupportedError(
-                            "DROP INDEX is not supported yet", hint="DROP the view instead"
-                        )
+                        dropped += s.indexes.drop(name, stmt.if_exists)
+                        continue
                     dropped += s.drop(name, stmt.cascade, stmt.kind, stmt.if_exists)
                 return Result(status=f"DROP {stmt.kind.upper()}")
             case grammar.Select():
@@ -227,6 +230,8 @@ class Executor:
         s = self.session
         as_of = _as_ms(stmt.as_of) if stmt.as_of is not None else None
         query = _replace_mz_now(stmt.query, as_of if as_of is not None else s.clock.now_ms())
+        if as_of is not None and as_of < s.clock.now_ms():  # the query runs at that time
+            query = replace_mz_now(query, as_of)
         table = s.read(s.plan(query), as_of)
         return Result(table=table, status=f"SELECT {table.num_rows}", rowcount=table.num_rows)
 
@@ -254,16 +259,14 @@ class Executor:
         return self.cursors[name]
 
     def _create_index(self, stmt: Any) -> Result:
-        s = self.session
-        s.columns(stmt.on)  # an unknown name raises here
-        rel = s.relations[stmt.on]
-        if rel.kind == "view":
-            s.relations.pop(stmt.on)
-            try:
-                s.create_view(rel.name, _reparse(rel), rel.sql, True)
-            except DsqlError:
-                s.relations[stmt.on] = rel
-                raise
+        self.session.indexes.create(
+            stmt.name,
+            stmt.on,
+            stmt.keys,
+            stmt.text,
+            stmt.if_not_exists,
+            _retention(stmt.retain_history),
+        )
         return Result(status="CREATE INDEX")
 
     def _show(self, stmt: Any) -> Result:
@@ -295,26 +298,15 @@ class Executor:
                     "type": [c.type.sql("postgres").lower() for c in cols],
                 }
             )
-        if what in ("arrangements", "indexes"):
-            out: dict[str, list[Any]] = {
-                "name": [],
-                "kind": [],
-                "kernel": [],
-                "rows": [],
-                "bytes": [],
-                "batches": [],
-            }
-            for r in rels:
-                if r.arrangement is None:
-                    continue
-                st = r.arrangement.stats()
-                out["name"].append(r.name)
-                out["kind"].append(r.kind)
-                out["kernel"].append(placement(s.worker.kernel, r.arrangement.node.trace))
-                out["rows"].append(st["rows"])
-                out["bytes"].append(st["bytes"])
-                out["batches"].append(st["batches"])
-            return _rows(out)
+        if what == "indexes":
+            return _rows(s.indexes.rows(stmt.of))
+        if what == "arrangements":
+            return _rows(arrangement_rows(s))
+        if what == "create index":
+            index = s.indexes.by_name.get(stmt.of or "")
+            if index is None:
+                raise SchemaError(f"unknown index '{stmt.of}'", hint="SHOW INDEXES lists them")
+            return _rows({"name": [index.name], "create_sql": [index.sql]})
         if what == "create view":
             rel = s.relations.get(stmt.of or "")
             if rel is None or rel.kind == "table":
@@ -328,9 +320,8 @@ def _rows(columns: dict[str, list[Any]]) -> Result:
     return Result(table=table, status=f"SHOW {table.num_rows}", rowcount=table.num_rows)
 
 
-def _reparse(rel: Any) -> Any:
-    stmt = grammar.parse(rel.sql)[0]
-    return stmt.query
+def _retention(interval: str | None) -> int | None:
+    return None if interval is None else retention_ms(interval)
 
 
 def _cast(values: Any, target: pa.DataType, name: str) -> Any:

@@ -12,13 +12,16 @@ does not give by itself is added here:
 - a fused `Linear` (and any linear node left unfused) is one runtime
   `join_function` per stretch (`render_linear`); over an inner join it is
   evaluated in the join's output projection, together with the residual
-  condition; `mz_now()` bounds become the branch times.
+  condition; `mz_now()` bounds become the branch times;
+- a join, reduce or distinct that needs a relation arranged by exactly an
+  index's keys reads the index (`render_indexed`, through `indexed`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 from sqlglot import exp
@@ -50,11 +53,15 @@ from dsql.planner.plan import (
     refs,
     remap,
 )
+from dsql.render_indexed import indexed_distinct, indexed_join, indexed_reduce
 from dsql.render_linear import names, render_linear
 from dsql.runtime.collection import Collection
 from dsql.runtime.operators.reduce_logic import Aggregates
 
 Source = Callable[[str], Collection]
+#: `indexed(relation, keys)`: an import of an index on the relation by exactly the
+#: columns `keys` (any order) and the index's key order, or None (`render_indexed`).
+Indexed = Callable[[str, tuple[int, ...]], tuple[Any, tuple[int, ...]] | None]
 
 
 @dataclass
@@ -64,6 +71,7 @@ class Renderer:
     source: Source
     unit: Callable[[], Collection]
     time_scale: int = 1
+    indexed: Indexed | None = None
     locals: dict[str, Collection] = field(default_factory=dict)
     _memo: dict[int, Collection] = field(default_factory=dict)
     _cores: dict[int, tuple[Collection, list[exp.Expression]]] = field(default_factory=dict)
@@ -89,7 +97,7 @@ class Renderer:
             case Reduce():
                 return self._reduce(plan)
             case Distinct(input=inp):
-                return self.render(inp).distinct()
+                return indexed_distinct(self, plan) or self.render(inp).distinct()
             case Union(parts=parts):
                 want = [_arrow(c.type) for c in plan.columns]
                 first, *rest = [cast_columns(self.render(p), want) for p in parts]
@@ -185,9 +193,12 @@ class Renderer:
         return first.concat(*(cast_columns(p, first.schema.types) for p in rest))
 
     def _equijoin(self, plan: Join) -> tuple[Collection, list[exp.Expression]]:
-        left, right = self.render(plan.left), self.render(plan.right)
         la, ra = plan.left.arity, plan.right.arity
         keys, residual = _equi_keys(plan.on, la, ra)
+        shared = indexed_join(self, plan, keys)
+        if shared is not None:
+            return shared, residual
+        left, right = self.render(plan.left), self.render(plan.right)
         lk = [exp.alias_(k.copy(), f"__k{i}") for i, (k, _, _) in enumerate(keys)] or [
             exp.alias_(exp.Literal.number(0), "__k0")
         ]
@@ -209,15 +220,19 @@ class Renderer:
         return lkeyed.join(rkeyed, on=key_names), residual
 
     def _reduce(self, plan: Reduce) -> Collection:
-        c = self.render(plan.input)
         g = len(plan.group)
         key_cols = [f"_c{i}" for i in plan.group]
-        aggs = Aggregates(tuple((f"__a{i}", _agg(a)) for i, a in enumerate(plan.aggregates)))
-        reduced = c.reduce(list(dict.fromkeys(key_cols)), logic=aggs)
-        out = reduced.map(
-            *(exp.alias_(exp.column(k), f"_c{i}") for i, k in enumerate(key_cols)),
-            *(exp.alias_(exp.column(f"__a{i}"), f"_c{g + i}") for i in range(len(plan.aggregates))),
-        )
+        named = tuple((f"__a{i}", _agg(a)) for i, a in enumerate(plan.aggregates))
+        out = indexed_reduce(self, plan, named)
+        if out is not None and plan.domain is None:
+            return out
+        c = self.render(plan.input)
+        if out is None:
+            reduced = c.reduce(list(dict.fromkeys(key_cols)), logic=Aggregates(named))
+            out = reduced.map(
+                *(exp.alias_(exp.column(k), f"_c{i}") for i, k in enumerate(key_cols)),
+                *(exp.alias_(exp.column(n), f"_c{g + i}") for i, (n, _) in enumerate(named)),
+            )
         if g and plan.domain is None:
             return out
         # SQL's empty-group rule: a row for each domain key with no input rows.

@@ -24,6 +24,8 @@ from sqlglot import exp
 
 from dsql.clock import TICKS_PER_MS, Clock
 from dsql.errors import DsqlError, ExecutionError, SchemaError, TypeMismatchError
+from dsql.history import History
+from dsql.indexes import Indexes
 from dsql.planner import types
 from dsql.planner.bind import bind
 from dsql.planner.catalog import unknown_relation
@@ -104,6 +106,8 @@ class Session:
         # A kept view that fails on new data fails alone (reads of it report the error).
         self.worker.isolate_failures = True
         self.relations: dict[str, Relation] = {}
+        self.indexes = Indexes(self)
+        self.history = History(self)
         self._unit = self._new_input(pa.schema([("_c0", pa.int32())]))
         self._unit.update_at((0,), self.clock.write_tick(), 1)
         self._unit_arrangement = self._unit.to_collection().arrange_by_self()
@@ -134,6 +138,7 @@ class Session:
                 s.advance_to(self.clock.tick)
             s.flush()
         self.worker.run()
+        self.history.advance()
 
     def close_time(self, force: bool = False) -> int:
         """Make every write so far final; returns the open tick, which reads happen at.
@@ -159,13 +164,16 @@ class Session:
         not_null: tuple[bool, ...] = (),
         defaults: tuple[exp.Expression | None, ...] = (),
         if_not_exists: bool = False,
+        retain_ms: int | None = None,
     ) -> None:
+        """A new table; `retain_ms` keeps that much history readable AS OF (`history`)."""
         if name in self.relations:
             if if_not_exists:
                 return
             raise SchemaError(
                 f"relation '{name}' already exists", hint="DROP it first, or pick another name"
             )
+        self.indexes.check_free(name)
         if len({c.name for c in columns}) != len(columns):
             raise SchemaError(f"table '{name}' has two columns with the same name")
         rel = Relation(
@@ -178,6 +186,7 @@ class Session:
         rel.input = self._new_input(rel.schema)
         rel.arrangement = rel.input.to_collection().arrange_by_self()
         self.relations[name] = rel
+        self.history.register(name, rel.arrangement, retain_ms)
 
     def write(self, name: str, rows: pa.Table, diff: int) -> int:
         """Add (diff=1) or remove (diff=-1) rows of a table at the clock's tick; returns the count."""
@@ -221,6 +230,7 @@ class Session:
         column_names: tuple[str, ...] | None = None,
         or_replace: bool = False,
         if_not_exists: bool = False,
+        retain_ms: int | None = None,
     ) -> None:
         if name in self.relations:
             if if_not_exists:
@@ -230,6 +240,7 @@ class Session:
                     f"relation '{name}' already exists", hint="use CREATE OR REPLACE, or DROP it"
                 )
             self.drop(name, cascade=False, kind=None)
+        self.indexes.check_free(name)
         bound = self.plan(query)
         plan = _view_plan(bound)
         cols = plan.columns
@@ -263,6 +274,7 @@ class Session:
             except DsqlError:
                 self.worker.drop(self.worker.nodes[start:])
                 raise
+            self.history.register(name, rel.arrangement, retain_ms)
         self.relations[name] = rel
 
     def drop(
@@ -287,6 +299,8 @@ class Session:
         for d in dependents:
             if d in self.relations:
                 dropped += self.drop(d, cascade=True, kind=None)
+        self.indexes.drop_on(name)
+        self.history.forget(name)
         if rel.nodes:
             self.worker.drop(rel.nodes)
         if rel.input is not None:
@@ -294,6 +308,7 @@ class Session:
             if rel.arrangement is not None:
                 self.worker.drop([rel.input.node, rel.arrangement.node])
         del self.relations[name]
+        self.indexes.sweep()  # a dropped index the view imported may go now
         return [*dropped, name]
 
     # --- planning and reading -------------------------------------------------------------
@@ -301,8 +316,11 @@ class Session:
         """Bind a query against the catalog (views inlined later, at rendering)."""
         return bind(query, self)
 
-    def _render(self, plan: Plan) -> Collection:
-        renderer = Renderer(self._source, self._unit_collection, TICKS_PER_MS)
+    def _render(self, plan: Plan, source: Any = None) -> Collection:
+        """`plan` as a dataflow; `source` (a read AS OF a past time) renders relations
+        instead of `_source`, and then no index is shared."""
+        indexed = self.indexes.arranged if source is None else None
+        renderer = Renderer(source or self._source, self._unit_collection, TICKS_PER_MS, indexed)
         return renderer.render(optimize(decorrelate(plan)))
 
     def _source(self, name: str) -> Collection:
@@ -310,6 +328,9 @@ class Session:
         self._check_failed(rel)
         if rel.arrangement is not None:
             return import_arrangement(rel.arrangement.trace_handle()).as_collection()
+        indexes = self.indexes.on(name)
+        if indexes:  # an indexed view is maintained: read its index
+            return self.indexes.imported(indexes[0]).as_collection()
         assert rel.plan is not None
         return self._render(rel.plan)
 
@@ -336,18 +357,18 @@ class Session:
         if as_of_ms is None and _reads_nothing(bound.plan):
             return self._read_constant(bound)
         tick = self.close_time()
+        source = None
         if as_of_ms is not None:
             if as_of_ms > self.clock.now_ms():
                 raise SchemaError(
                     f"AS OF {as_of_ms} is in the future (now {self.clock.now_ms()})",
                     hint="ADVANCE the clock first",
                 )
-            tick = min(
-                tick, (as_of_ms + 1) * TICKS_PER_MS - 1
-            )  # older times need holds: see README
+            if as_of_ms < self.clock.now_ms():  # inputs as they were then (`history`)
+                source = self.history.source(as_of_ms)
         start = len(self.worker.nodes)
         try:
-            collection = self._render(bound.plan)
+            collection = self._render(bound.plan, source)
             capture = collection.capture()
             self.worker.wake()
             self.close_time(force=True)

@@ -76,11 +76,18 @@ class Statement:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateTable(Statement):
-    """`CREATE TABLE [IF NOT EXISTS] name (col type [NOT NULL] [DEFAULT e], ...)`."""
+    """`CREATE TABLE [IF NOT EXISTS] name (col type [NOT NULL] [DEFAULT e], ...)`.
+
+    Keys are declared, not enforced: `primary_key` (a column's `PRIMARY KEY` or the
+    table's `PRIMARY KEY (a, b)`) makes its columns NOT NULL; `unique` keys are kept.
+    """
 
     name: str
     columns: tuple[ColumnDef, ...]
     if_not_exists: bool = False
+    retain_history: str | None = None
+    primary_key: tuple[str, ...] = ()
+    unique: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,7 +118,8 @@ class Delete(Statement):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateView(Statement):
-    """`CREATE [OR REPLACE] [MATERIALIZED] VIEW [IF NOT EXISTS] name [(cols)] AS query`."""
+    """`CREATE [OR REPLACE] [MATERIALIZED] VIEW [IF NOT EXISTS] name [(cols)]
+    [WITH (RETAIN HISTORY FOR 'interval')] AS query`."""
 
     name: str
     query: Query
@@ -119,15 +127,19 @@ class CreateView(Statement):
     columns: tuple[str, ...] | None = None
     or_replace: bool = False
     if_not_exists: bool = False
+    retain_history: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateIndex(Statement):
-    """`CREATE INDEX [name] ON obj (expr, ...)`; `CREATE DEFAULT INDEX ON obj` has no keys."""
+    """`CREATE INDEX [IF NOT EXISTS] [name] ON obj (expr, ...)`; `CREATE DEFAULT INDEX ON
+    obj` has no keys. Either may end `WITH (RETAIN HISTORY FOR 'interval')`."""
 
     name: str | None
     on: str
     keys: tuple[exp.Expression, ...]
+    if_not_exists: bool = False
+    retain_history: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,6 +29,7 @@ from dsql.grammar.diagnostics import syntax_error
 from dsql.grammar.source import Fragment, Source
 from dsql.grammar.sql import (
     parse_columns,
+    parse_table_elements,
     parse_expression,
     parse_expressions,
     parse_query,
@@ -166,15 +167,41 @@ class _Builder(Transformer):
         return int(limit), on
 
     # ---- statements ---------------------------------------------------------------------
-    def create_table(self, meta, _c, _t, if_not_exists, name, group) -> ast.CreateTable:
-        columns = parse_columns(self.fragment, self._text(group), self._at(group))
+    def create_table(
+        self, meta, _c, _t, if_not_exists, name, group, _with, options
+    ) -> ast.CreateTable:
+        table = parse_table_elements(self.fragment, self._text(group), self._at(group))
         return ast.CreateTable(
-            name=name, columns=columns, if_not_exists=bool(if_not_exists), **self._located(meta)
+            name=name,
+            columns=table.columns,
+            primary_key=table.primary_key,
+            unique=table.unique,
+            if_not_exists=bool(if_not_exists),
+            retain_history=self._retain_history(options, "CREATE TABLE"),
+            **self._located(meta),
         )
 
     def create_view(
-        self, meta, _c, or_replace, materialized, _v, if_not_exists, name, columns, _as, query
+        self,
+        meta,
+        _c,
+        or_replace,
+        materialized,
+        _v,
+        if_not_exists,
+        name,
+        columns,
+        _with,
+        options,
+        _as,
+        query,
     ) -> ast.CreateView:
+        if options is not None and materialized is None:
+            raise self.fragment.error_at(
+                self._at(options),
+                "a view keeps no history: WITH (...) needs a materialized view",
+                "write CREATE MATERIALIZED VIEW ... WITH (RETAIN HISTORY FOR '1h') AS ...",
+            )
         return ast.CreateView(
             name=name,
             query=query,
@@ -182,16 +209,50 @@ class _Builder(Transformer):
             columns=None if columns is None else self._inside(columns, "names"),
             or_replace=bool(or_replace),
             if_not_exists=bool(if_not_exists),
+            retain_history=self._retain_history(options, "CREATE MATERIALIZED VIEW"),
             **self._located(meta),
         )
 
-    def create_index(self, meta, _c, _i, name, _on, on, group) -> ast.CreateIndex:
+    def create_index(
+        self, meta, _c, _i, if_not_exists, name, _on, on, group, _with, options
+    ) -> ast.CreateIndex:
         inside = self.fragment.inside(self._at(group))
         keys = parse_expressions(self.fragment, inside.text, inside.start)
-        return ast.CreateIndex(name=name, on=on, keys=keys, **self._located(meta))
+        return ast.CreateIndex(
+            name=name,
+            on=on,
+            keys=keys,
+            if_not_exists=bool(if_not_exists),
+            retain_history=self._retain_history(options, "CREATE INDEX"),
+            **self._located(meta),
+        )
 
-    def create_default_index(self, meta, _c, _d, _i, _on, on) -> ast.CreateIndex:
-        return ast.CreateIndex(name=None, on=on, keys=(), **self._located(meta))
+    def create_default_index(
+        self, meta, _c, _d, _i, if_not_exists, _on, on, _with, options
+    ) -> ast.CreateIndex:
+        return ast.CreateIndex(
+            name=None,
+            on=on,
+            keys=(),
+            if_not_exists=bool(if_not_exists),
+            retain_history=self._retain_history(options, "CREATE INDEX"),
+            **self._located(meta),
+        )
+
+    def _retain_history(self, group: Token | None, statement: str) -> str | None:
+        """The interval of `WITH (RETAIN HISTORY [=] FOR '<interval>')`, the only option
+        of CREATE TABLE, MATERIALIZED VIEW and INDEX (Materialize's); None without it."""
+        retain = None
+        for option in self._options(group):
+            if option.words != ("retain", "history", "for") or option.value is None:
+                raise self.fragment.error_at(
+                    option.offset,
+                    f"unknown {statement} option {' '.join(option.words).upper()!r}",
+                    f"{statement} takes WITH (RETAIN HISTORY FOR '<interval>'), "
+                    "e.g. '1h' or '30 minutes'",
+                )
+            retain = option.value
+        return retain
 
     def insert(self, meta, _i, _into, table, columns, query) -> ast.Insert:
         names = None if columns is None else self._inside(columns, "names")

@@ -1,0 +1,205 @@
+"""History: what times each arrangement can still be read at, and reads `AS OF` a past time.
+
+Arrangements compact: times not beyond the compaction frontier are advanced to it, so
+a trace accumulated at an older time is wrong. Each catalog object holding an
+arrangement (table, materialized view, index) has a *since*: the later of its creation
+and its trace's compaction frontier. A read `AS OF t` is exact when `t` is not behind
+the since of any input it reads, and refused otherwise (Materialize: "Timestamp (t) is
+not valid for all inputs"), never answered with wrong rows.
+
+`RETAIN HISTORY FOR '<interval>'` (on CREATE TABLE, MATERIALIZED VIEW and INDEX) keeps
+a hold on the trace that lags the clock by the interval, so every time within the
+window stays readable: the since is then at most `now - interval`.
+
+A read AS OF a past time imports each input's trace accumulated at that time (`AsOfImport`:
+one batch, stamped at the read's own time) and evaluates the query over those
+snapshots; `mz_now()` in the query and in the plain views it reads is that time.
+
+>>> retention_ms("1 hour"), retention_ms("10s"), retention_ms("1500 ms")
+(3600000, 10000, 1500)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlglot import exp
+
+from dsql.clock import TICKS_PER_MS
+from dsql.errors import TimeError, TypeMismatchError
+from dsql.planner.plan import Plan, expressions_of, walk
+from dsql.planner.temporal import is_mz_now, mentions_mz_now
+from dsql.runtime import relational as rel
+from dsql.runtime.arrangement import ImportNode, TraceHandle
+from dsql.runtime.collection import Arrangement, Collection
+from dsql.runtime.dataflow import Batch, Round
+from dsql.runtime.lattice import DIFF, TIME, Antichain
+
+if TYPE_CHECKING:
+    from dsql.session import Session
+
+
+def retention_ms(interval: str) -> int:
+    """Milliseconds of a `RETAIN HISTORY FOR` interval ('1h', '30 minutes', '10s')."""
+    import duckdb
+
+    try:
+        value = duckdb.execute("SELECT CAST(? AS INTERVAL)", [interval]).fetchone()[0]  # type: ignore[index]
+    except duckdb.Error:
+        value = None
+    if not isinstance(value, dt.timedelta) or value < dt.timedelta(0):
+        raise TypeMismatchError(
+            f"invalid RETAIN HISTORY interval '{interval}'",
+            hint="give an interval such as '1h', '30 minutes' or '10s'",
+        )
+    return int(value.total_seconds() * 1000)
+
+
+@dataclass
+class _Kept:
+    """One catalog object's arrangement: when it was created, and its retention hold."""
+
+    arrangement: Arrangement
+    created: int
+    window_ms: int | None = None
+    hold: TraceHandle | None = None
+
+
+class History:
+    """The sinces of a session's arrangements and their retention (module docstring)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self._kept: dict[str, _Kept] = {}
+
+    def register(self, name: str, arrangement: Arrangement, window_ms: int | None) -> None:
+        """Track the arrangement of object `name`, created now, keeping `window_ms` of
+        history (None: none beyond what compaction leaves)."""
+        hold = arrangement.trace_handle() if window_ms is not None else None
+        self._kept[name] = _Kept(arrangement, self.session.clock.tick, window_ms, hold)
+
+    def forget(self, name: str) -> None:
+        """Object `name` is dropped: release its retention hold."""
+        kept = self._kept.pop(name, None)
+        if kept is not None and kept.hold is not None:
+            kept.hold.release()
+
+    def advance(self) -> None:
+        """Let retained traces compact up to `now - window` (called as the clock moves)."""
+        now = self.session.clock.now_ms()
+        for kept in self._kept.values():
+            if kept.hold is None or kept.window_ms is None:
+                continue
+            tick = max(kept.created, (now - kept.window_ms) * TICKS_PER_MS)
+            if tick > _first(kept.hold.frontier):
+                kept.hold.advance(Antichain([(tick,)]))
+
+    def since(self, name: str) -> int:
+        """The earliest tick at which object `name` still reads exactly."""
+        kept = self._kept[name]
+        return max(kept.created, _first(kept.arrangement.trace.compaction))
+
+    def retention(self, name: str) -> int | None:
+        """The RETAIN HISTORY window of object `name` in milliseconds, if it has one."""
+        kept = self._kept.get(name)
+        return None if kept is None else kept.window_ms
+
+    def check(self, name: str, as_of_ms: int) -> None:
+        """Refuse a read of `name` AS OF a time behind its since."""
+        if name not in self._kept:
+            return
+        since = self.since(name)
+        if (as_of_ms + 1) * TICKS_PER_MS - 1 < since:
+            earliest = since // TICKS_PER_MS
+            raise TimeError(
+                f"Timestamp ({as_of_ms}) is not valid for all inputs: "
+                f"'{name}' can be read AS OF {earliest} or later",
+                hint=f"read AS OF {earliest} or later; to read older times keep history, "
+                f"e.g. CREATE TABLE ... WITH (RETAIN HISTORY FOR '1h') (also on "
+                f"MATERIALIZED VIEW and INDEX)",
+            )
+
+    # --- reads AS OF a past time ------------------------------------------------------
+    def source(self, as_of_ms: int) -> Callable[[str], Collection]:
+        """The renderer's `source` for a read AS OF `as_of_ms`: each arranged input
+        accumulated at that time (its since checked), plain views rendered over those."""
+        s = self.session
+        tick = (as_of_ms + 1) * TICKS_PER_MS - 1
+
+        def source(name: str) -> Collection:
+            relation = s.relations[name]
+            s._check_failed(relation)
+            owner, arrangement = name, relation.arrangement
+            if arrangement is None and s.indexes.on(name):
+                index = s.indexes.on(name)[0]
+                owner, arrangement = index.name, index.arrangement
+            if arrangement is None:
+                assert relation.plan is not None
+                return s._render(at_time(s, relation, as_of_ms), source)
+            self.check(owner, as_of_ms)
+            return Arrangement(AsOfImport(arrangement.trace_handle(), tick)).as_collection()
+
+        return source
+
+
+def _first(frontier: Antichain) -> int:
+    """The (outer) time of a top-level frontier; 0 when it is empty."""
+    return max((t[0] for t in frontier), default=0)
+
+
+class AsOfImport(ImportNode):
+    """An import that replays its trace accumulated at tick `as_of`, stamped at the
+    frontier the handle was taken at (the read's time), and follows no later batch."""
+
+    def __init__(self, handle: TraceHandle, as_of: int) -> None:
+        self.as_of = as_of
+        super().__init__(handle)
+
+    def history(self) -> list[Any]:
+        return []
+
+    def step(self, rnd: Round) -> Batch | None:
+        if self._started:
+            return None
+        self._started = True
+        source = self.handle.source
+        frames = source.history() + ([source.current.frame] if source.current else [])
+        if not frames:
+            return None
+        columns = (*self.columns, TIME, DIFF)
+        upto = exp.LTE(this=rel.col(TIME), expression=rel.lit(self.as_of))
+        snapshot = rel.select("h", rel.passthrough(columns), where=upto)
+        query = rel.advance(snapshot, self.columns, self.depth, self.handle.frontier)
+        self.current = Batch(self.kernel.query(query, {"h": self.kernel.union(frames)}))
+        return self.current
+
+    def finish(self, rnd: Round) -> None:
+        self.current = None
+
+    def describe(self) -> str:
+        return f"Import(as of {self.as_of // TICKS_PER_MS}, keys={', '.join(self.keys) or '()'})"
+
+
+def at_time(session: Session, relation: Any, ms: int) -> Plan:
+    """A plain view's plan with `mz_now()` read as the time `ms` (for a read AS OF it)."""
+    plan: Plan = relation.plan
+    if not any(mentions_mz_now(e) for node in walk(plan) for e in expressions_of(node)):
+        return plan
+    from dsql import grammar
+    from dsql.session import _view_plan
+
+    (statement,) = grammar.parse(relation.sql)
+    return _view_plan(session.plan(replace_mz_now(statement.query, ms)))
+
+
+def replace_mz_now(query: Any, ms: int) -> Any:
+    """`query` with every `mz_now()` replaced by the time `ms` (a read AS OF `ms`)."""
+    if not isinstance(query, exp.Expression):
+        return query
+    return query.transform(lambda n: exp.Literal.number(ms) if is_mz_now(n) else n)
+
+
+__all__ = ["AsOfImport", "History", "at_time", "replace_mz_now", "retention_ms"]
