@@ -26,8 +26,12 @@ def render_letrec(renderer, plan: LetRec) -> Collection:  # type: ignore[no-unty
     """The body of `plan` over the fixpoint of its bindings."""
     from dsql.render import Renderer, cast_columns
 
-    worker = renderer.unit().worker
-    loop = worker.scope(name=", ".join(plan.names), limit=plan.limit, on_limit=plan.on_limit)
+    unit = renderer.unit()
+    # A LetRec rendered inside another loop (a recursive CTE read by a recursive CTE's
+    # step) is a loop nested in that one, so the outer loop's collections can enter it.
+    parent = unit.node.scope
+    make_scope = parent.scope if parent is not None else unit.worker.scope
+    loop = make_scope(name=", ".join(plan.names), limit=plan.limit, on_limit=plan.on_limit)
     loop.hint = _LIMIT_HINT
     with loop:
         variables = {}

@@ -18,7 +18,9 @@ dsql.errors.ParseError: syntax error in query: Required keyword: 'expression' mi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar, cast
 
 import sqlglot
@@ -61,10 +63,41 @@ def parse_expressions(fragment: Fragment, text: str, offset: int) -> tuple[exp.E
     return (tree,)
 
 
+@dataclass(frozen=True, slots=True)
+class TableElements:
+    """A CREATE TABLE's columns and its declared keys (column or table constraints).
+
+    Invariant: `primary_key` and every `unique` key name columns of `columns`, and the
+    primary key's columns are NOT NULL.
+    """
+
+    columns: tuple[ColumnDef, ...]
+    primary_key: tuple[str, ...] = ()
+    unique: tuple[tuple[str, ...], ...] = ()
+
+
 def parse_columns(fragment: Fragment, text: str, offset: int) -> tuple[ColumnDef, ...]:
     """The column definitions `(name type [NOT NULL | NULL] [DEFAULT e], ...)` in `text`.
 
-    `text` includes its parentheses and starts at absolute `offset`.
+    `text` includes its parentheses and starts at absolute `offset`. Keys (PRIMARY KEY,
+    UNIQUE) are refused: only a table has them (`parse_table_elements`).
+    """
+    elements = parse_table_elements(fragment, text, offset)
+    if elements.primary_key or elements.unique:
+        raise fragment.error_at(offset, "only a table has keys", _COLUMN_HINT)
+    return elements.columns
+
+
+def parse_table_elements(fragment: Fragment, text: str, offset: int) -> TableElements:
+    """A table's columns and keys: column definitions (`PRIMARY KEY` and `UNIQUE` allowed
+    after the type) and table constraints `[CONSTRAINT name] PRIMARY KEY (a, ...)` and
+    `UNIQUE (a, ...)`. A primary key's columns become NOT NULL.
+
+    >>> from dsql.grammar.source import Source
+    >>> text = "(a int PRIMARY KEY, b text UNIQUE)"
+    >>> t = parse_table_elements(Source(text).statements()[0], text, 0)
+    >>> t.primary_key, t.unique, [c.not_null for c in t.columns]
+    (('a',), (('b',),), [True, False])
     """
     wrap = ("CREATE TABLE t ", "")
     tree = _parse(fragment, text, offset, "column list", _parse_one, wrap=wrap)
@@ -74,7 +107,70 @@ def parse_columns(fragment: Fragment, text: str, offset: int) -> tuple[ColumnDef
             offset, "expected column definitions", "write (name type, ...), e.g. (a int, b text)"
         )
     base = offset - len(wrap[0])
-    return tuple(_column(fragment, node, base) for node in schema.expressions)
+    columns: list[ColumnDef] = []
+    keys: list[tuple[str, tuple[str, ...]]] = []  # ("primary" | "unique", columns)
+    for node in schema.expressions:
+        key = _table_key(node)
+        if key is not None:
+            keys.append(key)
+            continue
+        column = _column(fragment, node, base)
+        columns.append(column)
+        keys.extend((kind, (column.name,)) for kind in _column_keys(node))
+    return _with_keys(fragment, offset, tuple(columns), keys)
+
+
+def _table_key(node: exp.Expression) -> tuple[str, tuple[str, ...]] | None:
+    """A table constraint as (kind, column names), None if `node` is no key."""
+    if isinstance(node, exp.Constraint) and len(node.expressions) == 1:
+        node = node.expressions[0]
+    match node:
+        case exp.PrimaryKey():
+            return "primary", tuple(_folded(i) for i in node.expressions)
+        case exp.UniqueColumnConstraint(this=exp.Schema() as cols):
+            return "unique", tuple(_folded(i) for i in cols.expressions)
+    return None
+
+
+def _column_keys(node: exp.Expression) -> list[str]:
+    kinds = {exp.PrimaryKeyColumnConstraint: "primary", exp.UniqueColumnConstraint: "unique"}
+    return [
+        kinds[type(c.kind)] for c in node.args.get("constraints") or () if type(c.kind) in kinds
+    ]
+
+
+def _folded(ident: exp.Expression) -> str:
+    if isinstance(ident, exp.Identifier):
+        return ident.name if ident.quoted else ident.name.lower()
+    return ident.sql("postgres").lower()
+
+
+def _with_keys(
+    fragment: Fragment,
+    offset: int,
+    columns: tuple[ColumnDef, ...],
+    keys: list[tuple[str, tuple[str, ...]]],
+) -> TableElements:
+    names = [c.name for c in columns]
+    primary = [cols for kind, cols in keys if kind == "primary"]
+    if len(primary) > 1:
+        raise fragment.error_at(
+            offset,
+            "multiple primary keys for a table are not allowed",
+            "declare one PRIMARY KEY (a, b, ...) over all the key's columns",
+        )
+    for _, cols in keys:
+        missing = [c for c in cols if c not in names]
+        if missing:
+            raise fragment.error_at(
+                offset,
+                f"column '{missing[0]}' named in a key does not exist",
+                f"the table's columns are {', '.join(names)}",
+            )
+    pk = primary[0] if primary else ()
+    columns = tuple(dataclasses.replace(c, not_null=True) if c.name in pk else c for c in columns)
+    unique = tuple(cols for kind, cols in keys if kind == "unique")
+    return TableElements(columns, pk, unique)
 
 
 def string_value(text: str) -> str:
@@ -107,6 +203,8 @@ def _column(fragment: Fragment, node: exp.Expression, base: int) -> ColumnDef:
                 not_null = True
             case exp.DefaultColumnConstraint():
                 default = constraint.kind.this
+            case exp.PrimaryKeyColumnConstraint() | exp.UniqueColumnConstraint():
+                pass  # a key: read by parse_table_elements
             case _:
                 raise fragment.error_at(
                     where,
@@ -117,7 +215,7 @@ def _column(fragment: Fragment, node: exp.Expression, base: int) -> ColumnDef:
     return ColumnDef(folded, node.args["kind"], not_null, default)
 
 
-_COLUMN_HINT = "a column is `name type [NOT NULL | NULL] [DEFAULT expr]`"
+_COLUMN_HINT = "a column is `name type [NOT NULL | NULL] [DEFAULT expr] [PRIMARY KEY | UNIQUE]`"
 
 
 def _parse_one(sql: str) -> exp.Expression:

@@ -105,8 +105,15 @@ def bind_query(node: Any, env: Env, parent: Scope | None, top: bool = False) -> 
 
 def _bind_ctes(with_: exp.With, env: Env, parent: Scope | None) -> Env:
     recursive = bool(with_.args.get("recursive"))
+    seen: set[str] = set()
     for cte in with_.expressions:
         name = cte.alias_or_name
+        if name in seen:
+            raise SchemaError(
+                f"WITH query name '{name}' is specified more than once",
+                hint="give each query of one WITH clause its own name",
+            )
+        seen.add(name)
         if recursive and _references(cte.this, name):
             env = env.child(**{name: _bind_recursive_cte(cte, env, parent)})
             continue

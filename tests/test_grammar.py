@@ -351,7 +351,7 @@ def test_empty_inputs():
         ("SELECT 1)", (1, 9), "remove it"),
         ("SELECT 'abc", (1, 8), "close"),
         ("CREATE TABLE t (a)", (1, 17), "name type"),
-        ("CREATE TABLE t (a int PRIMARY KEY)", (1, 17), "NOT NULL"),
+        ("CREATE TABLE t (a int CHECK (a > 0))", (1, 17), "NOT NULL"),
         ("CREATE TABLE t", (1, 15), "parenthesized list"),
         ("CREATE VIEW v AS", (1, 17), "a query"),
         ("CREATE VIEW v AS SELECT 1 AS OF 3", (1, 27), "end of the statement"),

@@ -116,7 +116,7 @@ def _print_file(report: FileReport, out: TextIO, verbose: bool) -> None:
 def _print_summary(report: SuiteReport, out: TextIO) -> None:
     stats = sum((f.stats for f in report.files), Counter[str]())
     if stats:
-        print("incremental mode:", file=out)
+        print("how queries were run and compared:", file=out)
         for what, n in sorted(stats.items()):
             print(f"  {n:6d}  {what}", file=out)
     reasons = report.skip_reasons()
