@@ -52,6 +52,7 @@ from dsql.planner.plan import (
     Union,
     col,
 )
+from dsql.planner.recursive_term import check_recursive_term
 from dsql.planner.scope import Item, Scope, column_name, unsupported
 
 #: Default bound on the rounds of a recursive query (WITH RECURSIVE / MUTUALLY RECURSIVE).
@@ -134,6 +135,7 @@ def _bind_recursive_cte(cte: exp.CTE, env: Env, parent: Scope | None) -> Plan:
         raise SchemaError(
             f"recursive query '{name}' must be of the form base UNION [ALL] recursive-part",
         )
+    check_recursive_term(body, name)
     base = bind_query(body.this, env, parent)
     columns = _column_defs(_visible(base), _alias_columns(cte.args.get("alias")))
     local = LocalGet(name, columns)
