@@ -47,21 +47,48 @@ def check_recursive_term(body: exp.Union, name: str) -> None:
                     f"{word} in a recursive query is not supported",
                     hint=f"apply {word} to the query that reads '{name}', outside its definition",
                 )
-    references = [
-        t for t in body.expression.find_all(exp.Table) if t.name == name and not t.args.get("db")
-    ]
-    if len(references) > 1:
+    references = _references(body.expression, name)
+    if sum(uses for _, uses in references) > 1:
         raise SchemaError(
             f"recursive reference to query '{name}' must not appear more than once",
             hint=_MUTUALLY,
         )
-    for ref in references:
+    for ref, _ in references:
         select = ref.find_ancestor(exp.Select)
         if select is not None and _aggregates(select):
             raise SchemaError(
                 f"aggregate functions are not allowed in the recursive term of '{name}'",
                 hint=_MUTUALLY,
             )
+
+
+def _references(step: exp.Expression, name: str) -> list[tuple[exp.Table, int]]:
+    """The tables in `step` that read `name`, each with how many times it reads it.
+
+    A CTE defined inside the step reads `name` as often as its body does, so every use
+    of that CTE counts that many times; tables inside such CTE bodies are not listed.
+    """
+    uses = {name: 1}
+    for cte in step.find_all(exp.CTE):
+        inner = sum(uses.get(t.name, 0) for t in cte.this.find_all(exp.Table))
+        if inner:
+            uses[cte.alias_or_name] = inner
+    found = []
+    for table in step.find_all(exp.Table):
+        if table.args.get("db") or table.name not in uses or _in_cte(table, step):
+            continue
+        found.append((table, uses[table.name]))
+    return found
+
+
+def _in_cte(node: exp.Expression, root: exp.Expression) -> bool:
+    """Whether `node` is inside the body of a CTE defined within `root`."""
+    parent = node.parent
+    while parent is not None and parent is not root:
+        if isinstance(parent, exp.CTE):
+            return True
+        parent = parent.parent
+    return False
 
 
 def _aggregates(select: exp.Select) -> bool:
