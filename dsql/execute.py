@@ -74,6 +74,8 @@ class Executor:
                     _retention(stmt.retain_history),
                 )
                 return Result(status="CREATE TABLE")
+            case grammar.CreateTableAs():
+                return self._create_table_as(stmt)
             case grammar.Insert():
                 return self._insert(stmt)
             case grammar.Delete():
@@ -154,6 +156,27 @@ class Executor:
         raise UnsupportedError(f"{type(stmt).__name__} statements are not supported yet")
 
     # --- writes ----------------------------------------------------------------------------
+    def _create_table_as(self, stmt: Any) -> Result:
+        """A table with the query's columns, filled with its rows at the current time."""
+        s = self.session
+        if stmt.if_not_exists and stmt.name in s.relations:
+            return Result(status="CREATE TABLE")
+        bound = s.plan(stmt.query)
+        cols = bound.plan.columns[: bound.visible]
+        if stmt.columns is not None:
+            if len(stmt.columns) != len(cols):
+                raise SchemaError(
+                    f"table '{stmt.name}' names {len(stmt.columns)} columns; "
+                    f"its query has {len(cols)}"
+                )
+            cols = tuple(Column(n, c.type) for n, c in zip(stmt.columns, cols, strict=True))
+        for c in cols:
+            types.to_arrow(c.type)
+        rows = s.read(bound)
+        s.create_table(stmt.name, tuple(cols))
+        count = s.write(stmt.name, rows, 1)
+        return Result(status=f"SELECT {count}")
+
     def _insert(self, stmt: Any) -> Result:
         s = self.session
         rel = s._table(stmt.table)

@@ -91,6 +91,17 @@ class CreateTable(Statement):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CreateTableAs(Statement):
+    """`CREATE TABLE [IF NOT EXISTS] name [(col, ...)] AS query`: a table filled once with
+    the query's rows, its columns named and typed by the query (or renamed by `columns`)."""
+
+    name: str
+    query: exp.Query | exp.Values
+    columns: tuple[str, ...] | None = None
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Insert(Statement):
     """`INSERT INTO table [(cols)] <VALUES ... | query>`; VALUES is an `exp.Values`."""
 

@@ -29,10 +29,10 @@ from dsql.grammar.diagnostics import syntax_error
 from dsql.grammar.source import Fragment, Source
 from dsql.grammar.sql import (
     parse_columns,
-    parse_table_elements,
     parse_expression,
     parse_expressions,
     parse_query,
+    parse_table_elements,
     string_value,
 )
 
@@ -178,6 +178,17 @@ class _Builder(Transformer):
             unique=table.unique,
             if_not_exists=bool(if_not_exists),
             retain_history=self._retain_history(options, "CREATE TABLE"),
+            **self._located(meta),
+        )
+
+    def create_table_as(
+        self, meta, _c, _t, if_not_exists, name, columns, _as, query
+    ) -> ast.CreateTableAs:
+        return ast.CreateTableAs(
+            name=name,
+            query=query,
+            columns=None if columns is None else self._inside(columns, "names"),
+            if_not_exists=bool(if_not_exists),
             **self._located(meta),
         )
 
