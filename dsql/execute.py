@@ -356,7 +356,8 @@ def _cast(values: Any, target: pa.DataType, name: str) -> Any:
         raise TypeMismatchError(
             f"column '{name}' is of type {types.from_arrow(target).sql('postgres').lower()} "
             f"but the value is of type {types.from_arrow(values.type).sql('postgres').lower()}",
-            hint=f"cast the value: CAST(... AS {types.from_arrow(target).sql('postgres').lower()}) ({error})",
+            hint=f"cast the value: CAST(... AS "
+            f"{types.from_arrow(target).sql('postgres').lower()}) ({error})",
         ) from None
 
 
@@ -404,7 +405,13 @@ def _as_ms(e: exp.Expression, interval: bool = False) -> int:
         )
     if isinstance(value, dt.timedelta) and interval:
         return int(value.total_seconds() * 1000)
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise TypeMismatchError(
+                "a time cannot be negative", hint="give milliseconds since the Unix epoch"
+            )
+        if value > MAX_MS:
+            raise TimeError(f"time {value} is beyond the last time, {MAX_MS} ms")
         return value
     raise TypeMismatchError(
         f"'{e.sql('postgres')}' is not a time",

@@ -63,7 +63,9 @@ def arrangement_rows(session: Session) -> dict[str, list[Any]]:
             add(index.name, "index", index.arrangement.node, names)
             owners.append((index.name, index.arrangement.node, list(index.nodes)))
     for index in session.indexes.dropped():
-        add(index.name, "dropped index", index.arrangement.node)
+        on = session.relations.get(index.on)
+        names = None if on is None else [c.name for c in on.columns]
+        add(index.name, "dropped index", index.arrangement.node, names)
     for owner, own, nodes in owners:
         for node in nodes:
             if isinstance(node, TracedNode) and node is not own and not node.dropped:

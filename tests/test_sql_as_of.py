@@ -196,6 +196,8 @@ def test_mz_now_in_a_read_as_of_is_that_time() -> None:
         ("CREATE TABLE x (a int) WITH (KEEP = 1)", ParseError, "unknown CREATE TABLE option"),
         ("CREATE VIEW x WITH (RETAIN HISTORY FOR '1h') AS SELECT 1", ParseError, "materialized"),
         ("SELECT 1 AS OF 99", Exception, "future"),
+        ("SELECT 1 AS OF NOT NOT 0", TypeMismatchError, "is not a time"),  # a boolean
+        ("SELECT 1 AS OF 0 - 5", TypeMismatchError, "negative"),
     ],
 )
 def test_retention_errors(sql: str, error: type, text: str) -> None:
