@@ -13,7 +13,9 @@ window stays readable: the since is then at most `now - interval`.
 
 A read AS OF a past time imports each input's trace accumulated at that time (`AsOfImport`:
 one batch, stamped at the read's own time) and evaluates the query over those
-snapshots; `mz_now()` in the query and in the plain views it reads is that time.
+snapshots; `mz_now()` in the query and in the plain views it reads is that time. Of a
+relation's arrangements (its own and its indexes') the read uses the one holding the
+most history, so an index with RETAIN HISTORY keeps its relation readable.
 
 >>> retention_ms("1 hour"), retention_ms("10s"), retention_ms("1500 ms")
 (3600000, 10000, 1500)
@@ -102,10 +104,8 @@ class History:
         kept = self._kept[name]
         return max(kept.created, _first(kept.arrangement.trace.compaction))
 
-    def retention(self, name: str) -> int | None:
-        """The RETAIN HISTORY window of object `name` in milliseconds, if it has one."""
-        kept = self._kept.get(name)
-        return None if kept is None else kept.window_ms
+    def _since_or_zero(self, name: str) -> int:
+        return self.since(name) if name in self._kept else 0
 
     def check(self, name: str, as_of_ms: int) -> None:
         """Refuse a read of `name` AS OF a time behind its since."""
@@ -132,14 +132,16 @@ class History:
         def source(name: str) -> Collection:
             relation = s.relations[name]
             s._check_failed(relation)
-            owner, arrangement = name, relation.arrangement
-            if arrangement is None and s.indexes.on(name):
-                index = s.indexes.on(name)[0]
-                owner, arrangement = index.name, index.arrangement
-            if arrangement is None:
+            # Every arrangement of the relation's rows: its own, then its indexes'.
+            held = [(i.name, i.arrangement) for i in s.indexes.on(name)]
+            if relation.arrangement is not None:
+                held.insert(0, (name, relation.arrangement))
+            if not held:
                 assert relation.plan is not None
                 return s._render(at_time(s, relation, as_of_ms), source)
-            self.check(owner, as_of_ms)
+            known = [(owner, a) for owner, a in held if owner in self._kept]
+            owner, arrangement = min(known or held, key=lambda h: self._since_or_zero(h[0]))
+            self.check(owner, as_of_ms)  # the one holding the most history
             return Arrangement(AsOfImport(arrangement.trace_handle(), tick)).as_collection()
 
         return source

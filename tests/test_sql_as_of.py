@@ -144,6 +144,19 @@ def test_a_time_behind_an_input_since_is_refused_with_the_earliest_valid_time() 
     assert con.execute("SELECT count(*) FROM t").fetchall() == [(2,)]  # still usable
 
 
+def test_an_index_with_history_keeps_its_relation_readable() -> None:
+    con = dsql.connect(kernel="local")
+    con.execute("CREATE TABLE t (a int, b int)")
+    con.execute(f"CREATE INDEX t_a ON t (a) {RETAINED}")
+    for ms in (10, 20, 30):
+        con.execute(f"INSERT INTO t VALUES ({ms}, {ms})")
+        con.execute(f"ADVANCE TO {ms}")
+    assert sorted(con.execute("SELECT a FROM t AS OF 15").fetchall()) == [(10,), (20,)]
+    con.execute("DROP INDEX t_a")  # its history goes with it
+    with pytest.raises(TimeError, match="'t' can be read AS OF 20"):
+        con.execute("SELECT a FROM t AS OF 15")
+
+
 def test_before_creation_is_not_a_valid_time() -> None:
     con = dsql.connect(kernel="local")
     con.execute("ADVANCE TO 50")
