@@ -6,7 +6,9 @@ arranged likewise, so later views and reads import the arrangement (its
 history replays into the new dataflow, then it follows). A one-off SELECT is a
 short-lived dataflow of the same kind, read once and dropped. Writes are
 stamped by the clock (`dsql.clock`); a read first closes the current time, so
-it sees every write so far.
+it sees every write so far. Indexes (`dsql.indexes`) are further named
+arrangements that later dataflows share; `dsql.history` tracks how far back each
+arrangement can be read and serves reads AS OF a past time.
 
 Inside the runtime every relation's columns are `_c0 .. _c{n-1}`; names live in
 the catalog.
