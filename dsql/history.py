@@ -158,6 +158,7 @@ class AsOfImport(ImportNode):
 
     def __init__(self, handle: TraceHandle, as_of: int) -> None:
         self.as_of = as_of
+        self._started: bool = False
         super().__init__(handle)
 
     def history(self) -> list[Any]:

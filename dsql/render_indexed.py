@@ -84,29 +84,31 @@ def indexed_join(
     for indexed_left, side, other, pairs in ((True, plan.left, plan.right, keys),
                                              (False, plan.right, plan.left, right)):  # fmt: skip
         offset = 0 if indexed_left else la
-        positions = [index(k) if isinstance(k, exp.Column) else None for k, _, _ in pairs]
-        if None in positions:
+        # The indexed side's key columns (its own positions) with the other side's keys.
+        by_position: dict[int, tuple[exp.Expression, bool]] = {}
+        for mine, theirs, safe in pairs:
+            at = index(mine) if isinstance(mine, exp.Column) else None
+            if at is None:
+                break
+            by_position[at - offset] = (theirs, safe)
+        if len(by_position) != len(pairs):
             continue
-        found = find_index(renderer, side, [p - offset for p in positions])  # type: ignore[operator]
+        found = find_index(renderer, side, list(by_position))
         if found is None:
             continue
         arrangement, order, mapping = found
-        by_position = {
-            p - offset: (e, safe) for p, (_, e, safe) in zip(positions, pairs, strict=True)
-        }  # type: ignore[operator]
-        shift = {j: j - la for j in range(la, la + ra)} if indexed_left else {}
-        other_keys = [
-            (remap(by_position[p][0], shift), by_position[p][1])  # type: ignore[arg-type]
-            for p in order
-        ]
+        shift: dict[int, int | exp.Expression] = (
+            {j: j - la for j in range(la, la + ra)} if indexed_left else {}
+        )
+        other_keys = [(remap(by_position[p][0], shift), by_position[p][1]) for p in order]
         core = _join_index(renderer.render(other), arrangement, other_keys)
         n_other = other.arity
-        mine = [exp.alias_(col(m), f"_c{i + offset}") for i, m in enumerate(mapping)]
-        theirs = [
+        own = [exp.alias_(col(m), f"_c{i + offset}") for i, m in enumerate(mapping)]
+        rest = [
             exp.alias_(exp.column(f"__o{j}"), f"_c{j + (la if indexed_left else 0)}")
             for j in range(n_other)
         ]
-        return core.map(*(mine + theirs if indexed_left else theirs + mine))
+        return core.map(*(own + rest if indexed_left else rest + own))
     return None
 
 

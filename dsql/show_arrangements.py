@@ -52,6 +52,7 @@ def arrangement_rows(session: Session) -> dict[str, list[Any]]:
         out["readers"].append(readers[id(node)])
 
     owners: list[tuple[str, Any, list[Any]]] = []
+    names: list[str] | None
     for rel in sorted(session.relations.values(), key=lambda r: r.name):
         if rel.arrangement is not None:
             names = [c.name for c in rel.columns]
