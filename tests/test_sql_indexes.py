@@ -237,7 +237,7 @@ def test_an_index_on_a_materialized_view() -> None:
         ("CREATE TABLE r_by_a (x int)", SchemaError, "index 'r_by_a' already exists"),
         ("DROP INDEX nope", SchemaError, "unknown index 'nope'"),
         ("DROP INDEX r", SchemaError, "is a table, not an index"),
-        ("DROP TABLE r_by_a", SchemaError, "r_by_a"),
+        ("DROP TABLE r_by_a", SchemaError, "'r_by_a' is an index, not a table"),
         ("SHOW INDEXES ON nowhere", SchemaError, "nowhere"),
         ("SHOW CREATE INDEX nope", SchemaError, "unknown index"),
         ("CREATE INDEX ON r (a) WITH (SIZE = 1)", DsqlError, "unknown CREATE INDEX option"),
