@@ -286,6 +286,10 @@ class Session:
         if rel is None:
             if if_exists:
                 return []
+            if name in self.indexes.by_name:
+                raise SchemaError(
+                    f"'{name}' is an index, not a {kind or 'relation'}", hint="use DROP INDEX"
+                )
             raise unknown_relation(name, self.names())
         if kind is not None and not rel.kind.endswith(kind):
             raise SchemaError(
