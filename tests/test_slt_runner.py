@@ -462,6 +462,25 @@ def test_dsql_passes_sqlite_suites(path, mode):
     assert report.unused_skips == []
 
 
+# --- dsql on DuckDB's CTE suites -----------------------------------------------------------
+
+#: DuckDB's WITH / WITH RECURSIVE files, `.test_slow` included (~150 records, seconds).
+DUCKDB_FILES = sorted((SUITES / "duckdb").glob("*.test*"))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dsql_passes_duckdb_suites(mode):
+    """Every record not skipped for a DuckDB-only feature passes; the skipped ones are
+    the skip list's classes, and the known dsql bugs among them stay few and listed."""
+    report = run_suite(DUCKDB_FILES, engine="dsql", mode=mode, kernel="local")
+    assert report.failures() == []
+    assert report.unused_skips == []
+    reasons = report.skip_reasons()
+    assert all(r.startswith("skip list: ") for r in reasons), reasons
+    assert report.count("pass") >= 95
+    assert SkipList.known_failures(reasons) == 7
+
+
 def test_cli(tmp_path, capsys):
     (tmp_path / "t.test").write_text(BASIC)
     assert main([str(tmp_path / "t.test"), "--mode", "incremental", "--skips", "none"]) == 0

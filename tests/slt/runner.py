@@ -124,6 +124,9 @@ def _print_summary(report: SuiteReport, out: TextIO) -> None:
         print("skipped by reason:", file=out)
         for reason, n in reasons.most_common():
             print(f"  {n:6d}  {reason}", file=out)
+    known = SkipList.known_failures(reasons)
+    if known:
+        print(f"known failures (skip list, reason BUG:): {known}", file=out)
     for entry in report.unused_skips:
         print(f"unused skip entry: {entry}", file=out)
     print(report.summary, file=out)
