@@ -338,6 +338,25 @@ def test_view_plans():
     assert ddl_effect("DROP TABLE IF EXISTS t1, t2", "duckdb") == (set(), {"t1", "t2"})
     assert ddl_effect("CREATE VIEW v(x) AS SELECT 1", "duckdb") == ({"v"}, set())
     assert strip_terminator("SELECT 1 ;  \n") == "SELECT 1"
+    # dsql's statements that read cursors, subscriptions or the past run at their place.
+    for direct in ("FETCH ALL c", "SUBSCRIBE v", "SELECT * FROM v AS OF 10", "SHOW TABLES"):
+        assert ViewPlan.of(direct, "postgres") is None, direct
+    retained = "CREATE MATERIALIZED VIEW IF NOT EXISTS m WITH (RETAIN HISTORY FOR '1h') AS SELECT 1"
+    assert ddl_effect(retained, "postgres") == ({"m"}, set())
+
+
+def test_duckdb_files_compare_unordered_results_as_multisets(tmp_path):
+    folder = tmp_path / "duckdb"
+    folder.mkdir()
+    (folder / "u.test").write_text(
+        "query I\nSELECT 2 UNION ALL SELECT 1\n----\n1\n2\n\n"
+        "query I\nSELECT 2 UNION ALL SELECT 1 ORDER BY 1 DESC\n----\n1\n2\n"
+    )
+    report = run_suite([folder / "u.test"], skips=SkipList())
+    assert [o.status for o in report.files[0].outcomes] == ["pass", "fail"]
+    assert (
+        report.files[0].stats["unordered nosort results compared as multisets (DuckDB files)"] == 1
+    )
 
 
 class SnapshotEngine(DuckDBEngine):
@@ -460,6 +479,27 @@ def test_dsql_passes_sqlite_suites(path, mode):
     report = run_suite([path], engine="dsql", mode=mode, kernel="local")
     assert report.failures() == []
     assert report.unused_skips == []
+
+
+# --- dsql's own .slt files -----------------------------------------------------------------
+
+#: One file per dsql feature (tests/slt/dsql): temporal filters read AS OF, recursion with
+#: limits under DML, SUBSCRIBE/FETCH, views over views, outer joins, aggregates, top-k,
+#: table functions, CREATE TABLE keys and AS.
+DSQL_SLT = sorted((Path(__file__).resolve().parent / "slt" / "dsql").glob("*.slt"))
+
+
+def test_dsql_slt_files_are_present():
+    assert {p.stem for p in DSQL_SLT} >= {"recursion", "subscribe", "temporal", "views"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dsql_passes_its_own_slt_files(mode):
+    report = run_suite(DSQL_SLT, engine="dsql", mode=mode, kernel="local")
+    assert report.failures() == []
+    assert report.unused_skips == []
+    assert report.count("pass") >= 140
+    assert SkipList.known_failures(report.skip_reasons()) == 1
 
 
 # --- dsql on DuckDB's CTE suites -----------------------------------------------------------

@@ -45,6 +45,12 @@ __all__ = ["ViewPlan", "IncrementalViews", "strip_terminator", "ddl_effect"]
 
 _TERMINATOR = re.compile(r";\s*(--[^\n]*)?\s*$")
 _DDL = re.compile(r"^\s*(create|drop)\b", re.IGNORECASE)
+_CREATE_HEAD = re.compile(
+    r"^\s*create\s+(?:or\s+replace\s+)?(?:materialized\s+)?(?:table|view)\s+"
+    r"(?:if\s+not\s+exists\s+)?(\w+)",
+    re.IGNORECASE,
+)
+_DIRECT = re.compile(r"^\s*(fetch|subscribe|show|explain)\b|\bas\s+of\b", re.IGNORECASE)
 
 
 @contextmanager
@@ -89,7 +95,11 @@ class ViewPlan:
 
     @staticmethod
     def of(sql: str, dialect: str) -> ViewPlan | None:
-        """The plan of `sql`, or None if it is no query (SHOW, PRAGMA, EXPLAIN...)."""
+        """The plan of `sql`, or None if it is no query (SHOW, PRAGMA, EXPLAIN...), or
+        reads a cursor, a subscription or a past time (FETCH, SUBSCRIBE, AS OF): those
+        run directly, at their place."""
+        if _DIRECT.search(sql):
+            return None
         try:
             tree = _parse(sql, dialect)
         except SqlglotError:
@@ -148,15 +158,21 @@ def _position(key: exp.Expression, selects: list[exp.Expression], has_star: bool
 def ddl_effect(sql: str, dialect: str) -> tuple[set[str], set[str]]:
     """The relations a statement creates and drops (by name, lower case).
 
+    A CREATE sqlglot cannot parse (dsql's `WITH (RETAIN HISTORY ...)`) is read by its
+    head, `CREATE [OR REPLACE] [MATERIALIZED] TABLE|VIEW [IF NOT EXISTS] name`.
+
     >>> ddl_effect("DROP VIEW v1", "duckdb")
     (set(), {'v1'})
+    >>> ddl_effect("CREATE VIEW v WITH (RETAIN HISTORY FOR '1h') AS SELECT 1", "postgres")
+    ({'v'}, set())
     """
     if not _DDL.match(sql):
         return set(), set()
     try:
         tree = _parse(sql, dialect)
     except SqlglotError:
-        return set(), set()
+        head = _CREATE_HEAD.match(sql)
+        return ({head.group(1).lower()} if head else set()), set()
     kind = str(tree.args.get("kind") or "").upper()
     if kind not in ("TABLE", "VIEW"):
         return set(), set()
