@@ -53,6 +53,7 @@ from dsql.planner.plan import (
     refs,
     remap,
 )
+from dsql.render_empty_group import sentinel_reduce
 from dsql.render_indexed import indexed_distinct, indexed_join, indexed_reduce
 from dsql.render_linear import names, render_linear
 from dsql.runtime.collection import Collection
@@ -228,6 +229,9 @@ class Renderer:
             return out
         c = self.render(plan.input)
         if out is None:
+            by_sentinel = sentinel_reduce(self, plan, c, named)
+            if by_sentinel is not None:
+                return by_sentinel
             reduced = c.reduce(list(dict.fromkeys(key_cols)), logic=Aggregates(named))
             out = reduced.map(
                 *(exp.alias_(exp.column(k), f"_c{i}") for i, k in enumerate(key_cols)),

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
@@ -38,6 +39,7 @@ from dsql.planner.plan import (
     Distinct,
     Get,
     LetRec,
+    Outer,
     Plan,
     Query,
     Reduce,
@@ -413,7 +415,8 @@ def _reads_nothing(plan: Plan) -> bool:
         if isinstance(node, Get | Reduce | Distinct | Threshold | TopK | LetRec):
             return False
         for e in expressions_of(node):
-            if e.find(SubqueryExpr) is not None or mentions_mz_now(e):
+            # A LATERAL's outer reference becomes a Distinct when decorrelated.
+            if e.find(SubqueryExpr, Outer) is not None or mentions_mz_now(e):
                 return False
     return True
 
@@ -422,21 +425,27 @@ def accumulate(updates: pa.Table, tick: int, arity: int) -> pa.Table:
     """The rows a stream of updates holds at `tick`, each repeated by its count (in DuckDB)."""
     cols = ", ".join(f'"_c{i}"' for i in range(arity)) if arity else '0 AS "_c0"'
     con = _duckdb()
-    con.register("u", updates)
-    con.execute(
-        f'CREATE TEMP TABLE counts AS SELECT {cols}, CAST(SUM("{DIFF}") AS BIGINT) AS n FROM u WHERE "{TIME}" <= {tick} GROUP BY ALL '
-        f'HAVING SUM("{DIFF}") <> 0'
-    )
-    if con.sql("SELECT count(*) FROM counts WHERE n < 0").fetchall()[0][0]:  # type: ignore[index]
-        raise ExecutionError(
-            "a result has a row with a negative count", hint="this is a dsql bug; please report it"
+    try:
+        con.register("u", updates)
+        counts = con.sql(
+            f'SELECT {cols}, CAST(SUM("{DIFF}") AS BIGINT) AS n FROM u WHERE "{TIME}" <= {tick} '
+            f'GROUP BY ALL HAVING SUM("{DIFF}") <> 0'
+        ).to_arrow_table()
+        least, most = pc.min_max(counts["n"]).values()
+        if counts.num_rows and least.as_py() < 0:
+            raise ExecutionError(
+                "a result has a row with a negative count",
+                hint="this is a dsql bug; please report it",
+            )
+        if not counts.num_rows or most.as_py() == 1:  # each row once: nothing to repeat
+            return counts.drop_columns(["n"])
+        con.register("counts", counts)
+        rows = con.sql(
+            "SELECT * EXCLUDE (n, generate_series) FROM counts, generate_series(1, counts.n)"
         )
-    rows = con.sql(
-        "SELECT * EXCLUDE (n, generate_series) FROM counts, generate_series(1, counts.n)"
-    )
-    table = rows.to_arrow_table()
-    con.close()  # a cursor: its temporary table goes with it
-    return table
+        return rows.to_arrow_table()
+    finally:
+        con.close()
 
 
 def _duckdb() -> Any:
@@ -472,7 +481,7 @@ def present(table: pa.Table, bound: Query) -> pa.Table:
         con.close()
     if table.num_columns > visible:
         table = table.select(list(range(visible)))
-    names = [c.name for c in bound.columns]
+    names = list(bound.column_names)
     if visible == 0:
         return pa.table({})
     return table.rename_columns(names)

@@ -19,6 +19,8 @@ Invariant: the result has no `SubqueryExpr` and no `Outer`.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 from sqlglot import exp
 
 from dsql.errors import UnsupportedError
@@ -27,6 +29,8 @@ from dsql.planner.plan import (
     Filter,
     FlatMap,
     Join,
+    LetRec,
+    LocalGet,
     Map,
     Negate,
     Order,
@@ -141,11 +145,29 @@ def _join_subquery(inp: Plan, s: SubqueryExpr) -> tuple[Plan, exp.Expression]:
         if outer
         else None
     )
-    joined = Join(inp, right, "left", on)
+    # A subquery with exactly one row per key of the domain (an aggregate without HAVING)
+    # matches every input row once: the outer join would add no unmatched rows.
+    kind = "inner" if _one_row_per_key(right, domain if outer else None) else "left"
+    joined = Join(inp, right, kind, on)
     value: exp.Expression = col(inp.arity + d)
     if s.args["kind"] == "exists":
         value = exp.Coalesce(this=value, expressions=[exp.false()])
     return joined, value
+
+
+def _one_row_per_key(plan: Plan, domain: Plan | None) -> bool:
+    """Whether `plan` has exactly one row per row of `domain` (keys first), or exactly one
+    row when `domain` is None: a reduce over the domain with no other grouping, or a
+    global aggregate, under maps and projections only."""
+    match plan:
+        case Map(input=inp) | Project(input=inp):
+            return _one_row_per_key(inp, domain)
+        case Reduce(group=group, domain=dom):
+            if domain is None:
+                return not group and dom is None
+            d = domain.arity
+            return dom is domain and group == tuple(range(d))
+    return False
 
 
 def _lateral(left: Plan, right: Plan, on: exp.Expression | None) -> Plan:
@@ -166,10 +188,32 @@ def _lateral(left: Plan, right: Plan, on: exp.Expression | None) -> Plan:
     return Project(joined, keep)
 
 
+#: The bindings of the `LetRec`s being lifted: their values already carry the domain's
+#: columns in front, so a `LocalGet` of one is lifted by widening it, not by a cross join.
+_LIFTED: ContextVar[frozenset[str]] = ContextVar("lifted_bindings", default=frozenset())
+
+
+def _reads_lifted(plan: Plan) -> bool:
+    lifted = _LIFTED.get()
+    return bool(lifted) and any(isinstance(n, LocalGet) and n.name in lifted for n in walk(plan))
+
+
+def _lift_letrec(plan: LetRec, outer: list[int], domain: Plan) -> LetRec:
+    """A recursion inside a correlated subquery: one independent fixpoint per domain row,
+    every binding keyed by the domain's columns (joins on a binding match those keys)."""
+    token = _LIFTED.set(_LIFTED.get() | set(plan.names))
+    try:
+        values = tuple(_lift(v, outer, domain) for v in plan.values)
+        body = _lift(plan.body, outer, domain)
+    finally:
+        _LIFTED.reset(token)
+    return LetRec(plan.names, values, body, plan.limit, plan.on_limit)
+
+
 def _lift(plan: Plan, outer: list[int], domain: Plan) -> Plan:
     """`plan` with `domain`'s columns in front; `Outer(outer[j])` reads column j."""
     d = len(outer)
-    if not _correlated(plan):
+    if not _correlated(plan) and not _reads_lifted(plan):
         return Join(domain, plan, "inner", None)
     where = {c: j for j, c in enumerate(outer)}
 
@@ -178,6 +222,10 @@ def _lift(plan: Plan, outer: list[int], domain: Plan) -> Plan:
         return moved.transform(lambda n: col(where[n.this]) if isinstance(n, Outer) else n)
 
     match plan:
+        case LocalGet(name=name, columns=columns):  # a binding lifted by _lift_letrec
+            return LocalGet(name, domain.columns + columns)
+        case LetRec():
+            return _lift_letrec(plan, outer, domain)
         case Map(input=inp, exprs=exprs, names=names):
             return Map(_lift(inp, outer, domain), tuple(fix(e) for e in exprs), names)
         case Filter(input=inp, predicates=preds):

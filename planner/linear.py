@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from dsql.errors import SchemaError
-from dsql.planner.plan import Column, col, conjuncts, index, refs, remap, show_expr
+from dsql.planner.plan import Column, col, conjuncts, index, refs, remap, show_expr, text_key
 from dsql.planner.temporal import Interval, mentions_mz_now, presence
 
 
@@ -108,7 +108,7 @@ class Segment:
             if i is not None:
                 layout.append(i)
                 continue
-            key = e.sql()
+            key = text_key(e)
             if key not in seen:
                 seen[key] = self.input_arity + len(exprs)
                 exprs.append(e)
@@ -226,7 +226,12 @@ class JoinFunction:
 
         Every predicate sits in the earliest stretch whose columns it can be
         written over; the negation (if the count of negations is odd) is on the last.
+        Computed once per function (the passes and rendering ask repeatedly); the
+        segments are shared, so callers copy an expression before changing it.
         """
+        return _memo(_SEGMENTS, self, self._segments)
+
+    def _segments(self) -> tuple[tuple[Segment, TableStep | None], ...]:
         parts: list[tuple[Segment, TableStep | None]] = []
         rest = self.steps
         arity = self.input_arity
@@ -248,8 +253,16 @@ class JoinFunction:
         """An equivalent function in normal form (module docstring); drops unused work.
 
         Columns a stretch computes but nothing after its table function reads
-        are projected away before the table function.
+        are projected away before the table function. A function `optimize`
+        returned is its own normal form (the passes re-optimize the same function).
         """
+        if _NORMAL.get(id(self)) is self:
+            return self
+        result = self._optimize()
+        _remember(_NORMAL, result, result)
+        return result
+
+    def _optimize(self) -> JoinFunction:
         parts = list(self.segments())
         widths = [len(seg.outputs) for seg, _ in parts]
         keeps: list[list[int]] = [[] for _ in parts]
@@ -279,6 +292,10 @@ class JoinFunction:
 
         Columns without a position must not be demanded; they read as NULL.
         """
+        if new_input_arity == self.input_arity and all(
+            mapping.get(i) == i for i in range(self.input_arity)
+        ):
+            return self.optimize()
         missing = [i for i in range(self.input_arity) if i not in mapping]
         if missing and set(missing) & self.demand():
             raise SchemaError(f"permute: demanded columns {missing} have no position")
@@ -344,6 +361,28 @@ class JoinFunction:
         return lines
 
 
+#: Per-function results, by identity (each entry holds its function, so the id stays
+#: unique): the normal forms `optimize` produced, and `segments`.
+_NORMAL: dict[int, JoinFunction] = {}
+_SEGMENTS: dict[int, tuple[JoinFunction, tuple[tuple[Segment, TableStep | None], ...]]] = {}
+_MEMO_ENTRIES = 4096
+
+
+def _remember(table: dict, fn: JoinFunction, value: object) -> None:
+    if len(table) >= _MEMO_ENTRIES:
+        table.clear()
+    table[id(fn)] = value
+
+
+def _memo(table: dict, fn: JoinFunction, compute):  # type: ignore[no-untyped-def]
+    entry = table.get(id(fn))
+    if entry is not None and entry[0] is fn:
+        return entry[1]
+    value = compute()
+    _remember(table, fn, (fn, value))
+    return value
+
+
 def _reads(seg: Segment) -> set[int]:
     """The input columns a stretch reads."""
     return {c for e in (*seg.outputs, *seg.predicates) for c in refs(e)}
@@ -389,6 +428,7 @@ def _closed_form(arity: int, steps: tuple[Step, ...]) -> Segment:
     outputs: list[exp.Expression] = [col(i) for i in range(arity)]
     meta: list[int | Column] = list(range(arity))
     preds: list[exp.Expression] = []
+    seen: set[str] = set()
     negated = False
     for step in steps:
         env = dict(enumerate(outputs))
@@ -399,7 +439,9 @@ def _closed_form(arity: int, steps: tuple[Step, ...]) -> Segment:
             case FilterStep(predicates=ps):
                 for p in (c for q in ps for c in conjuncts(q)):
                     p = _inline(p, env)
-                    if not _is_true(p) and p.sql() not in {q.sql() for q in preds}:
+                    key = text_key(p)
+                    if not _is_true(p) and key not in seen:
+                        seen.add(key)
                         preds.append(p)
             case ProjectStep(outputs=outs):
                 outputs = [outputs[i] for i in outs]
@@ -428,8 +470,14 @@ def _hoist(
             else:
                 kept.append(p)
         out[k] = (_replace_predicates(seg, tuple(kept)), table)
-        seen = {p.sql() for p in prev.predicates}
-        fresh = tuple(p for p in moved if not (p.sql() in seen or seen.add(p.sql())))
+        seen = {text_key(p) for p in prev.predicates}
+        fresh_list = []
+        for p in moved:
+            key = text_key(p)
+            if key not in seen:
+                seen.add(key)
+                fresh_list.append(p)
+        fresh = tuple(fresh_list)
         out[k - 1] = (_replace_predicates(prev, prev.predicates + fresh), prev_table)
     for k, (seg, table) in enumerate(out):
         neg = negated and k == len(out) - 1
@@ -439,7 +487,12 @@ def _hoist(
 
 def _inline(e: exp.Expression, env: dict[int, exp.Expression]) -> exp.Expression:
     """`e` with each `#i` replaced by the expression `env[i]`."""
-    return remap(e, {i: env[i] for i in refs(e)})
+    mapping: dict[int, int | exp.Expression] = {}
+    for i in refs(e):
+        target = env[i]
+        j = _column_index(target)
+        mapping[i] = target if j is None else j  # a column: renumbered, not substituted
+    return remap(e, mapping)
 
 
 def _column_index(e: exp.Expression) -> int | None:

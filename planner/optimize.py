@@ -23,13 +23,17 @@ Linear (arity 2 -> 1)
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
+
+from sqlglot import exp
 
 from dsql.errors import DsqlError
+from dsql.planner.linear import JoinFunction
 from dsql.planner.passes.fold import fold_constants
 from dsql.planner.passes.fuse import fuse_linear
 from dsql.planner.passes.prune import prune_columns
 from dsql.planner.passes.pushdown import push_predicates
-from dsql.planner.plan import Plan
+from dsql.planner.plan import Column, Linear, Plan, text_key
 
 Pass = Callable[[Plan], Plan]
 
@@ -52,11 +56,11 @@ class OptimizerError(DsqlError):
 
 def optimize(plan: Plan) -> Plan:
     """The plan after the passes, repeated until nothing changes."""
-    before = fingerprint(plan)
+    before = shape(plan)
     for _ in range(MAX_ROUNDS):
         for _name, run in PASSES:
             plan = run(plan)
-        after = fingerprint(plan)
+        after = shape(plan)
         if after == before:
             return plan
         before = after
@@ -75,6 +79,53 @@ def stages(plan: Plan) -> list[tuple[str, Plan]]:
     return out
 
 
+def shape(plan: Plan) -> tuple:
+    """A value equal for equal plans (the fixpoint test): each node's kind and fields,
+    expressions as SQL text, then its inputs' shapes; a node shared by several parents
+    is described once (`fingerprint` says the same, as EXPLAIN prints it, at more cost)."""
+    memo: dict[int, tuple] = {}
+
+    def visit(node: Plan) -> tuple:
+        key = id(node)
+        if key not in memo:
+            memo[key] = (_fields(node), tuple(visit(i) for i in node.inputs))
+        return memo[key]
+
+    return visit(plan)
+
+
+def _fields(node: Plan) -> tuple:
+    """The node's own fields (not its inputs), expressions and functions as text."""
+    if isinstance(node, Linear):
+        return ("Linear", node.function.input_arity, _steps(node.function))
+    out: list[object] = [type(node).__name__]
+    for f in fields(node):  # type: ignore[arg-type]
+        value = getattr(node, f.name)
+        if isinstance(value, Plan) or (
+            isinstance(value, tuple) and value and isinstance(value[0], Plan)
+        ):
+            continue  # an input: described by `visit`
+        out.append(_text(value))
+    return tuple(out)
+
+
+def _steps(fn: JoinFunction) -> tuple:
+    return tuple(
+        (type(step).__name__, *(_text(getattr(step, f.name)) for f in fields(step)))
+        for step in fn.steps
+    )
+
+
+def _text(value: object) -> object:
+    if isinstance(value, exp.Expression):
+        return text_key(value)
+    if isinstance(value, tuple):
+        return tuple(_text(v) for v in value)
+    if isinstance(value, Column):
+        return (value.name, text_key(value.type), value.nullable)
+    return value
+
+
 def fingerprint(plan: Plan) -> str:
     """The plan as EXPLAIN prints it (equal text: equal plans for the fixpoint test)."""
     from dsql.planner.show import tree
@@ -82,4 +133,4 @@ def fingerprint(plan: Plan) -> str:
     return "\n".join(tree(plan))
 
 
-__all__ = ["MAX_ROUNDS", "PASSES", "OptimizerError", "optimize", "stages"]
+__all__ = ["MAX_ROUNDS", "PASSES", "OptimizerError", "fingerprint", "optimize", "shape", "stages"]

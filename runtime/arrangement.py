@@ -19,7 +19,7 @@ from dsql.errors import SchemaError
 from dsql.runtime import relational as rel
 from dsql.runtime.dataflow import Batch, Node, Round
 from dsql.runtime.kernel.base import Frame, Kernel, Prepared
-from dsql.runtime.lattice import Antichain
+from dsql.runtime.lattice import Antichain, time_columns
 from dsql.runtime.trace import Trace
 
 if TYPE_CHECKING:
@@ -184,9 +184,27 @@ class ImportNode(Arranged):
         # The history is replayed at times advanced to the frontier the handle was
         # taken at: this dataflow starts there, and an update behind the frontier
         # would be at a time its operators (loops above all) treat as complete.
+        settled = self._settled(frames) if source.current is None else None
+        if settled is not None:
+            self.current = Batch(settled, self.kernel.rows(settled))
+            return self.current
         replay = rel.advance("h", self.columns, self.depth, self.handle.frontier)
         self.current = Batch(self.kernel.query(replay, {"h": self.kernel.union(frames)}))
         return self.current
+
+    def _settled(self, frames: list[Frame]) -> Frame | None:
+        """The replay without a query, when the history is one trace batch whose updates
+        share one time: a trace batch is consolidated, so its rows stay distinct when that
+        time moves to the frontier (None: the replay needs the query)."""
+        frontier = list(self.handle.frontier)
+        if len(frames) != 1 or self.depth != 1 or len(frontier) != 1:
+            return None
+        name = time_columns(1)[0]
+        bounds = self.kernel.bounds(frames[0], name)
+        if bounds is None or bounds[0] != bounds[1]:
+            return None
+        time = max(bounds[0], frontier[0][0])
+        return frames[0] if time == bounds[0] else self.kernel.set_time(frames[0], name, time)
 
     def finish(self, rnd: Round) -> None:
         self.handle.advance(rnd.frontier)

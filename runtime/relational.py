@@ -56,15 +56,18 @@ def select(
         for item in columns
         for name, e in ([item] if isinstance(item, tuple) else [(None, item)])
     ]
+    # The query is built here, so the builders need not copy it at each step (`where`
+    # may belong to the caller: it is copied once).
     query = exp.select(*projections)
     query = (
-        query.from_(_table(source))
+        query.from_(_table(source), copy=False)
         if isinstance(source, str)
         else query.from_(
-            exp.Subquery(this=source, alias=exp.TableAlias(this=exp.to_identifier("s")))
+            exp.Subquery(this=source, alias=exp.TableAlias(this=exp.to_identifier("s"))),
+            copy=False,
         )
     )
-    return query.where(where) if where is not None else query
+    return query.where(where.copy(), copy=False) if where is not None else query
 
 
 def passthrough(columns: Sequence[str]) -> list[tuple[str, exp.Expression]]:
@@ -86,7 +89,8 @@ def consolidate(source: str | exp.Query, columns: Sequence[str], depth: int) -> 
     keys = [col(c) for c in (*columns, *time_columns(depth))]
     total = exp.Cast(this=exp.Sum(this=col(DIFF)), to=exp.DataType.build("bigint"))
     query = select(source, [*keys, exp.alias_(total, DIFF, quoted=True)])
-    return query.group_by(*keys).having(exp.NEQ(this=total.copy(), expression=lit(0)))
+    grouped = query.group_by(*(k.copy() for k in keys), copy=False)
+    return grouped.having(exp.NEQ(this=total.copy(), expression=lit(0)), copy=False)
 
 
 def advance(
@@ -133,10 +137,10 @@ def join_on_keys(
     outputs = [exp.alias_(col(c, "l"), c, quoted=True) for c in left_columns]
     if kind == "inner":
         outputs += [exp.alias_(col(c, "r"), c, quoted=True) for c in right_columns]
-    query = exp.select(*outputs, *times, diff).from_(_table(left, "l"))
+    query = exp.select(*outputs, *times, diff).from_(_table(left, "l"), copy=False)
     if condition is None:
-        return query.join(_table(right, "r"), join_type="cross")
-    return query.join(_table(right, "r"), on=condition)
+        return query.join(_table(right, "r"), join_type="cross", copy=False)
+    return query.join(_table(right, "r"), on=condition, copy=False)
 
 
 def times_at_most(row: str, bound: str, depth: int) -> exp.Expression:

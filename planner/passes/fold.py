@@ -57,31 +57,42 @@ def fold_constants(plan: Plan) -> Plan:
 
 
 def _fold_node(node: Plan) -> Plan:
+    # A node nothing folds in is kept as it is (its derived facts, types above all, stay).
     match node:
         case Filter(predicates=preds):
             kept = tuple(p for p in (fold(p) for p in preds) if not _is_true(p))
-            return replace(node, predicates=kept)
+            return node if _same(kept, preds) else replace(node, predicates=kept)
         case Map(exprs=exprs):
-            return replace(node, exprs=tuple(fold(e) for e in exprs))
+            folded_exprs = tuple(fold(e) for e in exprs)
+            return node if _same(folded_exprs, exprs) else replace(node, exprs=folded_exprs)
         case Join(on=on) if on is not None:
             folded = fold(on)
+            if folded is on:
+                return node
             return replace(node, on=None if _is_true(folded) else folded)
         case FlatMap() | Reduce():
             return node
     return node
 
 
+def _same(a: tuple[exp.Expression, ...], b: tuple[exp.Expression, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
 def fold(e: exp.Expression) -> exp.Expression:
-    """`e` with constant sub-expressions evaluated and 3VL-safe boolean identities applied."""
+    """`e` with constant sub-expressions evaluated and 3VL-safe boolean identities applied
+    (`e` itself when nothing folds)."""
     root = e.copy()
+    changed = False
     for node in reversed(list(root.walk(bfs=False))):  # children before parents
         folded = _fold_one(node)  # type: ignore[arg-type]
         if folded is not node:
+            changed = True
             if node is root:
                 root = folded
             else:
                 node.replace(folded)
-    return root
+    return root if changed else e
 
 
 def _fold_one(node: exp.Expression) -> exp.Expression:

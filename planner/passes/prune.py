@@ -62,7 +62,8 @@ def _prune(node: Plan, demand: frozenset[int], prune) -> tuple[Plan, Mapping]:  
     match node:
         case Linear(input=inp, function=fn):
             wanted = sorted(demand)
-            narrowed = fn.project(wanted).optimize()
+            everything = wanted == list(range(fn.arity))
+            narrowed = (fn if everything else fn.project(wanted)).optimize()
             child, m = prune(inp, narrowed.demand())
             moved = narrowed.permute(m, child.arity)
             return linear(child, moved), {c: i for i, c in enumerate(wanted)}

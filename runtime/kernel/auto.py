@@ -267,6 +267,11 @@ class AutoKernel(Kernel):
             return self.local.append_time(frame, name, value)
         return self.remote.append_time(frame, name, value)
 
+    def set_time(self, frame: Frame, name: str, value: int) -> Frame:
+        if isinstance(frame, pa.Table):
+            return self.local.set_time(frame, name, value)
+        return self.remote.set_time(frame, name, value)
+
     def fanout(self, branches: Sequence[Sequence[tuple[str, exp.Expression]]]) -> exp.Expression:
         return self.local.fanout(branches)
 

@@ -247,6 +247,15 @@ class Kernel(ABC):
         assert isinstance(query, exp.Query)
         return self.query(query, {"f": frame})
 
+    def set_time(self, frame: Frame, name: str, value: int) -> Frame:
+        """The frame with time column `name` set to `value` in every row (a replay at one
+        time). Lazy where the engine allows, without copying the other columns where it can."""
+        names = self.schema(frame).names
+        columns = ", ".join(f"{int(value)} AS `{n}`" if n == name else f"`{n}`" for n in names)
+        query = sqlglot.parse_one(f"SELECT {columns} FROM f", read="spark")
+        assert isinstance(query, exp.Query)
+        return self.query(query, {"f": frame})
+
     def sql(self, select: exp.Expression) -> str:
         """The text of `select` in this kernel's dialect."""
         return select.sql(dialect=self.dialect)

@@ -32,8 +32,13 @@ class LocalKernel(Kernel):
         import duckdb
 
         self._con = duckdb.connect()
-        self._con.execute("SET threads TO 2")
+        # One thread: a step's batch is small (bigger relations go to Spark under `auto`),
+        # and starting DuckDB's worker threads costs more CPU than they save here.
+        self._con.execute("SET threads TO 1")
         self._deadline: float | None = None
+        # One cursor per thread, kept: a cursor per statement costs more than the small
+        # statements it runs. Registered inputs are replaced by name at each run.
+        self._local = threading.local()
 
     def set_deadline(self, deadline: float | None) -> None:
         self._deadline = deadline
@@ -48,17 +53,32 @@ class LocalKernel(Kernel):
         tables = sorted({t.name for t in select.find_all(exp.Table)})
         return Prepared(self.sql(select), tuple((t, t) for t in tables))
 
+    def _cursor(self) -> tuple[Any, dict[str, pa.Table]]:
+        """This thread's cursor and the tables registered on it, by name."""
+        cursor = getattr(self._local, "cursor", None)
+        if cursor is None:
+            cursor = self._local.cursor = (self._con.cursor(), {})
+        return cursor
+
     def run(self, prepared: Prepared, inputs: Mapping[str, pa.Table]) -> pa.Table:
-        con = self._con.cursor()
         timer = None
-        if self._deadline is not None:  # DuckDB stops a query when interrupted
+        if self._deadline is None:
+            con, registered = self._cursor()
+        else:  # DuckDB stops a query when interrupted: a cursor of its own, so an
+            # interrupt arriving late cannot reach the next statement
+            con, registered = self._con.cursor(), {}
             timer = threading.Timer(max(self._deadline - time.monotonic(), 0.0), con.interrupt)
             timer.start()
         try:
             for name, _ in prepared.tables:
-                if name in inputs:
-                    con.register(name, inputs[name])
-            result = con.sql(prepared.text).to_arrow_table()
+                frame = inputs.get(name)
+                if frame is None:  # a CTE's name, or a missing input: never a stale table
+                    if registered.pop(name, None) is not None:
+                        con.unregister(name)
+                elif registered.get(name) is not frame:
+                    con.register(name, frame)
+                    registered[name] = frame
+            result = _arrow_result(con, prepared.text)
         except Exception as error:  # noqa: BLE001 - engine errors become DsqlErrors
             if self._deadline is not None and time.monotonic() >= self._deadline:
                 raise canceled() from None
@@ -69,7 +89,7 @@ class LocalKernel(Kernel):
         finally:
             if timer is not None:
                 timer.cancel()
-            con.close()
+                con.close()
         return _spark_types(result)
 
     def rows(self, frame: pa.Table) -> int:
@@ -124,6 +144,11 @@ class LocalKernel(Kernel):
         column = pa.repeat(pa.scalar(value, pa.int64()), frame.num_rows)
         return frame.add_column(frame.schema.get_field_index("__diff__"), name, column)
 
+    def set_time(self, frame: pa.Table, name: str, value: int) -> pa.Table:
+        # Arrow shares the other columns: only the constant column is allocated.
+        column = pa.repeat(pa.scalar(value, pa.int64()), frame.num_rows)
+        return frame.set_column(frame.schema.get_field_index(name), name, column)
+
     def fanout(self, branches: Sequence[Sequence[tuple[str, exp.Expression]]]) -> exp.Expression:
         structs = [
             exp.Struct(
@@ -143,6 +168,25 @@ class LocalKernel(Kernel):
         )
 
 
+def _arrow_result(con: Any, text: str) -> pa.Table:
+    """The rows of one SELECT as an Arrow table.
+
+    DuckDB builds whose connection has `_submit` (the statement run straight to an
+    Arrow result) skip the relation layer's parse and bind of the text, a third of a
+    small statement's cost; other builds go through `sql()`.
+    """
+    submit = getattr(con, "_submit", None)
+    if submit is not None:
+        return submit(text, None, "arrow", _BATCH_ROWS).arrow_table()
+    return con.sql(text).to_arrow_table()
+
+
+#: Rows per Arrow record batch of a result (DuckDB's default).
+_BATCH_ROWS = 131072
+
+_HUGEINT = pa.decimal128(38, 0)
+
+
 def _spark_types(table: pa.Table) -> pa.Table:
     """Align DuckDB's result types with Spark's where they differ.
 
@@ -150,7 +194,7 @@ def _spark_types(table: pa.Table) -> pa.Table:
     Results must not depend on the kernel, so such columns become int64 (an
     overflow is an error, as in Spark's ANSI mode).
     """
-    huge = pa.decimal128(38, 0)
+    huge = _HUGEINT
     if not any(f.type == huge for f in table.schema):
         return table
     fields = [
