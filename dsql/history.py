@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from dsql.clock import TICKS_PER_MS
-from dsql.errors import TimeError, TypeMismatchError
-from dsql.planner.plan import Plan, expressions_of, walk
+from dsql.errors import TimeError, TypeMismatchError, UnsupportedError
+from dsql.planner.plan import LetRec, Plan, expressions_of, walk
 from dsql.planner.temporal import is_mz_now, mentions_mz_now
 from dsql.runtime import relational as rel
 from dsql.runtime.arrangement import ImportNode, TraceHandle
-from dsql.runtime.collection import Arrangement, Collection
+from dsql.runtime.collection import Arrangement, Collection, import_arrangement
 from dsql.runtime.dataflow import Batch, Round
 from dsql.runtime.lattice import DIFF, TIME, Antichain
 
@@ -130,21 +130,61 @@ class History:
         tick = (as_of_ms + 1) * TICKS_PER_MS - 1
 
         def source(name: str) -> Collection:
-            relation = s.relations[name]
-            s._check_failed(relation)
-            # Every arrangement of the relation's rows: its own, then its indexes'.
-            held = [(i.name, i.arrangement) for i in s.indexes.on(name)]
-            if relation.arrangement is not None:
-                held.insert(0, (name, relation.arrangement))
-            if not held:
-                assert relation.plan is not None
-                return s._render(at_time(s, relation, as_of_ms), source)
-            known = [(owner, a) for owner, a in held if owner in self._kept]
-            owner, arrangement = min(known or held, key=lambda h: self._since_or_zero(h[0]))
-            self.check(owner, as_of_ms)  # the one holding the most history
+            arrangement = self._oldest(name, as_of_ms)
+            if arrangement is None:
+                return s._render(at_time(s, s.relations[name], as_of_ms), source)
             return Arrangement(AsOfImport(arrangement.trace_handle(), tick)).as_collection()
 
         return source
+
+    def changes_since(self, plan: Plan, as_of_ms: int) -> Collection:
+        """`plan` as a dataflow whose first batch is its result AS OF `as_of_ms`, followed
+        by every later change at its own time (SUBSCRIBE ... AS OF a past time).
+
+        Each input's trace is replayed with the times up to `as_of_ms` advanced to it and
+        later times kept, so the operators see a batch of many times at once; a loop
+        would compact those times to the round's frontier, so recursion is refused.
+        """
+        s = self.session
+        frontier = Antichain([((as_of_ms + 1) * TICKS_PER_MS - 1,)])
+
+        def refuse_loops(plan: Plan) -> None:
+            if any(isinstance(node, LetRec) for node in walk(plan)):
+                raise UnsupportedError(
+                    "SUBSCRIBE AS OF a past time of a recursive query is not supported",
+                    hint="subscribe AS OF the current time, or materialize the recursive "
+                    "view (WITH (RETAIN HISTORY ...)) and subscribe to it",
+                )
+
+        def source(name: str) -> Collection:
+            arrangement = self._oldest(name, as_of_ms)
+            if arrangement is None:
+                view = s.relations[name].plan
+                assert view is not None
+                refuse_loops(view)
+                return s._render(view, source)
+            handle = arrangement.trace_handle()
+            handle.advance(frontier)  # replay from AS OF: the since check allows it
+            return import_arrangement(handle).as_collection()
+
+        refuse_loops(plan)
+        return s._render(plan, source)
+
+    def _oldest(self, name: str, as_of_ms: int) -> Arrangement | None:
+        """Of relation `name`'s arrangements (its own, then its indexes') the one holding
+        the most history, its since checked against `as_of_ms`; None for a plain view."""
+        s = self.session
+        relation = s.relations[name]
+        s._check_failed(relation)
+        held = [(i.name, i.arrangement) for i in s.indexes.on(name)]
+        if relation.arrangement is not None:
+            held.insert(0, (name, relation.arrangement))
+        if not held:
+            return None
+        known = [(owner, a) for owner, a in held if owner in self._kept]
+        owner, arrangement = min(known or held, key=lambda h: self._since_or_zero(h[0]))
+        self.check(owner, as_of_ms)
+        return arrangement
 
 
 def _first(frontier: Antichain) -> int:

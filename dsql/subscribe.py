@@ -51,7 +51,10 @@ class Subscription:
         self._pending: pa.Table | None = None
         self._last_progress = -1
         try:
-            collection = session._render(bound.plan)
+            if self.as_of < session.clock.now_ms():  # the snapshot then, then each change
+                collection = session.history.changes_since(bound.plan, self.as_of)
+            else:
+                collection = session._render(bound.plan)
             self.schema = collection.schema
             self._capture = collection.capture()
             session.worker.wake()

@@ -499,7 +499,7 @@ def test_dsql_passes_its_own_slt_files(mode):
     assert report.failures() == []
     assert report.unused_skips == []
     assert report.count("pass") >= 140
-    assert SkipList.known_failures(report.skip_reasons()) == 1
+    assert SkipList.known_failures(report.skip_reasons()) == 0
 
 
 # --- dsql on DuckDB's CTE suites -----------------------------------------------------------

@@ -1,5 +1,8 @@
 """Reads AS OF a past time: exact within RETAIN HISTORY, refused (never wrong) outside it.
 
+SUBSCRIBE ... AS OF a past time is checked the same way: its snapshot and every later
+change, accumulated to any time since, equal DuckDB over the contents at that time.
+
 The oracle is DuckDB over the tables' contents at each past millisecond, recorded as
 the history runs; a read `AS OF t` must equal the query over the contents at `t`, or,
 for an input that keeps no history back to `t`, raise a TimeError naming it.
@@ -17,7 +20,7 @@ from test_sql import _statement as statement
 from test_sql import op
 
 import dsql
-from dsql.errors import ParseError, TimeError, TypeMismatchError
+from dsql.errors import ParseError, TimeError, TypeMismatchError, UnsupportedError
 
 TABLES = {"r": "a int, b int", "s": "a int, c int"}
 RETAINED = "WITH (RETAIN HISTORY FOR '1 hour')"
@@ -107,6 +110,25 @@ def test_reads_as_of_past_times_equal_duckdb_within_retention(history: list, dat
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(op, min_size=1, max_size=12), st.data())
+def test_subscribe_as_of_a_past_time_replays_every_change_since(history: list, data) -> None:  # noqa: ANN001
+    con, oracle = retained_session(), Recorder()
+    now = oracle.run(con, history)
+    start = data.draw(st.integers(0, now))
+    query = data.draw(st.sampled_from(QUERIES))
+    cur = con.execute(f"SUBSCRIBE ({query}) AS OF {start}")
+    changes = cur.fetchall()
+    assert all(start <= row[0] <= now for row in changes)
+    for t in sorted({start, now, *data.draw(st.lists(st.integers(start, now), max_size=3))}):
+        held: Counter = Counter()
+        for ms, diff, *row in changes:
+            if ms <= t:
+                held[tuple(row)] += diff
+        held = Counter({row: n for row, n in held.items() if n})
+        assert held == oracle.answer(query, t), f"SUBSCRIBE ({query}) AS OF {start} at {t}"
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(op, min_size=1, max_size=12), st.data())
 def test_without_retention_a_past_read_is_exact_or_refused(history: list, data) -> None:  # noqa: ANN001
     con, oracle = dsql.connect(kernel="local"), Recorder()
     for name, cols in TABLES.items():
@@ -187,6 +209,28 @@ def test_the_window_lags_the_clock() -> None:
         )
     with pytest.raises(TimeError, match="not valid for all inputs"):  # long compacted
         con.execute("SELECT * FROM r AS OF 50")
+
+
+def test_subscribe_as_of_needs_history_and_no_loop() -> None:
+    con = dsql.connect(kernel="local")
+    con.execute("CREATE TABLE t (a int)")
+    con.execute(f"CREATE TABLE kept (a int) {RETAINED}")
+    for ms in (10, 20):
+        con.execute("INSERT INTO t VALUES (1)")
+        con.execute("INSERT INTO kept VALUES (1)")
+        con.execute(f"ADVANCE TO {ms}")
+    with pytest.raises(TimeError, match="'t' can be read AS OF 20"):
+        con.execute("SUBSCRIBE t AS OF 5")
+    loop = "WITH RECURSIVE r(n) AS (SELECT a FROM kept UNION SELECT n + 1 FROM r WHERE n < 3)"
+    with pytest.raises(UnsupportedError, match="recursive"):
+        con.execute(f"SUBSCRIBE ({loop} SELECT * FROM r) AS OF 5")
+    rows = con.execute("SUBSCRIBE kept WITH (SNAPSHOT = false) AS OF 5").fetchall()
+    assert rows == [(10, 1, 1)]
+    assert con.execute(f"SUBSCRIBE ({loop} SELECT * FROM r) AS OF 20").fetchall() == [
+        (20, 1, 1),
+        (20, 1, 2),
+        (20, 1, 3),
+    ]
 
 
 def test_mz_now_in_a_read_as_of_is_that_time() -> None:
