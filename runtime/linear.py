@@ -223,6 +223,52 @@ _STABLE_TYPES = (
     pa.date32(),
 )
 
+#: SQL types whose NULL (or literal cast) every kernel produces as this Arrow type.
+_CAST_TYPES = {
+    exp.DataType.Type.SMALLINT: pa.int16(),
+    exp.DataType.Type.INT: pa.int32(),
+    exp.DataType.Type.BIGINT: pa.int64(),
+    exp.DataType.Type.DOUBLE: pa.float64(),
+    exp.DataType.Type.BOOLEAN: pa.bool_(),
+}
+
+
+def _constant_type(e: exp.Expression) -> pa.DataType | None:
+    """The Arrow type of a constant output every kernel types alike: TRUE/FALSE, an
+    integer literal within 32 bits, `CAST(NULL AS t)`, or an integer literal cast to an
+    integer type it fits; None for anything else (the kernel decides)."""
+    if isinstance(e, exp.Boolean):
+        return pa.bool_()
+    if _small_integer(e):
+        return pa.int32()
+    if isinstance(e, exp.Cast) and not e.args.get("format"):
+        to = e.args.get("to")
+        target = _CAST_TYPES.get(to.this) if isinstance(to, exp.DataType) else None
+        if target is None or to.expressions:
+            return None
+        if isinstance(e.this, exp.Null):
+            return target
+        if _small_integer(e.this) and pa.types.is_integer(target):
+            value = int(e.this.name)
+            bits = target.bit_width - 1
+            return target if -(2**bits) <= value < 2**bits else None
+    return None
+
+
+def _small_integer(e: exp.Expression) -> bool:
+    return (
+        isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit() and int(e.this) < 2**31
+    )
+
+
+def _constant_diff(diff: exp.Expression | None) -> bool:
+    """Whether a branch's diff factor is absent or a plain integer (cannot fail)."""
+    if diff is None:
+        return True
+    inner = diff.this if isinstance(diff, exp.Neg | exp.Paren) else diff
+    return _small_integer(inner)
+
+
 #: Condition nodes whose evaluation cannot fail or change a schema (over known columns).
 _PLAIN = (
     exp.Column,
@@ -259,11 +305,17 @@ def static_schema(step: Step, schema: pa.Schema) -> pa.Schema | None:
     if not isinstance(step, Branches) or len(step.branches) != 1:
         return None
     branch = step.branches[0]
-    if branch.diff is not None or any(t is not None for t in branch.time):
+    if not _constant_diff(branch.diff) or any(t is not None for t in branch.time):
         return None
     fields = []
     for name, e in branch.columns:
-        if not isinstance(e, exp.Column) or e.table or e.name not in schema.names:
+        if not isinstance(e, exp.Column):
+            constant = _constant_type(e)
+            if constant is None:
+                return None
+            fields.append(pa.field(name, constant))
+            continue
+        if e.table or e.name not in schema.names:
             return None
         source = schema.field(e.name)
         if source.type not in _STABLE_TYPES:
