@@ -31,6 +31,7 @@ from dsql.errors import DsqlError
 from dsql.planner.linear import JoinFunction
 from dsql.planner.passes.fold import fold_constants
 from dsql.planner.passes.fuse import fuse_linear
+from dsql.planner.passes.join_order import order_joins
 from dsql.planner.passes.prune import prune_columns
 from dsql.planner.passes.pushdown import push_predicates
 from dsql.planner.plan import Column, Linear, Plan, text_key
@@ -43,6 +44,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("fold_constants", fold_constants),
     ("fuse_linear", fuse_linear),
     ("push_predicates", push_predicates),
+    ("order_joins", order_joins),
     ("prune_columns", prune_columns),
     ("fuse_linear", fuse_linear),
 )

@@ -266,3 +266,53 @@ def test_folding_leaves_overflow_and_columns_alone() -> None:
 
 def _expand(c: Counter) -> Rows:
     return [(r, d) for r, d in c.items()]
+
+
+# --- join ordering ---------------------------------------------------------------------
+
+TABLES = 5
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, TABLES - 1), st.integers(0, TABLES - 1), st.sampled_from("ab")),
+        min_size=1,
+        max_size=6,
+    ),
+    st.permutations(range(TABLES)),
+)
+def test_join_order_keeps_many_way_joins_exact(links, from_order) -> None:  # noqa: ANN001
+    """`FROM` lists joined by WHERE equalities in any order: reordered joins give DuckDB's
+    rows, and when the equalities connect every table no join is a cross product."""
+    import sqlglot
+
+    import dsql
+    from dsql.planner.decorrelate import decorrelate
+    from dsql.planner.optimize import optimize
+    from dsql.planner.plan import Join, walk
+
+    con, oracle = dsql.connect(kernel="local"), duckdb.connect()
+    for c in (con, oracle):
+        for t in range(TABLES):
+            c.execute(f"CREATE TABLE t{t} (a int, b int)")
+            c.execute(f"INSERT INTO t{t} VALUES (1, 2), (2, 3), (3, 1), ({t}, {t}), (NULL, 1)")
+    where = " AND ".join(f"t{x}.a = t{y}.{col}" for x, y, col in links if x != y) or "TRUE"
+    query = (
+        f"SELECT {', '.join(f't{t}.a' for t in from_order)} "
+        f"FROM {', '.join(f't{t}' for t in from_order)} WHERE {where}"
+    )
+    assert Counter(con.execute(query).fetchall()) == Counter(oracle.execute(query).fetchall())
+    edges = {frozenset((x, y)) for x, y, _ in links if x != y}
+    reach, frontier = {0}, [0]
+    while frontier:
+        n = frontier.pop()
+        for e in edges:
+            if n in e and not e <= reach:
+                (m,) = e - {n}
+                reach.add(m)
+                frontier.append(m)
+    if len(reach) == TABLES:
+        bound = con.session.plan(sqlglot.parse_one(query, read="postgres"))
+        plan = optimize(decorrelate(bound.plan))
+        assert all(j.on is not None for j in walk(plan) if isinstance(j, Join))
