@@ -52,6 +52,29 @@ VIEWS = {
     "v_division": "SELECT a, b / 2 AS half, b % 2 AS odd FROM r WHERE b IS NOT NULL",
     "v_top2": "SELECT a, b FROM r ORDER BY b DESC NULLS LAST, a NULLS FIRST LIMIT 2",
     "v_page": "SELECT t.a FROM (SELECT a, b FROM r ORDER BY a NULLS LAST, b LIMIT 3 OFFSET 1) t",
+    "v_right_joined": "SELECT r.b, s.a, s.c FROM r RIGHT JOIN s ON r.a = s.a AND r.b < s.c",
+    "v_crossed": "SELECT r.a, s.c FROM r CROSS JOIN s WHERE r.b = s.c",
+    "v_bools": (
+        "SELECT a, bool_and(b > 1) AS all_big, bool_or(b > 2) AS any_big, avg(b) AS mean "
+        "FROM r GROUP BY a"
+    ),
+    "v_strings": (
+        "SELECT a, string_agg(CAST(b AS text), ',' ORDER BY b) AS bs, "
+        "count(b) AS n FROM r GROUP BY a"
+    ),
+    "v_lateral": (
+        "SELECT r.a, m.top FROM r, LATERAL (SELECT max(s.c) AS top FROM s WHERE s.a = r.a) m"
+    ),
+    "v_cte": (
+        "WITH big AS (SELECT a, b FROM r WHERE b >= 2), keys AS (SELECT DISTINCT a FROM s) "
+        "SELECT big.a, big.b FROM big JOIN keys ON big.a = keys.a"
+    ),
+    "v_values": (
+        "SELECT r.a, v.label FROM r JOIN (VALUES (1, 'one'), (2, 'two'), (NULL, 'none')) "
+        "AS v(k, label) ON r.a = v.k"
+    ),
+    "v_unnest": "SELECT r.a, u.x FROM r, unnest(ARRAY[r.b, r.a + 10]) AS u(x) WHERE r.b < 3",
+    "v_coalesce": "SELECT coalesce(b, -1) AS b, nullif(a, 1) AS a FROM r",
 }
 
 #: DuckDB spells PostgreSQL's integer division `//`.
