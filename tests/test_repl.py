@@ -130,6 +130,9 @@ def test_shell_on_a_terminal(terminal, tmp_path):
 
     t.send("SELECT\n")  # Ctrl-C at a continuation prompt drops the statement
     t.expect(r"  ->  ")
+    # The prompt is written before readline waits for a key; a SIGINT in between is only
+    # noticed at the next key (CPython's readline loop), so give it time to start waiting.
+    time.sleep(0.5)
     t.send("\x03")
     t.expect(r"\^C")
     t.expect(r"dsql> ")
