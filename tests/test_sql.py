@@ -245,7 +245,21 @@ def test_sql_on_spark(spark) -> None:  # noqa: ANN001 - the shared session fixtu
         c.execute("CREATE TABLE s (a int, c int)")
         c.execute("INSERT INTO r VALUES (1, 1), (1, 2), (2, NULL), (3, 3)")
         c.execute("INSERT INTO s VALUES (1, 5), (3, NULL), (4, 1)")
-    names = ["v_left_joined", "v_global", "v_top2"]
+    # One view per kind of operator the Spark kernel renders: outer joins, reduces with the
+    # empty-group rule, top-k, decorrelated subqueries, set operations, table functions,
+    # string aggregation and VALUES.
+    names = [
+        "v_left_joined",
+        "v_full_joined",
+        "v_global",
+        "v_top2",
+        "v_scalar",
+        "v_not_in",
+        "v_except_all",
+        "v_series",
+        "v_strings",
+        "v_values",
+    ]
     for name in names:
         con.execute(f"CREATE MATERIALIZED VIEW {name} AS {VIEWS[name]}")
     for step in ("DELETE FROM r WHERE a = 1", "UPDATE r SET b = 7 WHERE a = 3"):
