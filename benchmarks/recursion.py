@@ -254,13 +254,14 @@ def rows_of(res: dict[str, Any]) -> list[tuple[str, str, str]]:
     return out
 
 
-def markdown(args: argparse.Namespace, res: dict[str, Any], command: str, load: tuple) -> str:
-    title = section_title(args, res)
-    lines = [
+def section_head(title: str, command: str, load: float) -> list[str]:
+    """A RESULTS.md section's opening lines: title, date, machine (with the load average at
+    the start and now), code, command, and the header of the figure table."""
+    return [
         title,
         "",
         f"- date: {dt.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
-        f"- machine: {machine()}; load average {load[0]:.1f} at start, "
+        f"- machine: {machine()}; load average {load:.1f} at start, "
         f"{os.getloadavg()[0]:.1f} at end",
         f"- code: {git_rev()}; Python {platform.python_version()}",
         f"- command: `{command}`",
@@ -268,6 +269,10 @@ def markdown(args: argparse.Namespace, res: dict[str, Any], command: str, load: 
         "| figure | value | note |",
         "|---|---:|---|",
     ]
+
+
+def markdown(args: argparse.Namespace, res: dict[str, Any], command: str, load: tuple) -> str:
+    lines = section_head(section_title(args, res), command, load[0])
     lines += [f"| {f} | {v} | {n} |" for f, v, n in rows_of(res)]
     lines.append(
         "\nRound latencies (ms, deletes then inserts): "

@@ -25,9 +25,7 @@ Issue 3's latency targets, through the SQL surface a user has (`dsql.connect`):
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
-import platform
 import random
 import shlex
 import sys
@@ -40,8 +38,8 @@ import duckdb
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from recursion import update_results  # noqa: E402
-from skip_level import git_rev, machine, median, ms, pct  # noqa: E402
+from recursion import section_head, update_results  # noqa: E402
+from skip_level import median, ms, pct  # noqa: E402
 
 import dsql  # noqa: E402
 
@@ -219,18 +217,7 @@ def rows_of(args: argparse.Namespace, res: dict[str, Any]) -> list[tuple[str, st
 
 
 def markdown(args: argparse.Namespace, res: dict[str, Any], command: str, load: float) -> str:
-    lines = [
-        section_title(args),
-        "",
-        f"- date: {dt.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
-        f"- machine: {machine()}; load average {load:.1f} at start, "
-        f"{os.getloadavg()[0]:.1f} at end",
-        f"- code: {git_rev()}; Python {platform.python_version()}",
-        f"- command: `{command}`",
-        "",
-        "| figure | value | note |",
-        "|---|---:|---|",
-    ]
+    lines = section_head(section_title(args), command, load)
     lines += [f"| {f} | {v} | {n} |" for f, v, n in rows_of(args, res)]
     for kernel in ("auto", "spark"):
         if kernel in res:

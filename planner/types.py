@@ -143,22 +143,22 @@ def infer(expression: exp.Expression, inputs: Sequence[exp.DataType]) -> exp.Dat
 
 #: The types of leaf literals seen so far, by `_leaf_key` (a VALUES list of thousands of
 #: rows types each literal in microseconds instead of one sqlglot annotation each).
-_LEAF_TYPES: dict[tuple[str, str, bool], exp.DataType] = {}
+_LEAF_TYPES: dict[tuple[str, str], exp.DataType] = {}
 
 
-def _leaf_key(e: exp.Expression) -> tuple[str, str, bool] | None:
+def _leaf_key(e: exp.Expression) -> tuple[str, str] | None:
     """What a leaf literal's type depends on: its kind and, for numbers, its spelling's
     shape (digits only, or with a point or exponent); strings are all alike."""
     if isinstance(e, exp.Null):
-        return ("null", "", False)
+        return ("null", "")
     if isinstance(e, exp.Boolean):
-        return ("boolean", "", False)
+        return ("boolean", "")
     if isinstance(e, exp.Literal):
         if e.is_string:
-            return ("string", "", True)
+            return ("string", "")
         text = e.this
         shape = "int" if text.isdigit() else "".join(sorted({c for c in text if not c.isdigit()}))
-        return ("number", shape, False)
+        return ("number", shape)
     return None
 
 
