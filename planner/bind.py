@@ -474,7 +474,7 @@ def _bind_lateral(
         query = fn.this if isinstance(fn, exp.Subquery) else fn
         right = _visible(bind_query(query, env, Scope(scope.items, scope.parent)))
         right = _rename(right, aliases)
-        plan: Plan = Join(base, right, "inner", None)
+        plan: Plan = Join(base, right, "inner", None, lateral=True)
         return plan, Item(alias or "", tuple(c.name for c in right.columns), offset)
     binder = ExprBinder(env, scope, bind_query).with_types(_types_of(base))
     name, function, out_type = _table_function(fn, binder)

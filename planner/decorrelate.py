@@ -24,7 +24,9 @@ from contextvars import ContextVar
 from sqlglot import exp
 
 from dsql.errors import UnsupportedError
+from dsql.planner import types
 from dsql.planner.plan import (
+    Column,
     Distinct,
     Filter,
     FlatMap,
@@ -68,8 +70,8 @@ def decorrelate(plan: Plan) -> Plan:
                     "a subquery in the ON condition of an outer join is not supported",
                     hint="move the subquery into WHERE or a derived table",
                 )
-            return decorrelate(Filter(Join(l, r, "inner", None), (on,)))
-        case Join(left=l, right=r, kind="inner", on=on) if _correlated(r):
+            return decorrelate(Filter(Join(l, r, "inner", None, plan.lateral), (on,)))
+        case Join(left=l, right=r, kind="inner", on=on, lateral=True) if _correlated(r):
             return _lateral(l, r, on)
         case Reduce(aggregates=aggs) if _has_subquery(aggs):
             raise UnsupportedError(
@@ -207,7 +209,46 @@ def _lift_letrec(plan: LetRec, outer: list[int], domain: Plan) -> LetRec:
         body = _lift(plan.body, outer, domain)
     finally:
         _LIFTED.reset(token)
-    return LetRec(plan.names, values, body, plan.limit, plan.on_limit)
+    return _retyped(LetRec(plan.names, values, body, plan.limit, plan.on_limit))
+
+
+def _retyped(plan: LetRec) -> LetRec:
+    """`plan` with its bindings' reads typed by their lifted values.
+
+    A binding's columns were typed at binding time, when an outer reference in its
+    base case had no type yet (`SELECT _corr`); lifted, that reference is a column of
+    the domain, so the value now knows the type its `LocalGet`s were missing. Refined
+    until no read changes (a binding typed through another binding takes two rounds).
+    """
+    for _ in range(sum(len(v.columns) for v in plan.values) + 1):
+        known = {name: value.columns for name, value in zip(plan.names, plan.values, strict=True)}
+        refined = LetRec(
+            plan.names,
+            tuple(_refine_reads(v, known) for v in plan.values),
+            _refine_reads(plan.body, known),
+            plan.limit,
+            plan.on_limit,
+        )
+        if refined == plan:
+            return plan
+        plan = refined
+    return plan
+
+
+def _refine_reads(plan: Plan, known: dict[str, tuple[Column, ...]]) -> Plan:
+    """`plan` with each `LocalGet` of a `known` binding given the types it lacks."""
+    from dsql.planner.passes import bottom_up
+
+    def refine(node: Plan) -> Plan:
+        if not isinstance(node, LocalGet) or node.name not in known:
+            return node
+        columns = tuple(
+            Column(c.name, v.type) if types.is_unknown(c.type) else c
+            for c, v in zip(node.columns, known[node.name], strict=True)
+        )
+        return node if columns == node.columns else LocalGet(node.name, columns)
+
+    return bottom_up(plan, refine)
 
 
 def _lift(plan: Plan, outer: list[int], domain: Plan) -> Plan:

@@ -436,13 +436,16 @@ JOIN_KINDS = ("inner", "left", "right", "full")
 class Join(Plan):
     """Pairs of left and right rows satisfying `on` (None: every pair), SQL outer kinds too.
 
-    `on` sees the left columns then the right ones, as does the output.
+    `on` sees the left columns then the right ones, as does the output. `lateral`: the
+    right side's `Outer` references read the left row (a LATERAL subquery), not the
+    enclosing query's row (a derived table inside a correlated subquery).
     """
 
     left: Plan
     right: Plan
     kind: str = "inner"
     on: exp.Expression | None = None
+    lateral: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in JOIN_KINDS:
@@ -467,7 +470,7 @@ class Join(Plan):
         return self.left.columns + self.right.columns
 
     def with_inputs(self, inputs: tuple[Plan, ...]) -> Plan:
-        return Join(inputs[0], inputs[1], self.kind, self.on)
+        return Join(inputs[0], inputs[1], self.kind, self.on, self.lateral)
 
 
 @dataclass(frozen=True)  # not slotted: `columns` is cached

@@ -511,14 +511,14 @@ DUCKDB_FILES = sorted((SUITES / "duckdb").glob("*.test*"))
 @pytest.mark.parametrize("mode", MODES)
 def test_dsql_passes_duckdb_suites(mode):
     """Every record not skipped for a DuckDB-only feature passes; the skipped ones are
-    the skip list's classes, and the known dsql bugs among them stay few and listed."""
+    the skip list's classes, and no known dsql bug is among them."""
     report = run_suite(DUCKDB_FILES, engine="dsql", mode=mode, kernel="local")
     assert report.failures() == []
     assert report.unused_skips == []
     reasons = report.skip_reasons()
     assert all(r.startswith("skip list: ") for r in reasons), reasons
-    assert report.count("pass") >= 101
-    assert SkipList.known_failures(reasons) == 1
+    assert report.count("pass") >= 102
+    assert SkipList.known_failures(reasons) == 0
 
 
 def test_cli(tmp_path, capsys):

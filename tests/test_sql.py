@@ -75,6 +75,14 @@ VIEWS = {
     ),
     "v_unnest": "SELECT r.a, u.x FROM r, unnest(ARRAY[r.b, r.a + 10]) AS u(x) WHERE r.b < 3",
     "v_coalesce": "SELECT coalesce(b, -1) AS b, nullif(a, 1) AS a FROM r",
+    # A derived table inside a subquery reading the outer row: not a LATERAL over `s`.
+    "v_outer_derived": (
+        "SELECT a, b FROM r WHERE b IN (SELECT d.v FROM s, (SELECT r.a AS v) d WHERE s.c = d.v)"
+    ),
+    "v_lateral_derived": (
+        "SELECT r.a, m.x FROM r, LATERAL (SELECT s.c + d.k AS x FROM s, (SELECT r.b AS k) d "
+        "WHERE s.a = r.a) m"
+    ),
 }
 
 #: DuckDB spells PostgreSQL's integer division `//`.

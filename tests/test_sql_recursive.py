@@ -170,3 +170,30 @@ def test_mutually_recursive_limits() -> None:
     with pytest.raises(DsqlError, match="did not converge"):
         con.execute(counter.format(opt="(ERROR AT RECURSION LIMIT 5)"))
     assert con.execute("SELECT 1").fetchall() == [(1,)]
+
+
+#: Recursion inside a LATERAL subquery, per row of its left side: a nested recursive CTE
+#: in the base case reads the outer row (its binding is typed only once lifted), and a
+#: derived table in the recursive term reads it too (not a LATERAL over the recursion).
+CORRELATED_RECURSION = [
+    """SELECT t2.* FROM (VALUES (1), (2)) t(k), LATERAL (
+        WITH RECURSIVE c(x, s) AS (
+            SELECT x, 0 FROM (WITH RECURSIVE n(v) AS (
+                SELECT k UNION ALL SELECT v + k FROM n WHERE v < 6) SELECT * FROM n) AS q(x)
+            UNION ALL SELECT x, s + p FROM c, (SELECT k) AS d(p) WHERE s < 4)
+        SELECT * FROM c) t2""",
+    """SELECT t2.* FROM (VALUES (1)) t(k), LATERAL (
+        WITH RECURSIVE collatz(x, v, steps) AS (
+            SELECT x, x, 0 FROM generate_series(1, 6) AS g(x)
+            UNION ALL
+            SELECT x, CASE WHEN v % 2 = k THEN v * 3 + p ELSE v / 2 END, steps + p
+            FROM collatz, (SELECT k) AS d(p) WHERE v <> k)
+        SELECT * FROM collatz WHERE v = k) t2""",
+]
+
+
+@pytest.mark.parametrize("query", CORRELATED_RECURSION)
+def test_recursion_correlated_with_a_lateral_row_agrees_with_duckdb(query: str) -> None:
+    con = dsql.connect(kernel="local")
+    got = Counter(con.execute(query).fetchall())
+    assert got == Counter(duckdb.execute(query.replace("v / 2", "v // 2")).fetchall())
