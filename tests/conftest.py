@@ -61,3 +61,41 @@ def kernel(request):
     from dsql.runtime.kernel.spark import SparkKernel
 
     return SparkKernel(request.getfixturevalue("spark"))
+
+
+# --- sqllogictest files in background processes ---------------------------------------------
+# Tests marked `slt_background` (SQLite's largest files, tests/test_slt_runner.py) wait for
+# runs started in child processes as soon as the run's tests are collected (slt/background.py):
+# the files run beside the rest of the suite, and those tests are moved to its end.
+
+_POOL = pytest.StashKey["object"]()
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: only selected files start
+def pytest_collection_modifyitems(session, config, items):  # noqa: ANN001, ANN201
+    waiting = [i for i in items if i.get_closest_marker("slt_background")]
+    if not waiting or config.option.collectonly:
+        return
+    import tempfile
+    from pathlib import Path
+
+    from slt.background import Job, Pool
+
+    items[:] = [i for i in items if not i.get_closest_marker("slt_background")] + waiting
+    params = [i.callspec.params for i in waiting]
+    jobs = list(dict.fromkeys(Job(p["path"], p["mode"]) for p in params))
+    pool = Pool(jobs, Path(tempfile.mkdtemp(prefix="dsql-slt-")))
+    pool.start()
+    config.stash[_POOL] = pool
+
+
+def pytest_unconfigure(config):  # noqa: ANN001, ANN201
+    pool = config.stash.get(_POOL, None)
+    if pool is not None:
+        pool.stop()
+
+
+@pytest.fixture(scope="session")
+def slt_background(request):
+    """The pool running the selected `slt_background` tests' files (see above)."""
+    return request.config.stash[_POOL]

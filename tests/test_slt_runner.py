@@ -7,10 +7,10 @@ proven on SQLite's select1.test, which DuckDB must pass in full in both modes.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import pytest
+from slt.background import Job
 from slt.engines import DuckDBEngine, EngineError
 from slt.execute import run_file
 from slt.incremental import ViewPlan, ddl_effect, strip_terminator
@@ -464,13 +464,9 @@ def test_select1_passes_in_full(engine, mode):
 
 SQLITE = SUITES / "sqlite"
 EVIDENCE = sorted((SQLITE / "evidence").glob("*.test"))
-#: What CI runs with the dsql engine (local kernel), in both modes: select1, select2 and
-#: the evidence files (~2,300 queries per mode, select2 ~50 s per mode). select3-5 (~6,900
-#: more queries) would add ~15 min to CI on a 2-core machine, over its budget;
-#: `DSQL_SLT_FULL=1` adds them (see benchmarks/RESULTS.md for per-file times).
+#: What runs in the test process with the dsql engine (local kernel), in both modes:
+#: select1, select2 and the evidence files (~2,300 queries per mode).
 DSQL_FILES = [SQLITE / "select1.test", SQLITE / "select2.test", *EVIDENCE]
-if os.environ.get("DSQL_SLT_FULL"):
-    DSQL_FILES += [SQLITE / f"select{i}.test" for i in range(3, 6)]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -479,6 +475,26 @@ def test_dsql_passes_sqlite_suites(path, mode):
     report = run_suite([path], engine="dsql", mode=mode, kernel="local")
     assert report.failures() == []
     assert report.unused_skips == []
+
+
+#: SQLite's largest files (~6,900 queries and ~1,700 writes per mode), most expensive
+#: first: each file and mode runs in a background process started when the tests are
+#: collected (tests/conftest.py, slt/background.py), beside the rest of the suite; these
+#: tests run last and wait for them.
+BACKGROUND_FILES = [SQLITE / "select5.test", SQLITE / "select3.test", SQLITE / "select4.test"]
+
+
+@pytest.mark.slt_background
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("path", BACKGROUND_FILES, ids=lambda p: p.name)
+def test_dsql_passes_large_sqlite_suites(path, mode, slt_background):
+    slt_background.widen(2)  # the rest of the suite is done: use both cores
+    report = slt_background.result(Job(path, mode))
+    assert "error" not in report, report["error"]
+    assert report["failures"] == []
+    assert report["unused_skips"] == []
+    records = [e for e in parse_file(str(path)) if isinstance(e, Statement | Query)]
+    assert (report["passed"], report["skipped"]) == (len(records), 0)
 
 
 # --- dsql's own .slt files -----------------------------------------------------------------

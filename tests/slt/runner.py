@@ -2,16 +2,20 @@
 
     python -m tests.slt.runner FILE... --engine duckdb|dsql --mode direct|incremental
         [--kernel local|spark|auto] [--verbose] [--max-failures N] [--skips PATH|none]
+        [--json PATH]
 
 Prints one line per file (`path: P passed, F failed, S skipped (1.2s)`), each failure
 with its location and why, the skipped records counted per reason, skip-list entries
 that matched nothing, and a final `N passed, M failed, K skipped` line. Exits 1 if a
-record failed. `run_suite` is the same as a function, for pytest.
+record failed. `--json PATH` also writes the counts, failures, skip reasons and unused
+skip entries there (`SuiteReport.as_json`), for a run in a background process (`background`).
+`run_suite` is the same as a function, for pytest.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -43,6 +47,18 @@ class SuiteReport:
 
     def skip_reasons(self) -> Counter[str]:
         return Counter(o.detail for f in self.files for o in f.outcomes if o.status == "skip")
+
+    def as_json(self) -> dict[str, object]:
+        """The report's counts, failures, skip reasons and unused skip entries."""
+        return {
+            "passed": self.count("pass"),
+            "failed": self.count("fail"),
+            "skipped": self.count("skip"),
+            "seconds": round(sum(f.seconds for f in self.files), 1),
+            "failures": self.failures(),
+            "skip_reasons": dict(self.skip_reasons()),
+            "unused_skips": self.unused_skips,
+        }
 
     def failures(self) -> list[str]:
         """Each failure as `file:line: detail`."""
@@ -142,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--verbose", "-v", action="store_true", help="full SQL, skipped records")
     parser.add_argument("--max-failures", type=int, default=None, metavar="N")
     parser.add_argument("--skips", default=str(DEFAULT_SKIPS), help="skip list (TOML), or `none`")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="report as JSON")
     args = parser.parse_args(argv)
     skips = SkipList.load(None if args.skips == "none" else Path(args.skips))
     report = run_suite(
@@ -154,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         out=sys.stdout,
         verbose=args.verbose,
     )
+    if args.json is not None:
+        args.json.write_text(json.dumps(report.as_json(), indent=1))
     return 1 if report.count("fail") else 0
 
 

@@ -1,0 +1,154 @@
+"""Running sqllogictest files in child processes while the rest of a test run goes on.
+
+SQLite's select3-5.test take minutes of CPU each per mode; run one after another inside
+pytest they would nearly double CI's time, while the machine's second core is often idle
+(most tests wait on one Python thread). A `Pool` runs each `Job` (a file in a mode) as
+`python -m tests.slt.runner FILE --engine dsql --mode M --kernel local --json OUT` in a
+child process, at most `workers` at once. The children are niced, so they take the CPU
+the foreground tests leave; `widen` lets more run once the foreground is only waiting
+for them. `result` waits for one job and returns its JSON report (`SuiteReport.as_json`),
+or `{"error": ...}` with the end of its log if it crashed or ran past `timeout`.
+
+    pool = Pool([Job(Path("select3.test"), "direct")], Path("/tmp/x"))
+    pool.start()
+    report = pool.result(Job(Path("select3.test"), "direct"))
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["Job", "Pool"]
+
+#: The repository root: the runner is started as the module `tests.slt.runner` from it.
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One sqllogictest file run by the dsql engine in one mode."""
+
+    path: Path
+    mode: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.path.stem}-{self.mode}"
+
+
+@dataclass
+class _Running:
+    process: subprocess.Popen[bytes]
+    log: IO[bytes]
+    started: float
+
+
+class Pool:
+    """Runs jobs in niced child processes, in the order given, `workers` at a time."""
+
+    def __init__(
+        self, jobs: Sequence[Job], workdir: Path, workers: int = 1, timeout: float = 1800.0
+    ) -> None:
+        self.workdir = workdir
+        self.timeout = timeout
+        self._pending = list(jobs)
+        self._running: dict[Job, _Running] = {}
+        self._done: dict[Job, dict[str, Any]] = {}
+        self._workers = workers
+        self._stopped = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._loop, name="slt-background", daemon=True)
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._thread.start()
+
+    def widen(self, workers: int) -> None:
+        """Let up to `workers` jobs run at once (never fewer than now)."""
+        with self._changed:
+            self._workers = max(self._workers, workers)
+            self._changed.notify_all()
+
+    def result(self, job: Job) -> dict[str, Any]:
+        """Wait for `job` and return its report, or `{"error": ...}`."""
+        with self._changed:
+            if job not in self._done and job not in self._running and job not in self._pending:
+                return {"error": f"{job.name} was never scheduled"}
+            while job not in self._done:
+                self._changed.wait(1.0)
+            return self._done[job]
+
+    def stop(self) -> None:
+        """Kill running jobs and forget pending ones."""
+        with self._changed:
+            self._stopped = True
+            self._pending.clear()
+            for job, run in list(self._running.items()):
+                run.process.kill()
+                self._finish(job, run, {"error": "stopped"})
+            self._changed.notify_all()
+
+    def _loop(self) -> None:
+        with self._changed:
+            while not self._stopped and (self._pending or self._running):
+                for job, run in list(self._running.items()):
+                    code = run.process.poll()
+                    if code is not None:
+                        self._finish(job, run, self._report(job, code))
+                    elif time.monotonic() - run.started > self.timeout:
+                        run.process.kill()
+                        run.process.wait()
+                        self._finish(job, run, {"error": f"timed out after {self.timeout:.0f} s"})
+                while self._pending and len(self._running) < self._workers:
+                    job = self._pending.pop(0)
+                    self._running[job] = self._launch(job)
+                self._changed.wait(0.5)
+
+    def _launch(self, job: Job) -> _Running:
+        log = (self.workdir / f"{job.name}.log").open("wb")
+        command = [
+            sys.executable,
+            "-m",
+            "tests.slt.runner",
+            str(job.path),
+            "--engine",
+            "dsql",
+            "--mode",
+            job.mode,
+            "--kernel",
+            "local",
+            "--json",
+            str(self._json(job)),
+        ]
+        nice = shutil.which("nice")
+        if nice is not None:
+            command = [nice, "-n", "10", *command]
+        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        return _Running(process, log, time.monotonic())
+
+    def _json(self, job: Job) -> Path:
+        return self.workdir / f"{job.name}.json"
+
+    def _report(self, job: Job, code: int) -> dict[str, Any]:
+        path = self._json(job)
+        if path.is_file():
+            report: dict[str, Any] = json.loads(path.read_text())
+            return report
+        tail = (self.workdir / f"{job.name}.log").read_text(errors="replace")[-3000:]
+        return {"error": f"exit status {code} and no report; the log ends:\n{tail}"}
+
+    def _finish(self, job: Job, run: _Running, report: dict[str, Any]) -> None:
+        run.log.close()
+        report.setdefault("seconds_wall", round(time.monotonic() - run.started, 1))
+        self._done[job] = report
+        del self._running[job]
+        self._changed.notify_all()
