@@ -101,17 +101,22 @@ class ArrangeNode(TracedNode):
         delta = rnd.delta(self.inputs[0])
         if delta is None:
             return None
-        if delta.deferred is not None:  # consolidate the linear input's query: one call
-            columns, depth = self.columns, self.depth
-            fused = delta.deferred.compose(
-                lambda inner: rel.consolidate(inner, columns, depth), "arrange-linear"
-            )
-            frame = self.kernel.query(fused, {"src": delta.frame})
+        kernel, columns, depth = self.kernel, self.columns, self.depth
+        if delta.deferred is not None:
+            renamed = delta.deferred.renamed(delta.frame)
+            frame = None if renamed is None else kernel.consolidate_small([renamed], columns, depth)
+            if frame is None:  # consolidate the linear input's query: one call
+                fused = delta.deferred.compose(
+                    lambda inner: rel.consolidate(inner, columns, depth), "arrange-linear"
+                )
+                frame = kernel.query(fused, {"src": delta.frame})
         else:
-            frame = self.kernel.query(self._consolidate, {"d": delta.frame})
-        stored = self.kernel.materialize(frame, self.keys, delta.rows)
+            frame = kernel.consolidate_small([delta.frame], columns, depth)
+            if frame is None:
+                frame = kernel.query(self._consolidate, {"d": delta.frame})
+        stored = kernel.materialize(frame, self.keys, delta.rows)
         if stored.rows == 0:
-            self.kernel.release(stored.frame)
+            kernel.release(stored.frame)
             return None
         self.current = Batch(stored.frame, stored.rows, stored.table)
         return self.current
@@ -171,6 +176,10 @@ class ImportNode(Arranged):
         # In the round the import starts, its batch replays the whole history: nothing
         # is older than that batch yet.
         return self.handle.source.history() if self._started and not self._replaying else []
+
+    def following(self) -> bool:
+        """Whether the import hands on its source's batches (it has replayed the history)."""
+        return self._started and not self._replaying
 
     def step(self, rnd: Round) -> Batch | None:
         source = self.handle.source

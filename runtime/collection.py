@@ -33,10 +33,12 @@ from sqlglot import exp
 
 from dsql.errors import ParseError, SchemaError
 from dsql.runtime import relational as rel
+from dsql.runtime import siblings
 from dsql.runtime.arrangement import Arranged, ArrangeNode, prepare_consolidate
 from dsql.runtime.capture import CaptureNode, Probe
 from dsql.runtime.dataflow import Batch, Node, Round, Worker, batch_schema, schema_key
-from dsql.runtime.kernel.base import Prepared
+from dsql.runtime.kernel.base import Frame, Prepared
+from dsql.runtime.kernel.driver import Selection
 from dsql.runtime.lattice import DIFF, time_columns
 from dsql.runtime.linear import Branch, Branches, Linear, Unnest, static_schema
 from dsql.runtime.operators.join import JoinNode, check_key_types
@@ -105,6 +107,8 @@ class LinearNode(Node):
         self.linear = linear
         self._query: Prepared | None = None
         self._composed: dict[object, Prepared] = {}
+        self._selection: Selection | None | bool = False  # False: not known yet
+        self._branch: Branch | None | bool = False
         before = prior if prior is not None else source
         last = linear.steps[-1]
         schema = static_schema(last, before.schema)
@@ -139,12 +143,50 @@ class LinearNode(Node):
             return None
         if delta.applied is self:  # the producer ran this chain in its own query
             return Batch(delta.frame, delta.rows, delta.table)
+        renamed = self.renamed(delta.frame)
+        if renamed is not None:
+            return Batch(renamed, self.kernel.rows(renamed))
+        shared = siblings.batched(self, rnd, delta.frame)
+        if shared is not None:  # computed with the other readers of the batch, one query
+            return Batch(shared, self.kernel.rows(shared))
         bound = self.linear.fanout_bound()
         rows = None if bound is None or delta.rows is None else delta.rows * bound
         if self.consumers == 1 and self.readers[0].composes_linear:
             # The one reader folds this query into its own: one kernel call, not two.
             return Batch(delta.frame, rows, deferred=self)
         return Batch(self.kernel.query(self.query, {"src": delta.frame}), rows)
+
+    def select_branch(self) -> Branch | None:
+        """The chain's one branch when it is a single map/filter (no time or diff factor,
+        some output column), else None: such chains can share a query (`siblings`)."""
+        if self._branch is False:
+            steps, one = self.linear.steps, None
+            if len(steps) == 1 and isinstance(steps[0], Branches) and len(steps[0].branches) == 1:
+                one = steps[0].branches[0]
+                if one.diff is not None or any(t is not None for t in one.time) or not one.columns:
+                    one = None
+            self._branch = one
+        return self._branch
+
+    def renames_only(self) -> bool:
+        """Whether the chain only selects, renames and drops rows with NULLs (no query)."""
+        return self._selected() is not None
+
+    def renamed(self, frame: Frame) -> Frame | None:
+        """The chain over `frame` without a query, when it only selects, renames and drops
+        rows with NULLs (`Linear.selection`) and the kernel can do that exactly
+        (`Kernel.project_small`); else None."""
+        selection = self._selected()
+        return None if selection is None else self.kernel.project_small(frame, selection)
+
+    def _selected(self) -> Selection | None:
+        if self._selection is False:
+            found = self.linear.selection(self.inputs[0].columns)
+            extra = tuple((c, c) for c in (*time_columns(self.depth), DIFF))
+            self._selection = (
+                None if found is None else Selection(found.renames + extra, found.not_null)
+            )
+        return self._selection  # type: ignore[return-value]
 
     def compose(self, outer: Callable[[exp.Query], exp.Query], name: str) -> Prepared:
         """`outer` applied to this chain's query over `src` (a reader's fused query),

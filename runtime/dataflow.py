@@ -83,6 +83,8 @@ class Round:
     outputs: dict[int, Batch | None] = field(default_factory=dict)
     parent: Round | None = None
     compaction: Antichain | None = None
+    #: Work nodes share within the round (`siblings`: one query for many readers' steps).
+    shared: dict[Any, Any] = field(default_factory=dict)
 
     def delta(self, node: Node) -> Batch | None:
         """The batch `node` produced this round (None when it produced nothing)."""

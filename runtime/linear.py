@@ -33,6 +33,7 @@ from sqlglot import exp
 
 from dsql.runtime import relational as rel
 from dsql.runtime.kernel.base import Kernel
+from dsql.runtime.kernel.driver import Selection
 from dsql.runtime.lattice import DIFF, time_columns
 
 
@@ -94,6 +95,20 @@ class Unnest:
 Step = Branches | Unnest
 
 
+def _not_null_columns(condition: exp.Expression) -> list[str] | None:
+    """The columns of a condition `c IS NOT NULL AND ...` (None for any other condition)."""
+    if isinstance(condition, exp.Paren):
+        return _not_null_columns(condition.this)
+    if isinstance(condition, exp.And):
+        left, right = _not_null_columns(condition.this), _not_null_columns(condition.expression)
+        return None if left is None or right is None else left + right
+    if isinstance(condition, exp.Not) and isinstance(condition.this, exp.Is):
+        test = condition.this
+        if isinstance(test.expression, exp.Null) and isinstance(test.this, exp.Column):
+            return None if test.this.table else [test.this.name]
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Linear:
     """A chain of linear steps applied in order (see module docstring)."""
@@ -118,6 +133,38 @@ class Linear:
         for step in self.steps:
             columns = step.output_columns(columns)
         return columns
+
+    def selection(self, inputs: tuple[str, ...]) -> Selection | None:
+        """The chain as a `Selection` when it only selects, renames and keeps rows whose
+        named columns are not NULL (no other condition, no time or diff factor), else
+        None: such a chain needs no query.
+
+        >>> from sqlglot import parse_one
+        >>> step = Branches.single([("k", parse_one("x")), ("x", parse_one("x"))])
+        >>> keep = Branches.single([("k", parse_one("k"))], where=parse_one("k IS NOT NULL"))
+        >>> Linear((step, keep)).selection(("x",))
+        Selection(renames=(('k', 'x'),), not_null=('x',))
+        """
+        source = {c: c for c in inputs}
+        not_null: list[str] = []
+        for step in self.steps:
+            if not isinstance(step, Branches) or len(step.branches) != 1:
+                return None
+            branch = step.branches[0]
+            if branch.diff is not None or any(t is not None for t in branch.time):
+                return None
+            if branch.where is not None:
+                names = _not_null_columns(branch.where)
+                if names is None or any(n not in source for n in names):
+                    return None
+                not_null += [source[n] for n in names]
+            renamed = {}
+            for name, e in branch.columns:
+                if not isinstance(e, exp.Column) or e.table or e.name not in source:
+                    return None
+                renamed[name] = source[e.name]
+            source = renamed
+        return Selection(tuple(source.items()), tuple(dict.fromkeys(not_null)))
 
     def compile(
         self, kernel: Kernel, source: str | exp.Query, inputs: tuple[str, ...], depth: int

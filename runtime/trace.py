@@ -99,7 +99,11 @@ class Trace:
         while len(self.batches) >= 2 and self.batches[-2].rows <= 2 * self.batches[-1].rows:
             newer = self.batches.pop()
             older = self.batches.pop()
-            self.batches.append(self._combine([older, newer]))
+            merged = self._combine([older, newer])
+            if merged.rows:  # an empty batch would draw every later batch into a merge
+                self.batches.append(merged)
+            else:
+                self.kernel.release(merged.frame)
 
     def compact_all(self) -> None:
         """Merge every batch into one, advanced to the compaction frontier."""
@@ -109,14 +113,19 @@ class Trace:
             self.batches = [self._combine(self.batches)]
 
     def _combine(self, batches: list[TraceBatch]) -> TraceBatch:
-        names = {f"b{i}": b.frame for i, b in enumerate(batches)}
-        union = rel.union_all(list(names), (*self.columns, *time_columns(self.depth), DIFF))
-        if self._compaction:
-            query = rel.advance(union, self.columns, self.depth, self._compaction)
-        else:
-            query = rel.consolidate(union, self.columns, self.depth)
+        kernel, frontier = self.kernel, self._compaction
+        frames = [b.frame for b in batches]
+        frame = kernel.consolidate_small(frames, self.columns, self.depth, frontier or None)
+        if frame is None:
+            names = {f"b{i}": f for i, f in enumerate(frames)}
+            union = rel.union_all(list(names), (*self.columns, *time_columns(self.depth), DIFF))
+            if frontier:
+                query = rel.advance(union, self.columns, self.depth, frontier)
+            else:
+                query = rel.consolidate(union, self.columns, self.depth)
+            frame = kernel.query(query, names)
         estimate = sum(b.rows for b in batches)
-        stored = self.kernel.materialize(self.kernel.query(query, names), self.keys, estimate)
+        stored = kernel.materialize(frame, self.keys, estimate)
         for b in batches:
             self.kernel.release(b.frame)
         return TraceBatch(stored.frame, stored.rows, self._compaction)

@@ -43,8 +43,10 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dsql.runtime.kernel.base import Frame, Kernel, Pipeline, Prepared, Stage, Stored
+from dsql.runtime.kernel.driver import Selection
 from dsql.runtime.kernel.local import LocalKernel
 from dsql.runtime.kernel.spark import SparkKernel
+from dsql.runtime.lattice import Antichain
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -239,6 +241,36 @@ class AutoKernel(Kernel):
     # --- facts about frames --------------------------------------------------------------
     def rows(self, frame: Frame) -> int | None:
         return frame.num_rows if isinstance(frame, pa.Table) else None
+
+    def consolidate_small(
+        self,
+        frames: Sequence[Frame],
+        columns: Sequence[str],
+        depth: int,
+        frontier: Antichain | None = None,
+        signs: Sequence[int] | None = None,
+    ) -> Frame | None:
+        if self._remote(frames):
+            return None
+        return self.local.consolidate_small(frames, columns, depth, frontier, signs)
+
+    def prepare_many(self, branches: Sequence[Any], depth: int) -> Any:
+        return self.local.prepare_many(branches, depth)
+
+    def run_many(self, prepared: Any, frame: Frame) -> list[Frame] | None:
+        if not isinstance(frame, pa.Table):
+            return None
+        return self.local.run_many(prepared, frame)
+
+    def rows_with_keys(self, frame: Frame, keys: Sequence[str], probe: Frame) -> Frame | None:
+        if self._remote((frame, probe)):
+            return None
+        return self.local.rows_with_keys(frame, keys, probe)
+
+    def project_small(self, frame: Frame, selection: Selection) -> Frame | None:
+        if not isinstance(frame, pa.Table):
+            return None
+        return self.local.project_small(frame, selection)
 
     def bounds(self, frame: Frame, column: str) -> tuple[Any, Any] | None:
         return self.local.bounds(frame, column) if isinstance(frame, pa.Table) else None

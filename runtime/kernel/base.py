@@ -34,11 +34,16 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
+
+from dsql.runtime.lattice import Antichain
+
+if TYPE_CHECKING:
+    from dsql.runtime.kernel.driver import Selection
 
 Frame = Any
 """An engine-specific relation handle (Spark DataFrame, Arrow table, ...)."""
@@ -153,6 +158,41 @@ class Kernel(ABC):
 
     def rows(self, frame: Frame) -> int | None:
         """The frame's exact row count when it is known without an action, else None."""
+        return None
+
+    def consolidate_small(
+        self,
+        frames: Sequence[Frame],
+        columns: Sequence[str],
+        depth: int,
+        frontier: Antichain | None = None,
+        signs: Sequence[int] | None = None,
+    ) -> Frame | None:
+        """The union of `frames` (diffs times `signs[i]` when given), times advanced to
+        `frontier` (when given) and consolidated,
+        computed in the driver without a query when the kernel can do that exactly (small
+        in-process frames of plain types, `kernel.driver`); None: run the query."""
+        return None
+
+    def rows_with_keys(self, frame: Frame, keys: Sequence[str], probe: Frame) -> Frame | None:
+        """The rows of `frame` whose `keys` equal those of some row of `probe` (NULL equals
+        NULL), without a query, when the kernel can do that exactly; None: it cannot."""
+        return None
+
+    def prepare_many(self, branches: Sequence[Any], depth: int) -> Any:
+        """One query evaluating many single map/filter branches (`linear.Branch`: columns
+        and a condition, no time or diff factor) over one batch relation `src`, for
+        `run_many`; None when the kernel has no such query."""
+        return None
+
+    def run_many(self, prepared: Any, frame: Frame) -> list[Frame] | None:
+        """Each branch of `prepare_many`'s query over `frame`: per branch the rows its own
+        query would give (data columns, times, diff); None: run them one by one."""
+        return None
+
+    def project_small(self, frame: Frame, selection: Selection) -> Frame | None:
+        """The rows of `frame` a `Selection` keeps, its columns renamed, without a query,
+        when the kernel can do that exactly (`kernel.driver`); None: run the query."""
         return None
 
     def bounds(self, frame: Frame, column: str) -> tuple[Any, Any] | None:

@@ -18,7 +18,10 @@ from sqlglot import exp
 
 from dsql.errors import ExecutionError, SchemaError
 from dsql.runtime.dataflow import canceled
+from dsql.runtime.kernel import driver
 from dsql.runtime.kernel.base import Kernel, Pipeline, Prepared, Stored
+from dsql.runtime.kernel.driver import Selection
+from dsql.runtime.lattice import DIFF, Antichain, time_columns
 
 
 class LocalKernel(Kernel):
@@ -94,6 +97,65 @@ class LocalKernel(Kernel):
 
     def rows(self, frame: pa.Table) -> int:
         return frame.num_rows
+
+    def consolidate_small(
+        self,
+        frames: Sequence[pa.Table],
+        columns: Sequence[str],
+        depth: int,
+        frontier: Antichain | None = None,
+        signs: Sequence[int] | None = None,
+    ) -> pa.Table | None:
+        return driver.consolidate(frames, columns, depth, frontier, signs)
+
+    def prepare_many(self, branches: Sequence[Any], depth: int) -> Any:
+        # Each branch's rows as one struct column, NULL where its condition fails: one
+        # statement for all, the rows split apart in Arrow (`run_many`).
+        columns: list[exp.Expression] = [
+            exp.column(c, quoted=True) for c in (*time_columns(depth), DIFF)
+        ]
+        for i, branch in enumerate(branches):
+            struct: exp.Expression = exp.Struct(
+                expressions=[
+                    exp.PropertyEQ(this=exp.to_identifier(name, quoted=True), expression=e.copy())
+                    for name, e in branch.columns
+                ]
+            )
+            if branch.where is not None:
+                struct = exp.Case(ifs=[exp.If(this=branch.where.copy(), true=struct)])
+            columns.append(exp.alias_(struct, f"__s{i}", quoted=True))
+        query = exp.select(*columns).from_("src")
+        return self.prepare(query), depth
+
+    def run_many(self, prepared: Any, frame: pa.Table) -> list[pa.Table]:
+        query, depth = prepared
+        result = self.run(query, {"src": frame})
+        extra = [*time_columns(depth), DIFF]
+        tail = result.select(extra)
+        out = []
+        for column in result.columns[len(extra) :]:
+            fields = [column.type.field(j) for j in range(column.type.num_fields)]
+            schema = pa.schema([*fields, *tail.schema])
+            if column.null_count == len(column):
+                out.append(schema.empty_table())
+                continue
+            rows, kept = column, tail
+            if column.null_count:
+                valid = pc.is_valid(column)
+                rows, kept = column.filter(valid), tail.filter(valid)
+            data = (
+                rows.combine_chunks().flatten() if rows.num_chunks != 1 else rows.chunk(0).flatten()
+            )
+            out.append(_spark_types(pa.Table.from_arrays([*data, *kept.columns], schema=schema)))
+        return out
+
+    def rows_with_keys(
+        self, frame: pa.Table, keys: Sequence[str], probe: pa.Table
+    ) -> pa.Table | None:
+        return driver.rows_with_keys(frame, keys, probe)
+
+    def project_small(self, frame: pa.Table, selection: Selection) -> pa.Table | None:
+        return driver.project(frame, selection)
 
     def bounds(self, frame: pa.Table, column: str) -> tuple[Any, Any] | None:
         if frame.num_rows == 0:

@@ -39,15 +39,10 @@ from dsql.runtime.dataflow import Batch, Round
 from dsql.runtime.kernel.base import Frame, Pipeline, Stage, Stored
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 from dsql.runtime.operators.reduce_logic import ReduceLogic
+from dsql.runtime.operators.reduce_settled import SettledQueries, settled_inputs
+from dsql.runtime.operators.reduce_settled import name_list as _list
+from dsql.runtime.operators.reduce_settled import quote as _q
 from dsql.runtime.trace import Trace
-
-
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _list(names: Sequence[str], prefix: str = "") -> str:
-    return ", ".join(f"{prefix}{_q(n)}" for n in names)
 
 
 def _keys_match(a: str, b: str, keys: Sequence[str]) -> str:
@@ -219,6 +214,7 @@ class ReduceNode(TracedNode):
         self._pending: Frame | None = None
         self._pending_lower = Antichain()
         self._prepared: tuple[bool, Any, Any] | None = None
+        self._settled: SettledQueries | None = None
         self._empty_pending: Frame | None = None
         self._frontier: tuple[Antichain, Frame] | None = None
 
@@ -238,6 +234,16 @@ class ReduceNode(TracedNode):
             return None
         kernel, d = self.kernel, self.depth
         outputs = self._trace.frames()
+        if self._prepared is None:
+            self._prepared = self._prepare()
+        sql_logic, first, second = self._prepared
+        settled = settled_inputs(self, source, rnd, outputs) if sql_logic else None
+        if settled is not None:
+            # One time, nothing later: the output is the logic over the keys' histories.
+            if self._settled is None:
+                self._settled = SettledQueries.build(self)
+            output = kernel.materialize(self._settled.run(self, settled), self.keys)
+            return self._finish_step(output, None, [])
         frames: dict[str, Frame] = {
             "inp": kernel.union(input_frames) if len(input_frames) > 1 else input_frames[0],
             "outp": (
@@ -255,13 +261,7 @@ class ReduceNode(TracedNode):
             "pending": self._pending if self._pending is not None else self._no_pending(),
             "fr": self._frontier_frame(rnd.frontier),
         }
-        if self._prepared is None:
-            self._prepared = self._prepare()
-        sql_logic, first, second = self._prepared
-        if sql_logic and self._fresh_at_one_time(source, rnd):
-            # Nothing before: the output is the logic over the new input, at its one time.
-            result, stored = kernel.run_pipeline(self._prepared_first(), frames, self.keys)
-        elif sql_logic:
+        if sql_logic:
             result, stored = kernel.run_pipeline(first, frames, self.keys)
         else:
             acc, stored = kernel.run_pipeline(first, frames, self.keys)
@@ -273,10 +273,20 @@ class ReduceNode(TracedNode):
             result, more = kernel.run_pipeline(second, frames, self.keys)
             stored += more
         output, pending = self._split(kernel.materialize(result, self.keys))
+        return self._finish_step(output, pending, stored)
+
+    def _finish_step(
+        self, output: Stored, pending: Stored | None, stored: list[Frame]
+    ) -> Batch | None:
+        """The step's output batch; `pending`: the candidates held back (None: none)."""
+        kernel = self.kernel
         for frame in stored:
             kernel.release(frame)
         old_pending = self._pending
-        self._set_pending(pending)
+        if pending is None:
+            self._pending, self._pending_lower = None, Antichain()
+        else:
+            self._set_pending(pending)
         if old_pending is not None:
             kernel.release(old_pending)
         if output.rows == 0:
@@ -303,44 +313,6 @@ class ReduceNode(TracedNode):
             return build()
         shape = (keys, vals, self.values, d, desired.sql(dialect=kernel.dialect))
         return kernel.cached(("reduce", *shape), build)
-
-    def _fresh_at_one_time(self, source: Arranged, rnd: Round) -> bool:
-        """Whether this step is a first evaluation: no input or output before, nothing
-        pending, and the new input at one complete time (so every grid point is that
-        time, the accumulation is the input itself and the correction is `desired`)."""
-        if self._trace.batches or self._pending is not None or source.current is None:
-            return False
-        if source.history() or self.depth != 1:
-            return False
-        bounds = self.kernel.bounds(source.current.frame, time_columns(1)[0])
-        return bounds is not None and bounds[0] == bounds[1] and rnd.frontier.complete(bounds[:1])
-
-    def _prepared_first(self) -> Any:
-        """The pipeline of a first evaluation (see `_fresh_at_one_time`), once per shape."""
-        keys, vals, d, kernel = self.keys, self.source_values, self.depth, self.kernel
-        desired = self.logic.query(keys, vals, d, kernel.dialect)
-        assert desired is not None
-
-        def build() -> Any:
-            kt = [*keys, *time_columns(d)]
-            group = _list([*kt, *vals])
-            acc = parse_one(
-                f"SELECT {group}, CAST(SUM({_q(DIFF)}) AS BIGINT) AS {_q(DIFF)} FROM delta "
-                f"GROUP BY {group} HAVING SUM({_q(DIFF)}) <> 0",
-                read="spark",
-            )
-            data = _list([*self.columns, *time_columns(d)])
-            final = parse_one(
-                f"SELECT {data}, CAST(SUM({_q(DIFF)}) AS BIGINT) AS {_q(DIFF)}, "
-                f"0 AS {_q(_PENDING)} FROM desired GROUP BY {data} HAVING SUM({_q(DIFF)}) <> 0",
-                read="spark",
-            )
-            assert isinstance(acc, exp.Query) and isinstance(final, exp.Query)
-            stages = (Stage("acc", acc), Stage("desired", desired, store=False))
-            return kernel.prepare_pipeline(Pipeline(stages, final))
-
-        shape = (keys, vals, self.values, d, desired.sql(dialect=kernel.dialect))
-        return kernel.cached(("reduce-first", *shape), build)
 
     def _split(self, stored: Stored) -> tuple[Stored, Stored]:
         """The step's result split into the output batch and the pending candidates."""

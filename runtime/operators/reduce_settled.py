@@ -1,0 +1,151 @@
+"""The settled reduce step: one new time, and nothing at or after it before.
+
+A reduce step is *settled* when its new input is at one complete time `t`, nothing is
+pending, and every update of its input and output traces is at a time `<= t` (the
+usual round of a view: one write, then the clock moves on). Then, for the affected
+keys, `t` is the only point of the grid of interesting times (`reduce`'s module
+docstring), the input accumulated at `t` is each key's whole history, and the
+correction at `t` is
+
+    logic(input of the key) - output of the key
+
+so the general step's grid, candidates and Möbius inversion reduce to the logic and
+one subtraction. The affected keys' rows are picked in the driver
+(`Kernel.rows_with_keys`) with their times set to `t`; the accumulation and the
+subtraction run in the driver too when they are small (`Kernel.consolidate_small`),
+leaving one statement, the logic itself.
+
+Invariant: the result equals the general step's output for the same inputs (the
+oracle tests run both, since a history with several times per batch takes the
+general path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlglot import exp, parse_one
+
+from dsql.runtime.dataflow import Round
+from dsql.runtime.kernel.base import Frame, Pipeline, Prepared, Stage
+from dsql.runtime.lattice import DIFF, time_columns
+
+if TYPE_CHECKING:
+    from dsql.runtime.arrangement import Arranged
+    from dsql.runtime.operators.reduce import ReduceNode
+
+
+def quote(name: str) -> str:
+    """`name` as a quoted identifier of the queries written here (Spark's backticks)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def name_list(names: Sequence[str], prefix: str = "") -> str:
+    """Quoted names separated by commas, each with `prefix` (a table alias and a dot)."""
+    return ", ".join(f"{prefix}{quote(n)}" for n in names)
+
+
+def settled_inputs(
+    node: ReduceNode, source: Arranged, rnd: Round, outputs: list[Frame]
+) -> dict[str, Frame] | None:
+    """The affected keys' input (`inp`) and output (`outp`) rows, times set to `t`, when
+    the step is settled (module docstring); None when it is not, or when the kernel
+    cannot pick the keys' rows without a query."""
+    if node.pending() or source.current is None or not node.keys:
+        return None
+    kernel, names, delta = node.kernel, time_columns(node.depth), source.current.frame
+    stamp = []
+    for name in names:
+        bounds = kernel.bounds(delta, name)
+        if bounds is None or bounds[0] != bounds[1]:
+            return None
+        stamp.append(bounds[0])
+    if not rnd.frontier.complete(tuple(stamp)):
+        return None
+    frames: dict[str, Frame] = {}
+    for table, parts in (("inp", [*source.history(), delta]), ("outp", outputs)):
+        kept = []
+        for frame in parts:
+            if kernel.rows(frame) == 0:
+                continue
+            for name, at in zip(names, stamp, strict=True):
+                bounds = kernel.bounds(frame, name)
+                if bounds is None or bounds[1] > at:
+                    return None
+            rows = kernel.rows_with_keys(frame, node.keys, delta)
+            if rows is None:
+                return None
+            kept.append(rows)
+        if not kept:
+            schema = source.schema if table == "inp" else node.schema
+            kept.append(node.worker.empty_frame(schema, node.depth))
+        frame = kernel.union(kept) if len(kept) > 1 else kept[0]
+        for name, at in zip(names, stamp, strict=True):
+            frame = kernel.set_time(frame, name, at)
+        frames[table] = frame
+    return frames
+
+
+@dataclass(frozen=True, slots=True)
+class SettledQueries:
+    """A settled step's queries, rendered once per reduce: all of it as one pipeline
+    (`inp` and `outp` to the corrections), the logic alone (`acc` to `desired`), and
+    the subtraction alone (`desired` and `outp` to the corrections)."""
+
+    pipeline: Any
+    desired: Prepared
+    final: Prepared
+
+    @classmethod
+    def build(cls, node: ReduceNode) -> SettledQueries:
+        keys, vals, d, kernel = node.keys, node.source_values, node.depth, node.kernel
+        desired = node.logic.query(keys, vals, d, kernel.dialect)
+        assert desired is not None, "a settled step needs SQL logic"
+
+        def build() -> SettledQueries:
+            group = name_list([*keys, *time_columns(d), *vals])
+            total = f"CAST(SUM({quote(DIFF)}) AS BIGINT) AS {quote(DIFF)}"
+            acc = _parse(
+                f"SELECT {group}, {total} FROM inp GROUP BY {group} HAVING SUM({quote(DIFF)}) <> 0"
+            )
+            data = name_list([*keys, *node.values, *time_columns(d)])
+            final = _parse(
+                f"SELECT {name_list(node.all_columns())} FROM ("
+                f"SELECT {data}, {total} FROM ("
+                f"SELECT {data}, {quote(DIFF)} FROM desired UNION ALL "
+                f"SELECT {data}, -{quote(DIFF)} AS {quote(DIFF)} FROM outp"
+                f") u GROUP BY {data} HAVING SUM({quote(DIFF)}) <> 0) c"
+            )
+            stages = (Stage("acc", acc), Stage("desired", desired, store=False))
+            pipeline = kernel.prepare_pipeline(Pipeline(stages, final))
+            return cls(pipeline, kernel.prepare(desired), kernel.prepare(final))
+
+        shape = (keys, vals, node.values, d, desired.sql(dialect=kernel.dialect))
+        result: SettledQueries = kernel.cached(("reduce-settled", *shape), build)
+        return result
+
+    def run(self, node: ReduceNode, frames: dict[str, Frame]) -> Frame:
+        """The step's output (the corrections at `t`) from `settled_inputs`' frames."""
+        kernel, keys, d = node.kernel, node.keys, node.depth
+        acc = kernel.consolidate_small([frames["inp"]], [*keys, *node.source_values], d)
+        if acc is None:
+            result, stored = kernel.run_pipeline(self.pipeline, frames, keys)
+            if stored:
+                result = kernel.materialize(result, keys).frame
+                for frame in stored:
+                    kernel.release(frame)
+            return result
+        desired = kernel.query(self.desired, {"acc": acc})
+        outp = frames["outp"]
+        done = kernel.consolidate_small([desired, outp], node.columns, d, signs=(1, -1))
+        if done is not None:
+            return done
+        return kernel.query(self.final, {"desired": desired, "outp": outp})
+
+
+def _parse(sql: str) -> exp.Query:
+    query = parse_one(sql, read="spark")
+    assert isinstance(query, exp.Query)
+    return query

@@ -1,0 +1,251 @@
+"""The in-process kernel's fast paths against the oracle and against its own queries.
+
+A round of a small view avoids DuckDB statements where it can: small consolidations
+and trace merges in Python (`kernel.driver.consolidate`), chains that only rename and
+drop NULL keys in Arrow (`Linear.selection`), a reduce step with one new time as the
+logic alone (`operators.reduce_settled`), and the first map/filter of many views over
+one table as one shared query (`runtime.siblings`). Each must give exactly what the
+query it replaces gives: checked here on random histories (deletes, several times per
+flush, updates at future times) against the from-scratch oracle, and the driver's
+consolidation against DuckDB's on random tables.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import oracle
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from oracle import Multiset
+from sqlglot import exp
+from test_runtime_oracle import LOCAL, History, Pipeline, check_history, histories
+
+from dsql.errors import DsqlError
+from dsql.runtime import relational as rel
+from dsql.runtime.collection import Collection
+from dsql.runtime.dataflow import Worker
+from dsql.runtime.kernel import driver
+from dsql.runtime.kernel.local import LocalKernel
+from dsql.runtime.lattice import Antichain
+
+KEY = st.integers(-1, 3).map(lambda k: None if k < 0 else k)
+NAME = st.sampled_from([None, "a", "b", "B", "é"])
+FLAG = st.sampled_from([None, True, False])
+VALUE = st.integers(0, 5)
+
+# --- reduce: multi-column keys with NULLs and text, settled and general steps --------------
+
+KSV = {"k": "int", "s": "text", "v": "int"}
+
+
+def _grouped(a: Collection) -> dict[str, Collection]:
+    by_two = a.reduce(["k", "s"], aggregates=["count(*) AS n", "sum(v) AS t"])
+    return {
+        "by_two": by_two,
+        "by_text": a.reduce(["s"], aggregates=["max(v) AS hi", "min(k) AS lo"]),
+        # an arrangement by a renamed key with NULLs dropped (no query), then a reduce
+        "renamed": a.map("s AS name", "v").filter("name IS NOT NULL").count(),
+        "of_reduce": by_two.map("n", "t").reduce(["n"], aggregates=["sum(t) AS total"]),
+    }
+
+
+def _grouped_expected(inputs: list[Multiset], t: int) -> dict[str, Multiset]:
+    (a,) = inputs
+    by_two = oracle.reduce(a, [0, 1], [("count", None), ("sum", 2)])
+    renamed = oracle.filter(oracle.map(a, lambda r: (r[1], r[2])), lambda r: r[0] is not None)
+    return {
+        "by_two": by_two,
+        "by_text": oracle.reduce(a, [1], [("max", 2), ("min", 0)]),
+        "renamed": oracle.count(renamed),
+        "of_reduce": oracle.reduce(oracle.map(by_two, lambda r: (r[2], r[3])), [0], [("sum", 1)]),
+    }
+
+
+GROUPED = Pipeline(
+    (KSV,), _grouped, _grouped_expected, (st.tuples(KEY, NAME, VALUE),), nonnegative=True
+)
+
+
+@settings(LOCAL, max_examples=40)
+@given(history=histories(GROUPED.rows, nonnegative=True, max_rounds=7))
+def test_reduce_settled_and_general_steps(history: History) -> None:
+    check_history(LocalKernel(), GROUPED, history)
+
+
+@settings(LOCAL, max_examples=25)
+@given(
+    history=histories(GROUPED.rows, nonnegative=True, max_rounds=6).filter(
+        lambda h: all(op.time == s.advance - 1 for r in h.rounds for s in r for op in s.ops)
+    )
+)
+def test_reduce_one_time_per_round(history: History) -> None:
+    """Histories whose rounds each write at one time, closed by the round: every step of
+    a reduce is settled (the fast path alone, round after round)."""
+    check_history(LocalKernel(), GROUPED, history)
+
+
+# --- siblings: many views' first steps over one batch as one query -------------------------
+
+FILTERS = ["k > 1", "v % 2 = 0", "s = 'a' OR k IS NULL", "v > 2 AND s IS NOT NULL"]
+
+
+def _views(a: Collection) -> dict[str, Collection]:
+    shared = a.arrange_by_self()
+    views: dict[str, Collection] = {}
+    for i, condition in enumerate(FILTERS):
+        # each view reads its own import of the shared arrangement, as SQL views do
+        imported = shared.trace_handle().import_into().as_collection()
+        branch = {"columns": ["k", f"v * {i + 1} AS w"], "where": condition}
+        views[f"f{i}"] = imported.join_function([branch])  # one map/filter step
+    views["direct"] = shared.as_collection().map("s", "k + v AS kv")
+    views["grouped"] = (
+        shared.as_collection().map("v % 3 AS g", "v").reduce(["g"], aggregates=["sum(v) AS t"])
+    )
+    return views
+
+
+def _views_expected(inputs: list[Multiset], t: int) -> dict[str, Multiset]:
+    (a,) = inputs
+    tests = [
+        lambda r: r[0] is not None and r[0] > 1,
+        lambda r: r[2] % 2 == 0,
+        lambda r: r[1] == "a" or r[0] is None,
+        lambda r: r[2] > 2 and r[1] is not None,
+    ]
+    out = {
+        f"f{i}": oracle.map(oracle.filter(a, test), lambda r, i=i: (r[0], r[2] * (i + 1)))
+        for i, test in enumerate(tests)
+    }
+    out["direct"] = oracle.map(a, lambda r: (r[1], None if r[0] is None else r[0] + r[2]))
+    grouped = oracle.map(a, lambda r: (r[2] % 3, r[2]))
+    out["grouped"] = oracle.reduce(grouped, [0], [("sum", 1)])
+    return out
+
+
+VIEWS = Pipeline((KSV,), _views, _views_expected, (st.tuples(KEY, NAME, VALUE),))
+
+
+@settings(LOCAL, max_examples=30)
+@given(history=histories(VIEWS.rows, max_rounds=6))
+def test_sibling_views_share_one_query(history: History) -> None:
+    check_history(LocalKernel(), VIEWS, history)
+
+
+def test_a_failing_sibling_fails_alone() -> None:
+    """One view's expression raises: the shared query fails, each view runs its own, and
+    only that view fails (the others' rows are still right)."""
+    worker = Worker(LocalKernel())
+    worker.isolate_failures = True
+    table = worker.new_input({"k": "int", "s": "text"})
+    shared = table.to_collection().arrange_by_self()
+    good = [
+        shared.trace_handle().import_into().as_collection().filter(f"k > {i}").capture()
+        for i in range(3)
+    ]
+    bad_view = shared.trace_handle().import_into().as_collection().map("CAST(s AS int) AS n")
+    bad = bad_view.capture()
+    table.insert((1, "x"))
+    table.insert((5, "7"))
+    table.advance_to(1)
+    table.flush()
+    worker.step()
+    assert bad_view.node.id in worker.failed
+    assert isinstance(worker.failed[bad_view.node.id], DsqlError)
+    assert bad.poll().num_rows == 0
+    for i, capture in enumerate(good):
+        rows = sorted(r["k"] for r in capture.poll().to_pylist())
+        assert rows == [k for k in (1, 5) if k > i]
+
+
+# --- the driver's consolidation against the query it replaces ------------------------------
+
+DATE = st.dates(datetime.date(1999, 12, 30), datetime.date(2000, 1, 2))
+
+
+@st.composite
+def _tables(draw: Any) -> list[pa.Table]:
+    schema = pa.schema(
+        [
+            ("i", pa.int32()),
+            ("s", pa.string()),
+            ("b", pa.bool_()),
+            ("d", pa.date32()),
+            ("__time__", pa.int64()),
+            ("__time1__", pa.int64()),
+            ("__diff__", pa.int64()),
+        ]
+    )
+    row = st.tuples(
+        st.integers(-1, 2).map(lambda v: None if v < 0 else v),
+        NAME,
+        FLAG,
+        st.one_of(st.none(), DATE),
+        st.integers(0, 4),
+        st.integers(0, 4),
+        st.sampled_from([-2, -1, 1, 1, 3]),
+    )
+    tables = []
+    for _ in range(draw(st.integers(1, 3))):
+        rows = draw(st.lists(row, max_size=12))
+        tables.append(pa.table(list(zip(*rows, strict=True)) or [[]] * 7, schema=schema))
+    return tables
+
+
+FRONTIERS = st.sampled_from([None, Antichain([(2, 1)]), Antichain([(3, 0), (1, 2)])])
+
+
+@settings(LOCAL, max_examples=80)
+@given(tables=_tables(), frontier=FRONTIERS, negate_last=st.booleans())
+def test_driver_consolidation_equals_the_query(
+    tables: list[pa.Table], frontier: Antichain | None, negate_last: bool
+) -> None:
+    kernel, columns = LocalKernel(), ("i", "s", "b", "d")
+    signs = [1] * (len(tables) - 1) + [-1 if negate_last else 1]
+    fast = driver.consolidate(tables, columns, 2, frontier, signs)
+    assert fast is not None
+    names = {f"b{i}": t for i, t in enumerate(tables)}
+    parts = []
+    for (name, table), sign in zip(names.items(), signs, strict=True):
+        diff = rel.col("__diff__") if sign == 1 else exp.Neg(this=rel.col("__diff__"))
+        kept = rel.passthrough(table.column_names[:-1])
+        parts.append(rel.select(name, [*kept, ("__diff__", diff)]))
+    union = parts[0]
+    for p in parts[1:]:
+        union = exp.union(union, p, distinct=False)
+    query = (
+        rel.advance(union, columns, 2, frontier) if frontier else rel.consolidate(union, columns, 2)
+    )
+    slow = kernel.query(query, names)
+    assert fast.schema == slow.schema
+    assert sorted(map(str, fast.to_pylist())) == sorted(map(str, slow.to_pylist()))
+
+
+def test_driver_declines_what_it_cannot_match() -> None:
+    floats = pa.table({"x": [0.0, -0.0], "__time__": [1, 1], "__diff__": [1, 1]})
+    assert driver.consolidate([floats], ("x",), 1, None) is None
+    many = pa.table({"x": list(range(driver.SMALL_ROWS + 1))})
+    many = many.append_column("__time__", pa.array([0] * many.num_rows, pa.int64()))
+    many = many.append_column("__diff__", pa.array([1] * many.num_rows, pa.int64()))
+    assert driver.consolidate([many], ("x",), 1, None) is None
+    keys = pa.table({"a": [1, None], "b": ["x", "y"]})
+    assert driver.rows_with_keys(keys, ("a", "b"), keys) is None  # a NULL in a key pair
+    single = driver.rows_with_keys(keys, ("a",), keys.slice(1))
+    assert single is not None and single.to_pylist() == [{"a": None, "b": "y"}]
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_empty_and_tiny_batches(n: int) -> None:
+    table = pa.table(
+        {
+            "x": pa.array(list(range(n)), pa.int64()),
+            "__time__": pa.array([0] * n, pa.int64()),
+            "__diff__": pa.array([1] * n, pa.int64()),
+        }
+    )
+    out = driver.consolidate([table, table], ("x",), 1, None, signs=(1, -1))
+    assert out is not None and out.num_rows == 0
+    assert out.schema.names == ["x", "__time__", "__diff__"]
