@@ -42,6 +42,33 @@ _AGGREGATES = (
 )
 
 
+_AGG_HINT = (
+    "dsql's aggregates: count, sum, avg, min, max, array_agg, string_agg, bool_and, "
+    "bool_or, stddev[_pop|_samp], variance, var_pop"
+)
+
+#: Functions dsql itself gives meaning to (the others must be known to the engines).
+_DSQL_FUNCTIONS = frozenset({"mz_now", "repeat_row"})
+
+
+def _function_exists(name: str) -> bool:
+    """Whether `name` is a scalar function dsql or its in-process engine knows (DuckDB's
+    aggregates and table functions are not dsql's)."""
+    global _ENGINE_FUNCTIONS
+    if _ENGINE_FUNCTIONS is None:
+        import duckdb
+
+        rows = duckdb.execute(
+            "SELECT DISTINCT function_name FROM duckdb_functions() "
+            "WHERE function_type IN ('scalar', 'macro')"
+        ).fetchall()
+        _ENGINE_FUNCTIONS = frozenset(r[0].lower() for r in rows)
+    return name.lower() in _ENGINE_FUNCTIONS or name.lower() in _DSQL_FUNCTIONS
+
+
+_ENGINE_FUNCTIONS: frozenset[str] | None = None
+
+
 def is_aggregate(e: Any) -> bool:
     """Whether an expression contains an aggregate call (outside subqueries)."""
     return isinstance(e, exp.Expression) and bool(aggregate_calls(e))
@@ -62,6 +89,10 @@ def aggregate_calls(e: exp.Expression) -> list[exp.Expression]:
             return
         if isinstance(node, exp.Window):
             raise unsupported("window functions", "use GROUP BY, or a join with an aggregate")
+        if isinstance(node, exp.AggFunc):  # an aggregate sqlglot knows and dsql does not
+            error = unsupported(f"the aggregate function {node.sql_name().lower()}()", _AGG_HINT)
+            error.position = position_of(node)
+            raise error
         for child in node.iter_expressions():
             visit(child)
 
@@ -134,6 +165,11 @@ class ExprBinder:
                 raise SchemaError("a parameter placeholder reached the planner unbound")
             case exp.Div():
                 return self._div(e)
+            case exp.Anonymous() if not _function_exists(e.name):
+                raise SchemaError(
+                    f"function {e.name}() does not exist",
+                    hint="check the name; dsql speaks PostgreSQL's functions",
+                )
         for key, value in list(e.args.items()):
             if isinstance(value, exp.Expression):
                 e.set(key, self._bind(value))

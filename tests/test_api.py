@@ -3,6 +3,8 @@ and every error path leaving the session usable with its tables intact."""
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
@@ -240,3 +242,22 @@ def test_caret_lands_under_the_position_in_a_later_statement(con):
     text = str(info.value).splitlines()
     assert text[1] == "  SELECT a FROM t WHERE"
     assert text[2].index("^") == text[1].index("WHERE")
+
+
+UNKNOWN_FUNCTIONS = [
+    ("SELECT a, nosuchfn(b) FROM t", "function nosuchfn() does not exist", 11),
+    ("SELECT first(a) FROM t", "the aggregate function first() is not supported", None),
+]
+
+
+@pytest.mark.parametrize(("sql", "message", "column"), UNKNOWN_FUNCTIONS)
+def test_unknown_functions_are_refused_when_planned(con, sql, message, column):
+    """A function neither dsql nor its engines know is a planning error with a position,
+    not an engine's error at run time; so is an aggregate dsql does not implement."""
+    before = rows(con)
+    with pytest.raises(errors.DsqlError, match=re.escape(message)) as info:
+        con.execute(sql)
+    assert info.value.position is not None
+    if column is not None:
+        assert info.value.position[1] == column
+    assert rows(con) == before
