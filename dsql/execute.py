@@ -16,7 +16,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from dsql import grammar
+from dsql import fast_path, grammar
 from dsql.clock import MAX_MS
 from dsql.errors import (
     DsqlError,
@@ -190,7 +190,9 @@ class Executor:
                 f"INSERT has {bound.visible} values for {len(given)} columns of '{rel.name}'",
                 hint="list the target columns: INSERT INTO t (a, b) VALUES ...",
             )
-        source = s.read(bound)
+        source = fast_path.literal_rows(bound) if s.fast_path else None
+        if source is None:
+            source = s.read(bound)
         arrays = []
         for i, c in enumerate(rel.columns):
             target = types.to_arrow(c.type)

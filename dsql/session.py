@@ -20,11 +20,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
+from dsql import fast_path
 from dsql.clock import TICKS_PER_MS, Clock
 from dsql.errors import DsqlError, ExecutionError, SchemaError, TypeMismatchError
 from dsql.history import History
@@ -110,6 +112,9 @@ class Session:
         # A kept view that fails on new data fails alone (reads of it report the error).
         self.worker.isolate_failures = True
         self.relations: dict[str, Relation] = {}
+        #: Whether reads of an arrangement, and INSERTs of literal rows, skip the
+        #: dataflow (`dsql.fast_path`).
+        self.fast_path = True
         self.indexes = Indexes(self)
         self.history = History(self)
         self._unit = self._new_input(pa.schema([("_c0", pa.int32())]))
@@ -193,7 +198,8 @@ class Session:
         self.history.register(name, rel.arrangement, retain_ms)
 
     def write(self, name: str, rows: pa.Table, diff: int) -> int:
-        """Add (diff=1) or remove (diff=-1) rows of a table at the clock's tick; returns the count."""
+        """Add (diff=1) or remove (diff=-1) rows of a table at the clock's tick; returns the
+        count."""
         rel = self._table(name)
         self._check_not_null(rel, rows)
         if rows.num_rows == 0:
@@ -220,7 +226,8 @@ class Session:
         for i, required in enumerate(rel.not_null):
             if required and rows.num_rows and rows.column(i).null_count:
                 raise SchemaError(
-                    f"null value in column '{rel.columns[i].name}' of '{rel.name}' violates NOT NULL",
+                    f"null value in column '{rel.columns[i].name}' of '{rel.name}' "
+                    "violates NOT NULL",
                     hint="give a value for it",
                 )
 
@@ -364,6 +371,10 @@ class Session:
         """The query's result at the current time (rows in order if it has ORDER BY)."""
         if as_of_ms is None and _reads_nothing(bound.plan):
             return self._read_constant(bound)
+        if as_of_ms is None and self.fast_path:
+            peeked = fast_path.peek(self, bound)
+            if peeked is not None:
+                return peeked
         tick = self.close_time()
         source = None
         if as_of_ms is not None:
@@ -431,21 +442,25 @@ def accumulate(updates: pa.Table, tick: int, arity: int) -> pa.Table:
             f'SELECT {cols}, CAST(SUM("{DIFF}") AS BIGINT) AS n FROM u WHERE "{TIME}" <= {tick} '
             f'GROUP BY ALL HAVING SUM("{DIFF}") <> 0'
         ).to_arrow_table()
-        least, most = pc.min_max(counts["n"]).values()
-        if counts.num_rows and least.as_py() < 0:
-            raise ExecutionError(
-                "a result has a row with a negative count",
-                hint="this is a dsql bug; please report it",
-            )
-        if not counts.num_rows or most.as_py() == 1:  # each row once: nothing to repeat
-            return counts.drop_columns(["n"])
-        con.register("counts", counts)
-        rows = con.sql(
-            "SELECT * EXCLUDE (n, generate_series) FROM counts, generate_series(1, counts.n)"
-        )
-        return rows.to_arrow_table()
     finally:
         con.close()
+    return repeat_rows(counts, "n")
+
+
+def repeat_rows(counts: pa.Table, count: str) -> pa.Table:
+    """Each row of `counts` repeated by its column `count` (dropped); an error for a
+    negative count, which no correct result has."""
+    n = counts[count]
+    least, most = pc.min_max(n).values()
+    if counts.num_rows and least.as_py() < 0:
+        raise ExecutionError(
+            "a result has a row with a negative count",
+            hint="this is a dsql bug; please report it",
+        )
+    rows = counts.drop_columns([count])
+    if not counts.num_rows or most.as_py() == 1:  # each row once: nothing to repeat
+        return rows
+    return rows.take(np.repeat(np.arange(counts.num_rows), n.to_numpy()))
 
 
 def _duckdb() -> Any:
@@ -467,7 +482,8 @@ def present(table: pa.Table, bound: Query) -> pa.Table:
     visible = bound.visible
     if bound.order or bound.limit is not None or bound.offset:
         order = ", ".join(
-            f'"_c{o.column}" {"DESC" if o.desc else "ASC"} NULLS {"FIRST" if o.nulls_first else "LAST"}'
+            f'"_c{o.column}" {"DESC" if o.desc else "ASC"} '
+            f"NULLS {'FIRST' if o.nulls_first else 'LAST'}"
             for o in bound.order
         )
         sql = "SELECT * FROM t" + (f" ORDER BY {order}" if order else "")
@@ -536,6 +552,7 @@ __all__ = [
     "Result",
     "Session",
     "accumulate",
+    "repeat_rows",
     "default_kernel",
     "present",
     "sqlglot",

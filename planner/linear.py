@@ -31,13 +31,22 @@ negation, at the end.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
 
 from dsql.errors import SchemaError
-from dsql.planner.plan import Column, col, conjuncts, index, refs, remap, show_expr, text_key
+from dsql.planner.plan import (
+    Column,
+    col,
+    conjuncts,
+    held_key,
+    held_refs,
+    index,
+    remap,
+    show_expr,
+)
 from dsql.planner.temporal import Interval, mentions_mz_now, presence
 
 
@@ -108,7 +117,7 @@ class Segment:
             if i is not None:
                 layout.append(i)
                 continue
-            key = text_key(e)
+            key = held_key(e)
             if key not in seen:
                 seen[key] = self.input_arity + len(exprs)
                 exprs.append(e)
@@ -213,12 +222,12 @@ class JoinFunction:
                     used = {c for c in needed if c < before}
                     for k, e in enumerate(exprs):
                         if before + k in needed:
-                            used |= refs(e)
+                            used |= held_refs(e)
                     needed = used
                 case FilterStep(predicates=preds):
-                    needed |= {c for p in preds for c in refs(p)}
+                    needed |= {c for p in preds for c in held_refs(p)}
                 case TableStep(function=f):
-                    needed = {c for c in needed if c < before} | refs(f)
+                    needed = {c for c in needed if c < before} | held_refs(f)
         return frozenset(needed)
 
     def segments(self) -> tuple[tuple[Segment, TableStep | None], ...]:
@@ -269,7 +278,7 @@ class JoinFunction:
         for k in range(len(parts) - 2, -1, -1):  # backwards: later stretches decide
             seg, table = parts[k]
             assert table is not None
-            used = {c for c in _reads(parts[k + 1][0]) if c < widths[k]} | refs(table.function)
+            used = {c for c in _reads(parts[k + 1][0]) if c < widths[k]} | held_refs(table.function)
             keeps[k] = sorted(used)
             parts[k] = (_select(seg, keeps[k]), table)
         steps: list[Step] = []
@@ -385,7 +394,7 @@ def _memo(table: dict, fn: JoinFunction, compute):  # type: ignore[no-untyped-de
 
 def _reads(seg: Segment) -> set[int]:
     """The input columns a stretch reads."""
-    return {c for e in (*seg.outputs, *seg.predicates) for c in refs(e)}
+    return {c for e in (*seg.outputs, *seg.predicates) for c in held_refs(e)}
 
 
 def _select(seg: Segment, keep: list[int]) -> Segment:
@@ -425,21 +434,22 @@ def _renumber(seg: Segment, position: dict[int, int], arity: int) -> Segment:
 
 def _closed_form(arity: int, steps: tuple[Step, ...]) -> Segment:
     """Symbolic execution of table-free steps: outputs and predicates over the input."""
-    outputs: list[exp.Expression] = [col(i) for i in range(arity)]
+    # An output that copies an input column is its position until the end (most are
+    # projected away: a column reference for each would cost more than the rest).
+    outputs: list[int | exp.Expression] = list(range(arity))
     meta: list[int | Column] = list(range(arity))
     preds: list[exp.Expression] = []
-    seen: set[str] = set()
+    seen: set[Hashable] = set()
     negated = False
     for step in steps:
-        env = dict(enumerate(outputs))
         match step:
             case MapStep(exprs=exprs, columns=cols):
-                outputs += [_inline(e, env) for e in exprs]
+                outputs += [_inline(e, outputs) for e in exprs]
                 meta += list(cols)
             case FilterStep(predicates=ps):
                 for p in (c for q in ps for c in conjuncts(q)):
-                    p = _inline(p, env)
-                    key = text_key(p)
+                    p = _inline(p, outputs)
+                    key = held_key(p)
                     if not _is_true(p) and key not in seen:
                         seen.add(key)
                         preds.append(p)
@@ -448,7 +458,8 @@ def _closed_form(arity: int, steps: tuple[Step, ...]) -> Segment:
                 meta = [meta[i] for i in outs]
             case NegateStep():
                 negated = not negated
-    return Segment(arity, tuple(outputs), tuple(meta), tuple(preds), negated)
+    final = tuple(col(o) if type(o) is int else o for o in outputs)
+    return Segment(arity, final, tuple(meta), tuple(preds), negated)  # type: ignore[arg-type]
 
 
 def _hoist(
@@ -464,16 +475,16 @@ def _hoist(
         width = len(prev.outputs)
         moved, kept = [], []
         for p in seg.predicates:
-            used = refs(p)
+            used = held_refs(p)
             if all(c < width for c in used):
-                moved.append(_inline(p, dict(enumerate(prev.outputs))))
+                moved.append(_inline(p, prev.outputs))
             else:
                 kept.append(p)
         out[k] = (_replace_predicates(seg, tuple(kept)), table)
-        seen = {text_key(p) for p in prev.predicates}
+        seen = {held_key(p) for p in prev.predicates}
         fresh_list = []
         for p in moved:
-            key = text_key(p)
+            key = held_key(p)
             if key not in seen:
                 seen.add(key)
                 fresh_list.append(p)
@@ -485,13 +496,16 @@ def _hoist(
     return tuple(out)
 
 
-def _inline(e: exp.Expression, env: dict[int, exp.Expression]) -> exp.Expression:
-    """`e` with each `#i` replaced by the expression `env[i]`."""
+def _inline(e: exp.Expression, env: Sequence[int | exp.Expression]) -> exp.Expression:
+    """`e` with each `#i` replaced by `env[i]`: an expression, or the position of a column
+    (`e` itself, shared, when every column it reads stays where it is)."""
     mapping: dict[int, int | exp.Expression] = {}
-    for i in refs(e):
+    for i in held_refs(e):
         target = env[i]
-        j = _column_index(target)
+        j = target if type(target) is int else _column_index(target)  # type: ignore[arg-type]
         mapping[i] = target if j is None else j  # a column: renumbered, not substituted
+    if all(type(j) is int and i == j for i, j in mapping.items()):
+        return e
     return remap(e, mapping)
 
 
@@ -519,13 +533,13 @@ def _check_step(step: Step, arity: int) -> int:
         case MapStep(exprs=exprs, columns=cols):
             if len(exprs) != len(cols):
                 raise SchemaError("map: one column per expression")
-            bad = [c for e in exprs for c in refs(e) if c >= arity]
+            bad = [c for e in exprs for c in held_refs(e) if c >= arity]
         case FilterStep(predicates=preds):
-            bad = [c for p in preds for c in refs(p) if c >= arity]
+            bad = [c for p in preds for c in held_refs(p) if c >= arity]
         case ProjectStep(outputs=outs):
             bad = [c for c in outs if c >= arity]
         case TableStep(function=f):
-            bad = [c for c in refs(f) if c >= arity]
+            bad = [c for c in held_refs(f) if c >= arity]
         case _:
             bad = []
     if bad:

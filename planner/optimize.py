@@ -34,7 +34,7 @@ from dsql.planner.passes.fuse import fuse_linear
 from dsql.planner.passes.join_order import order_joins
 from dsql.planner.passes.prune import prune_columns
 from dsql.planner.passes.pushdown import push_predicates
-from dsql.planner.plan import Column, Linear, Plan, text_key
+from dsql.planner.plan import Column, Linear, Plan, held_key
 
 Pass = Callable[[Plan], Plan]
 
@@ -120,11 +120,11 @@ def _steps(fn: JoinFunction) -> tuple:
 
 def _text(value: object) -> object:
     if isinstance(value, exp.Expression):
-        return text_key(value)
+        return held_key(value)
     if isinstance(value, tuple):
         return tuple(_text(v) for v in value)
     if isinstance(value, Column):
-        return (value.name, text_key(value.type), value.nullable)
+        return (value.name, held_key(value.type), value.nullable)
     return value
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Hashable
+from copy import deepcopy
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -43,13 +44,16 @@ class Column:
 
 
 def col(i: int) -> exp.Column:
-    """A reference to input column `i`."""
-    return exp.column(f"_c{i}")
+    """A reference to input column `i` (built directly: `exp.column` costs more, and
+    the planner makes many)."""
+    ident = exp.Identifier(this=f"_c{i}", quoted=False)
+    return exp.Column(this=ident, table=None, db=None, catalog=None)
 
 
 def index(column: exp.Column) -> int | None:
     """The position a `_c{i}` reference points at (None for other columns)."""
-    name = column.name
+    ident = column.args.get("this")
+    name = ident.this if type(ident) is exp.Identifier else column.name
     return int(name[2:]) if name.startswith("_c") and name[2:].isdigit() else None
 
 
@@ -84,30 +88,104 @@ class SubqueryExpr(exp.Expression):
 def refs(expression: exp.Expression) -> set[int]:
     """The input columns an expression reads."""
     found = set()
-    for c in expression.find_all(exp.Column):
-        i = index(c)
-        if i is not None:
-            found.add(i)
+    stack = [expression]
+    while stack:  # sqlglot's `find_all` walks the same nodes, at several times the cost
+        node = stack.pop()
+        if isinstance(node, exp.Column):
+            i = index(node)
+            if i is not None:
+                found.add(i)
+        for value in node.args.values():
+            if isinstance(value, exp.Expression):
+                stack.append(value)
+            elif type(value) is list:
+                stack.extend(v for v in value if isinstance(v, exp.Expression))
     return found
 
 
+def held_refs(expression: exp.Expression) -> frozenset[int]:
+    """`refs` of an expression that no longer changes (one a plan node or a linear step
+    holds: the planner never mutates those), remembered by identity."""
+    return _held(_HELD_REFS, expression, lambda: frozenset(refs(expression)))
+
+
+def held_key(expression: exp.Expression) -> Hashable:
+    """`text_key` of an expression that no longer changes, remembered by identity."""
+    return _held(_HELD_KEYS, expression, lambda: text_key(expression))
+
+
+def _held(table: dict[int, tuple[exp.Expression, Any]], e: exp.Expression, compute: Any) -> Any:
+    entry = table.get(id(e))
+    if entry is not None and entry[0] is e:  # the entry holds `e`: its id is not reused
+        return entry[1]
+    value = compute()
+    if len(table) >= _HELD_ENTRIES:
+        table.clear()
+    table[id(e)] = (e, value)
+    return value
+
+
+_HELD_REFS: dict[int, tuple[exp.Expression, Any]] = {}
+_HELD_KEYS: dict[int, tuple[exp.Expression, Any]] = {}
+_HELD_ENTRIES = 16384
+
+
 def remap(expression: exp.Expression, mapping: dict[int, int | exp.Expression]) -> exp.Expression:
-    """A copy with each `_c{i}` replaced by `_c{mapping[i]}` (or by an expression)."""
+    """A copy with each `_c{i}` replaced by `_c{mapping[i]}` (or by an expression).
 
-    def replace(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Column):
-            i = index(node)
-            if i is not None and i in mapping:
-                target = mapping[i]
-                if isinstance(target, int):
-                    return col(target)
-                # The tree keeps the grouping, but SQL text is generated without adding
-                # parentheses: `#2 * #0` with `#2 = #0 + 0` must not print as `#0 + 0 * #0`.
-                atomic = isinstance(target, exp.Column | exp.Literal | exp.Paren | exp.Func)
-                return target.copy() if atomic else exp.paren(target.copy())
-        return node
+    One pass that copies and substitutes (sqlglot's copy, then `transform`, walks and
+    rebuilds twice); deep trees are copied without recursion.
+    """
 
-    return expression.copy().transform(replace, copy=False)
+    def substitute(node: exp.Expression) -> exp.Expression | None:
+        if not isinstance(node, exp.Column):
+            return None
+        i = index(node)
+        if i is None or i not in mapping:
+            return None
+        target = mapping[i]
+        if isinstance(target, int):
+            return col(target)
+        # The tree keeps the grouping, but SQL text is generated without adding
+        # parentheses: `#2 * #0` with `#2 = #0 + 0` must not print as `#0 + 0 * #0`.
+        atomic = isinstance(target, exp.Column | exp.Literal | exp.Paren | exp.Func)
+        return target.copy() if atomic else exp.paren(target.copy())
+
+    def child(
+        value: exp.Expression, parent: exp.Expression, key: str, at: int | None
+    ) -> exp.Expression:
+        new = substitute(value)
+        if new is None:
+            new = value.__class__()
+            stack.append((value, new))
+        new.parent, new.arg_key, new.index = parent, key, at
+        return new
+
+    root = substitute(expression)
+    if root is not None:
+        return root
+    root = expression.__class__()
+    stack = [(expression, root)]
+    while stack:
+        node, copy = stack.pop()
+        if node.comments is not None:
+            copy.comments = list(node.comments)
+        if node._type is not None:
+            copy._type = node._type.copy()
+        if node._meta is not None:
+            copy._meta = deepcopy(node._meta)
+        args = copy.args
+        for key, value in node.args.items():
+            if isinstance(value, exp.Expression):
+                args[key] = child(value, copy, key, None)
+            elif type(value) is list:
+                args[key] = [
+                    child(v, copy, key, i) if isinstance(v, exp.Expression) else v
+                    for i, v in enumerate(value)
+                ]
+            else:
+                args[key] = value
+    return root
 
 
 def text_key(e: exp.Expression) -> Hashable:

@@ -82,6 +82,8 @@ def _same(a: tuple[exp.Expression, ...], b: tuple[exp.Expression, ...]) -> bool:
 def fold(e: exp.Expression) -> exp.Expression:
     """`e` with constant sub-expressions evaluated and 3VL-safe boolean identities applied
     (`e` itself when nothing folds)."""
+    if not _folds(e):
+        return e
     root = e.copy()
     changed = False
     for node in reversed(list(root.walk(bfs=False))):  # children before parents
@@ -93,6 +95,23 @@ def fold(e: exp.Expression) -> exp.Expression:
             else:
                 node.replace(folded)
     return root if changed else e
+
+
+def _folds(e: exp.Expression) -> bool:
+    """Whether some node of `e` folds (one walk, children first, without copying)."""
+    constant: dict[int, bool] = {}
+    for node in reversed(list(e.walk(bfs=False))):
+        children = [c for c in node.iter_expressions()]
+        const = isinstance(node, _FOLDABLE) and all(constant[id(c)] for c in children)
+        constant[id(node)] = const
+        if isinstance(node, exp.And | exp.Or):
+            if any(isinstance(_unparen(x), exp.Boolean) for x in (node.this, node.expression)):
+                return True
+        elif isinstance(node, exp.Paren) and isinstance(node.this, exp.Boolean | exp.Null):
+            return True
+        elif const and not isinstance(node, exp.Literal | exp.Boolean | exp.Null):
+            return True
+    return False
 
 
 def _fold_one(node: exp.Expression) -> exp.Expression:

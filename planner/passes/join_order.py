@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dsql.planner.plan import Join, Plan, Project, conjuncts, refs, remap
+from dsql.planner.plan import Join, Plan, Project, conjuncts, held_refs, refs, remap
 
 
 def order_joins(plan: Plan) -> Plan:
@@ -65,8 +65,8 @@ def _flatten(
     assert isinstance(node, Join)
     _flatten(node.left, offset, leaves, preds)
     _flatten(node.right, offset + node.left.arity, leaves, preds)
-    if node.on is not None:
-        shifted = remap(node.on, {i: i + offset for i in refs(node.on)})
+    if node.on is not None:  # (no copy where nothing moves: the left spine of a chain)
+        shifted = node.on if not offset else remap(node.on, {i: i + offset for i in refs(node.on)})
         preds.extend(conjuncts(shifted))
 
 
@@ -78,7 +78,7 @@ def _reorder(node: Plan, visit) -> Plan:  # type: ignore[no-untyped-def]
     for n, (leaf, start) in enumerate(leaves):
         for i in range(start, start + leaf.arity):
             owner[i] = n
-    touches = [{owner[i] for i in refs(p)} for p in preds]
+    touches = [{owner[i] for i in held_refs(p)} for p in preds]
     order = _greedy(len(leaves), touches)
     if order == list(range(len(leaves))):
         return node.with_inputs(tuple(visit(i) for i in node.inputs))

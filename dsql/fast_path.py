@@ -1,0 +1,278 @@
+"""Fast-path reads: a one-off SELECT answered from an arrangement, with no dataflow.
+
+A read whose optimized plan is a `Get` of a relation that keeps an arrangement
+(a table, a materialized view, or a view with an index), possibly under one
+linear function (map, filter, project, table functions; no `mz_now()`), is
+answered from the arrangement's trace at the read's tick in one kernel query:
+the history advanced to the tick and consolidated (what an import replays),
+then the function, then accumulated (Materialize calls these fast-path peeks).
+
+Invariant: the rows are those the dataflow path (`Session.read`: import, render,
+run a round, capture, accumulate) gives; the function is evaluated over the same
+consolidated updates, so it fails where that path fails. AS OF reads, reads of
+plain views and anything else take the dataflow path (`peek` returns None).
+
+>>> from dsql.session import Session
+>>> from dsql.execute import Executor
+>>> ex = Executor(Session(kernel="local"))
+>>> _ = ex.run("CREATE TABLE t (a int); INSERT INTO t VALUES (1), (2), (2)")
+>>> query = sqlglot.parse_one("SELECT a + 1 AS b FROM t WHERE a > 1", read="postgres")
+>>> bound = ex.session.plan(query)
+>>> peek(ex.session, bound).to_pylist()
+[{'b': 3}, {'b': 3}]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+
+from dsql.planner.decorrelate import decorrelate
+from dsql.planner.linear import JoinFunction
+from dsql.planner.optimize import optimize
+from dsql.planner.plan import (
+    Constant,
+    Filter,
+    Get,
+    Linear,
+    Map,
+    Plan,
+    Project,
+    Query,
+    col,
+    walk,
+)
+from dsql.planner.temporal import mentions_mz_now
+from dsql.runtime import relational as rel
+from dsql.runtime.dataflow import batch_schema
+from dsql.runtime.lattice import DIFF, TIME
+from dsql.runtime.linear import Branch, Branches, Step, Unnest
+from dsql.runtime.linear import Linear as RuntimeLinear
+
+if TYPE_CHECKING:
+    from dsql.runtime.arrangement import Arranged
+    from dsql.runtime.kernel.base import Kernel
+    from dsql.session import Session
+
+#: Plan nodes a fast-path read may hold above its one `Get` (before optimizing).
+_LINEAR = (Map, Filter, Project, Linear)
+
+
+def candidate(plan: Plan) -> bool:
+    """Whether a bound plan may take the fast path: one `Get` under maps, filters and
+    projections with no subquery and no `mz_now()` (a cheap test before optimizing)."""
+    gets = 0
+    for node in walk(plan):
+        if isinstance(node, Get):
+            gets += 1
+        elif not isinstance(node, _LINEAR):
+            return False
+        for e in _expressions(node):
+            if mentions_mz_now(e) or any(not _plain(n) for n in e.walk()):
+                return False
+    return gets == 1
+
+
+def peek(session: Session, bound: Query, optimized: Plan | None = None) -> pa.Table | None:
+    """The read's rows from an arrangement at the current time, or None when the read
+    needs a dataflow (module docstring). `optimized`: the plan, already optimized."""
+    if optimized is None:
+        if not candidate(bound.plan):
+            return None
+        optimized = optimize(decorrelate(bound.plan))
+    shape = _shape(optimized)
+    if shape is None:
+        return None
+    name, fn = shape
+    arranged = _arranged(session, name)
+    if arranged is None:
+        return None
+    steps = () if fn is None else _runtime_steps(fn, arranged.columns)
+    if steps is None:
+        return None
+    # As the dataflow path does: every write so far is final, the trace is held at the
+    # open tick (compaction stops there), then that tick closes too, so what the views
+    # emit at it (a temporal bound that falls on it) is in the trace before it is read.
+    tick = session.close_time()
+    session._check_failed(session.relations[name])
+    handle = arranged.trace_handle()
+    try:
+        session.close_time(force=True)
+        counts = _counts(session.worker.kernel, arranged, steps, tick)
+    finally:
+        handle.release()
+    from dsql.session import present, repeat_rows
+
+    return present(repeat_rows(counts, DIFF), bound)
+
+
+def _counts(kernel: Kernel, arranged: Arranged, steps: tuple[Step, ...], tick: int) -> pa.Table:
+    """The rows at `tick` with their counts (`__diff__`), by one query prepared once per
+    shape (the tick is an input, `f`): the history advanced to the tick and consolidated,
+    `steps`, then summed. With no steps the history is summed as it is."""
+    depth = arranged.depth
+    frames = arranged.trace.frames()
+    empty = batch_schema(arranged.schema, depth).empty_table()
+    # With no rows the function still decides the columns' types.
+    history = kernel.union(frames) if frames else kernel.from_arrow(empty)
+    key = ("fast-path", rel.fingerprint(steps), arranged.columns, depth)
+    prepared = kernel.cached(key, lambda: kernel.prepare(_query(kernel, arranged, steps)))
+    at = kernel.from_arrow(pa.table({"t": pa.array([tick], pa.int64())}))
+    return kernel.to_arrow(kernel.query(prepared, {"h": history, "f": at}))
+
+
+def _query(kernel: Kernel, arranged: Arranged, steps: tuple[Step, ...]) -> exp.Query:
+    columns, depth = arranged.columns, arranged.depth
+    tick = exp.select(rel.col("t")).from_("f").subquery()
+    source: str | exp.Query = "h"
+    outputs = columns
+    if steps:
+        advanced = rel.select(
+            "h",
+            [
+                *rel.passthrough(columns),
+                (TIME, rel.greatest(rel.col(TIME), tick.copy())),
+                (DIFF, rel.col(DIFF)),
+            ],
+        )
+        linear = RuntimeLinear(steps)
+        consolidated = rel.consolidate(advanced, columns, depth)
+        source = linear.compile(kernel, consolidated, columns, depth)
+        outputs = linear.output_columns(columns)
+    total = exp.Cast(this=exp.Sum(this=rel.col(DIFF)), to=exp.DataType.build("bigint"))
+    keys = [rel.col(c) for c in outputs]
+    at_tick = exp.LTE(this=rel.col(TIME), expression=tick)
+    query = rel.select(source, [*keys, exp.alias_(total, DIFF, quoted=True)], where=at_tick)
+    query = query.group_by(*(k.copy() for k in keys), copy=False)
+    return query.having(exp.NEQ(this=total.copy(), expression=rel.lit(0)), copy=False)
+
+
+def literal_rows(bound: Query) -> pa.Table | None:
+    """The rows of a `VALUES` list of plain literals (integers, strings, booleans, typed
+    NULLs), built in Arrow with the types the dataflow would give them; None for anything
+    else, or a value Arrow will not take as is (the dataflow path then decides, with its
+    errors). An `INSERT ... VALUES` so costs no dataflow.
+
+    >>> from dsql.session import Session
+    >>> values = sqlglot.parse_one("VALUES (1, 'a'), (-2, NULL)", read="postgres")
+    >>> literal_rows(Session(kernel="local").plan(values)).to_pylist()
+    [{'column1': 1, 'column2': 'a'}, {'column1': -2, 'column2': None}]
+    """
+    plan = bound.plan
+    if not isinstance(plan, Constant) or bound.visible != plan.arity or not plan.arity:
+        return None
+    arrays = []
+    for i, column in enumerate(plan.columns):
+        values = [_literal(row[i]) for row in plan.rows]
+        target = _LITERAL_TYPES.get(column.type.this)
+        if column.type.this == exp.DataType.Type.UNKNOWN and all(v is None for v in values):
+            target = pa.null()  # a bare NULL: the engines' NULL type
+        if target is None or any(v is _NOT_LITERAL for v in values):
+            return None
+        try:
+            arrays.append(pa.array(values, target))
+        except (pa.ArrowException, OverflowError, TypeError, ValueError):
+            return None
+    return pa.table(arrays, names=list(bound.column_names))
+
+
+#: The SQL types whose literals `literal_rows` builds, and their Arrow types (as the
+#: kernels produce them: `types.to_arrow`).
+_LITERAL_TYPES = {
+    exp.DataType.Type.SMALLINT: pa.int16(),
+    exp.DataType.Type.INT: pa.int32(),
+    exp.DataType.Type.BIGINT: pa.int64(),
+    exp.DataType.Type.VARCHAR: pa.string(),
+    exp.DataType.Type.TEXT: pa.string(),
+    exp.DataType.Type.BOOLEAN: pa.bool_(),
+}
+_NOT_LITERAL = object()
+
+
+def _literal(e: exp.Expression) -> object:
+    """The Python value of a plain literal, else `_NOT_LITERAL`."""
+    if isinstance(e, exp.Null) or (isinstance(e, exp.Cast) and isinstance(e.this, exp.Null)):
+        return None
+    if isinstance(e, exp.Boolean):
+        return bool(e.this)
+    negative = isinstance(e, exp.Neg)
+    if negative:
+        e = e.this
+    if type(e) is not exp.Literal:
+        return _NOT_LITERAL
+    if e.is_string:
+        return _NOT_LITERAL if negative else e.this
+    text = e.this
+    if not (text.isascii() and text.isdigit()):
+        return _NOT_LITERAL
+    return -int(text) if negative else int(text)
+
+
+def _shape(plan: Plan) -> tuple[str, JoinFunction | None] | None:
+    """(the relation read, the function over it or None) for `Get` or `Linear(Get)`."""
+    if isinstance(plan, Get):
+        return plan.name, None
+    if isinstance(plan, Linear) and isinstance(plan.input, Get):
+        return plan.input.name, plan.function
+    return None
+
+
+def _arranged(session: Session, name: str) -> Arranged | None:
+    """The arrangement that holds relation `name`'s rows (its own, or an index's)."""
+    relation = session.relations.get(name)
+    if relation is None:
+        return None
+    if relation.arrangement is not None:
+        return relation.arrangement.node  # type: ignore[no-any-return]
+    indexes = session.indexes.on(name)
+    if indexes:
+        return indexes[0].arrangement.node  # type: ignore[no-any-return]
+    return None
+
+
+def _runtime_steps(fn: JoinFunction, columns: tuple[str, ...]) -> tuple[Step, ...] | None:
+    """`fn` as the runtime's linear steps over `columns` (`_c0..`), output `_c0..`, as
+    `render_linear` builds them; None if it has temporal bounds (the dataflow path's)."""
+    steps: list[Step] = []
+    width = len(columns)
+    for seg, table in fn.segments():
+        if any(mentions_mz_now(p) for p in seg.predicates):
+            return None
+        n = len(seg.outputs)
+        outputs = tuple((f"_c{i}", e.copy()) for i, e in enumerate(seg.outputs))
+        where = exp.and_(*(p.copy() for p in seg.predicates)) if seg.predicates else None
+        diff = rel.lit(-1) if seg.negated else None
+        plain = n == width and all(e == col(i) for i, e in enumerate(seg.outputs))
+        if not (plain and where is None and diff is None):
+            steps.append(Branches((Branch(outputs or (("_c0", rel.lit(0)),), where, (), diff),)))
+        width = n or 1
+        if table is None:
+            break
+        keep = tuple(f"_c{i}" for i in range(n))
+        if table.columns:
+            steps.append(Unnest(f"_c{n}", table.function.copy(), keep))
+            width = n + 1
+        else:
+            identity = tuple(rel.passthrough(keep or ("_c0",)))
+            steps.append(Branches.single(identity, diff=table.function.copy()))
+    return tuple(steps)
+
+
+def _expressions(node: Plan) -> tuple[exp.Expression, ...]:
+    match node:
+        case Map(exprs=e) | Filter(predicates=e):
+            return e
+    return ()
+
+
+def _plain(node: object) -> bool:
+    """Not a subquery or an outer reference (those need decorrelation's joins)."""
+    from dsql.planner.plan import Outer, SubqueryExpr
+
+    return not isinstance(node, SubqueryExpr | Outer | exp.Subquery)
+
+
+__all__ = ["candidate", "literal_rows", "peek", "sqlglot"]
