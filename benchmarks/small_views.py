@@ -25,6 +25,7 @@ Issue 3's latency targets, through the SQL surface a user has (`dsql.connect`):
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import random
 import shlex
@@ -87,8 +88,9 @@ def run_join(args: argparse.Namespace, kernel: str) -> dict[str, Any]:
     rounds: list[float] = []
     changed: list[int] = []
     next_id = len(order_rows)
+    cpu: list[float] = []
     for r in range(args.warmup + args.rounds):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if r % 2 == 0:
             con.execute(
                 f"INSERT INTO orders VALUES ({next_id}, {rng.randrange(args.customers)}, 7)"
@@ -100,6 +102,7 @@ def run_join(args: argparse.Namespace, kernel: str) -> dict[str, Any]:
         out = con.execute("FETCH ALL c").fetchall()
         if r >= args.warmup:
             rounds.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
             changed.append(len(out))
     final = sorted(con.execute("SELECT * FROM revenue").fetchall())
     con.close()
@@ -107,6 +110,7 @@ def run_join(args: argparse.Namespace, kernel: str) -> dict[str, Any]:
         "hydration": hydration,
         "snapshot_rows": len(snapshot),
         "rounds": rounds,
+        "cpu": cpu,
         "changed": changed,
         "final": final,
     }
@@ -136,13 +140,14 @@ def run_fanout(args: argparse.Namespace) -> dict[str, Any]:
     for i in range(args.views):
         con.execute(f"CREATE MATERIALIZED VIEW v{i} AS {fanout_query(i)}")
     create = time.perf_counter() - t0
-    rounds = []
+    rounds, cpu = [], []
     for r in range(3):
         k = args.rows + r
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         con.execute(f"INSERT INTO t VALUES ({k}, {k * 7 % 101})")
         con.execute("SELECT count(*) FROM v0").fetchall()  # closes the time: every view steps
         rounds.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     t0 = time.perf_counter()
     last = con.execute(f"SELECT count(*) FROM v{args.views - 1}").fetchall()
     read_after = time.perf_counter() - t0
@@ -160,6 +165,7 @@ def run_fanout(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "create": create,
         "rounds": rounds,
+        "cpu": cpu,
         "read_after": read_after,
         "recompute": recompute,
         "check": "OK" if last == expected else f"MISMATCH {last} vs {expected}",
@@ -180,7 +186,7 @@ def rows_of(args: argparse.Namespace, res: dict[str, Any]) -> list[tuple[str, st
                 f"{ms(p50)} / {ms(pct(j['rounds'], 0.95))}",
                 f"{len(j['rounds'])} rounds (INSERT or DELETE, ADVANCE BY 1, FETCH ALL) after "
                 f"{args.warmup} warm-up; {median(j['changed']):.0f} changed rows per round; "
-                f"{p50 / duck:.1f}x DuckDB's recompute",
+                f"{p50 / duck:.1f}x DuckDB's recompute; process CPU p50 {ms(median(j['cpu']))}",
             ),
             (
                 f"join: hydration, kernel={kernel}",
@@ -204,6 +210,7 @@ def rows_of(args: argparse.Namespace, res: dict[str, Any]) -> list[tuple[str, st
                 ms(median(f["rounds"])),
                 f"median of {len(f['rounds'])} (INSERT + one read, which steps every view): "
                 + ", ".join(ms(x) for x in f["rounds"])
+                + f"; process CPU {', '.join(ms(x) for x in f['cpu'])}"
                 + f"; a second read afterwards {ms(f['read_after'])}; target <= 2 s",
             ),
             (
@@ -216,8 +223,10 @@ def rows_of(args: argparse.Namespace, res: dict[str, Any]) -> list[tuple[str, st
     return out
 
 
-def markdown(args: argparse.Namespace, res: dict[str, Any], command: str, load: float) -> str:
-    lines = section_head(section_title(args), command, load)
+def markdown(
+    title: str, args: argparse.Namespace, res: dict[str, Any], command: str, load: float
+) -> str:
+    lines = section_head(title, command, load)
     lines += [f"| {f} | {v} | {n} |" for f, v, n in rows_of(args, res)]
     for kernel in ("auto", "spark"):
         if kernel in res:
@@ -229,7 +238,10 @@ def markdown(args: argparse.Namespace, res: dict[str, Any], command: str, load: 
 
 
 def section_title(args: argparse.Namespace) -> str:
-    return f"## small_views: {args.customers:,} customers / {args.orders:,} orders"
+    """The RESULTS.md section's title: dated, so each run adds a section beside the
+    earlier ones (figures before and after a change stay side by side)."""
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"## small_views: {args.customers:,} customers / {args.orders:,} orders ({when})"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -253,11 +265,12 @@ def main(argv: list[str] | None = None) -> None:
         res["spark"] = run_join(args, "spark")
     if not args.no_fanout:
         res["fanout"] = run_fanout(args)
-    print(section_title(args))
+    title = section_title(args)
+    print(title)
     for f, v, n in rows_of(args, res):
         print(f"  {f:52} {v:>18}  {n}")
     if not args.no_write:
-        update_results(markdown(args, res, command, load), section_title(args))
+        update_results(markdown(title, args, res, command, load), title)
 
 
 if __name__ == "__main__":

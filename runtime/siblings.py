@@ -66,8 +66,9 @@ def _run(node: LinearNode, frame: Frame) -> dict[int, Frame]:
         return {}
     try:
         frames = kernel.run_many(memo[1], frame)
-    except DsqlError:
-        return {}  # each runs its own query, and fails alone
+    except DsqlError:  # each runs its own query, and fails alone; this set shares no more
+        _QUERIES[source] = (ids, None)
+        return {}
     if frames is None:
         return {}
     return dict(zip(ids, frames, strict=True))

@@ -463,8 +463,7 @@ def _apply(spark: SparkSession, conf: Mapping[str, str]) -> None:
             raise EnvironmentSetupError(
                 f"the Spark session is already running, so {key} cannot change "
                 f"(it is {spark.conf.get(key, None)!r}, asked for {value!r})",
-                hint="pass the setting on the first get_spark() call, "
-                "or call stop_spark() first",
+                hint="pass the setting on the first get_spark() call, or call stop_spark() first",
             )
         spark.conf.set(key, value)
 

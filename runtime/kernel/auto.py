@@ -43,7 +43,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dsql.runtime.kernel.base import Frame, Kernel, Pipeline, Prepared, Stage, Stored
-from dsql.runtime.kernel.driver import Selection
+from dsql.runtime.kernel.driver import JoinShape, Selection
 from dsql.runtime.kernel.local import LocalKernel
 from dsql.runtime.kernel.spark import SparkKernel
 from dsql.runtime.lattice import Antichain
@@ -261,6 +261,11 @@ class AutoKernel(Kernel):
         if not isinstance(frame, pa.Table):
             return None
         return self.local.run_many(prepared, frame)
+
+    def join_small(self, left: Frame, right: Frame, shape: JoinShape) -> Frame | None:
+        if self._remote((left, right)):
+            return None
+        return self.local.join_small(left, right, shape)
 
     def rows_with_keys(self, frame: Frame, keys: Sequence[str], probe: Frame) -> Frame | None:
         if self._remote((frame, probe)):

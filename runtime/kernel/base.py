@@ -43,7 +43,7 @@ from sqlglot import exp
 from dsql.runtime.lattice import Antichain
 
 if TYPE_CHECKING:
-    from dsql.runtime.kernel.driver import Selection
+    from dsql.runtime.kernel.driver import JoinShape, Selection
 
 Frame = Any
 """An engine-specific relation handle (Spark DataFrame, Arrow table, ...)."""
@@ -172,6 +172,12 @@ class Kernel(ABC):
         `frontier` (when given) and consolidated,
         computed in the driver without a query when the kernel can do that exactly (small
         in-process frames of plain types, `kernel.driver`); None: run the query."""
+        return None
+
+    def join_small(self, left: Frame, right: Frame, shape: JoinShape) -> Frame | None:
+        """`relational.join_on_keys` of `left` and `right` without a query, when the kernel
+        can do it exactly (small in-process frames of plain types, `kernel.driver`); else
+        None."""
         return None
 
     def rows_with_keys(self, frame: Frame, keys: Sequence[str], probe: Frame) -> Frame | None:

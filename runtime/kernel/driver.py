@@ -1,15 +1,17 @@
 """Steps over small Arrow tables done in the driver, without a DuckDB statement.
 
 A DuckDB statement costs 0.3-1 ms even over one row (parse, bind, plan, Arrow in and
-out), while a round of a small view moves a few rows through several steps. The two
-steps that need no SQL expression are done here when their input is small and of
-plain types, with exactly the result the kernel's query would give:
+out), while a round of a small view moves a few rows through several steps. The steps
+that need no SQL expression are done here when their input is small and of plain
+types, with exactly the result the kernel's query would give:
 
 - `consolidate`: the union of tables, times advanced to a frontier (when given),
   equal (row, time) pairs summed, zero sums dropped (`relational.consolidate` and
   `relational.advance`);
 - `project`: columns selected and renamed, rows with NULL in some columns dropped (a
-  linear chain that only does that, `Linear.selection`).
+  linear chain that only does that, `Linear.selection`);
+- `rows_with_keys`: the rows whose keys some other rows have (a reduce's affected keys);
+- `join`: `relational.join_on_keys` of a small delta with the rows of its keys.
 
 Invariant: each returns None, never an approximation, when it cannot match the query
 exactly: too many rows, or a column of a type whose equality or round trip through
@@ -26,14 +28,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from dsql.runtime.lattice import DIFF, Antichain, advance_by, time_columns
 
-#: At most this many rows are consolidated in Python (beyond it a query is cheaper).
+#: At most this many rows are consolidated in Python, or joined in the driver.
 SMALL_ROWS = 256
+#: At most this many rows are consolidated in the driver (by Arrow's hash aggregation
+#: beyond `SMALL_ROWS`); beyond it, the query.
+DRIVER_ROWS = 100_000
 
 #: Types whose values Python compares exactly as the engines do, and which every kernel
 #: passes through a projection unchanged.
@@ -79,32 +85,43 @@ def consolidate(
     small and plain (see module docstring).
 
     Output columns: `columns`, the time columns, `__diff__`, all nullable, as the
-    kernel's query gives them; rows in order of first appearance.
+    kernel's query gives them. Up to `SMALL_ROWS` rows the sums are Python's (cheapest
+    for a round's few rows), beyond it Arrow's hash aggregation.
     """
-    if sum(t.num_rows for t in tables) > SMALL_ROWS:
+    signed = [(t, sign) for t, sign in zip(tables, signs or [1] * len(tables), strict=True)]
+    parts = [(t, sign) for t, sign in signed if t.num_rows]
+    rows = sum(t.num_rows for t, _ in parts)
+    if rows > DRIVER_ROWS or not tables:
         return None
     times = time_columns(depth)
     names = [*columns, *times, DIFF]
-    signed = zip(tables, signs or [1] * len(tables), strict=True)
-    parts = [_signed(t.select(names), sign) for t, sign in signed if t.num_rows]
+    schema = _output_schema(tables[0].schema, names)
+    if schema is None or not plain(schema, columns):
+        return None
+    for t, _ in parts:
+        if t.schema is not tables[0].schema and _output_schema(t.schema, names) != schema:
+            return None  # the query would unify the types
     if not parts:
-        return _nullable(tables[0].select(names)) if tables else None
-    types = [f.type for f in parts[0].schema][:-1]
-    if any([f.type for f in p.schema][:-1] != types for p in parts[1:]):
-        return None  # the query would unify the types
-    if not all(pa.types.is_integer(p.schema.field(DIFF).type) for p in parts):
-        return None
-    parts = [_nullable(p, DIFF) for p in parts]  # diffs as int64, whatever their width
-    table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
-    if not plain(table.schema, columns):
-        return None
-    stamps = list(zip(*(table[t].to_pylist() for t in times), strict=True))
+        return schema.empty_table()
+    values = [
+        pa.chunked_array([c for t, _ in parts for c in t.column(n).chunks], schema.field(n).type)
+        for n in names[:-1]
+    ]
+    if rows > SMALL_ROWS:
+        signed_diffs = [_signed(t.column(DIFF), sign) for t, sign in parts]
+        return _grouped(values, signed_diffs, columns, depth, frontier, schema)
+    diffs = [d * sign for t, sign in parts for d in t.column(DIFF).to_pylist()]
+    if len(diffs) == 1 and not frontier:  # one row: it stays unless its diff is zero
+        if diffs[0] == 0:
+            return schema.empty_table()
+        return pa.Table.from_arrays([*values, pa.array(diffs, pa.int64())], schema=schema)
+    stamps = list(zip(*(v.to_pylist() for v in values[len(columns) :]), strict=True))
     if frontier:
         stamps = [advance_by(s, frontier) for s in stamps]
-    data = list(zip(*(table[c].to_pylist() for c in columns), stamps, strict=True))
+    rows = zip(*(v.to_pylist() for v in values[: len(columns)]), stamps, strict=True)
     first: dict[tuple, int] = {}
     sums: dict[tuple, int] = {}
-    for i, (row, diff) in enumerate(zip(data, table[DIFF].to_pylist(), strict=True)):
+    for i, (row, diff) in enumerate(zip(rows, diffs, strict=True)):
         if row in sums:
             sums[row] += diff
         else:
@@ -113,14 +130,67 @@ def consolidate(
     keep = [(i, sums[row]) for row, i in first.items() if sums[row] != 0]
     if any(not _INT64_MIN <= d <= _INT64_MAX for _, d in keep):
         return None  # the query reports the overflow
-    out = table.take(pa.array([i for i, _ in keep], pa.int64()))
-    arrays = [out[c] for c in columns]
+    indices = pa.array([i for i, _ in keep], pa.int64())
+    arrays = [v.take(indices) for v in values[: len(columns)]]
     if frontier:
-        arrays += [pa.array([data[i][-1][k] for i, _ in keep], pa.int64()) for k in range(depth)]
+        arrays += [pa.array([stamps[i][k] for i, _ in keep], pa.int64()) for k in range(depth)]
     else:
-        arrays += [out[t] for t in times]
+        arrays += [v.take(indices) for v in values[len(columns) :]]
     arrays.append(pa.array([d for _, d in keep], pa.int64()))
-    return pa.Table.from_arrays(arrays, schema=_nullable_schema(table.schema))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _grouped(
+    values: list[pa.ChunkedArray],
+    diffs: list[pa.ChunkedArray],
+    columns: Sequence[str],
+    depth: int,
+    frontier: Antichain | None,
+    schema: pa.Schema,
+) -> pa.Table | None:
+    """`consolidate` by Arrow's hash aggregation (for more than `SMALL_ROWS` rows): NULLs
+    group together, as in the engine; None when a sum could overflow (the query reports
+    that)."""
+    diff = pa.chunked_array([c for d in diffs for c in d.chunks], pa.int64())
+    extremes = pc.min_max(diff)
+    bound = max(abs(extremes["min"].as_py() or 0), abs(extremes["max"].as_py() or 0))
+    if bound * len(diff) > _INT64_MAX:
+        return None
+    data, stamps = values[: len(columns)], values[len(columns) :]
+    if frontier:  # `lattice.advance_by`, coordinate by coordinate
+        stamps = [
+            _least([pc.max_element_wise(s, pa.scalar(f[k], pa.int64())) for f in frontier])
+            for k, s in enumerate(stamps)
+        ]
+    keys = [*columns, *time_columns(depth)]
+    table = pa.Table.from_arrays([*data, *stamps, diff], names=[*keys, DIFF])
+    grouped = table.group_by(keys, use_threads=False).aggregate([(DIFF, "sum")])
+    total = grouped[f"{DIFF}_sum"]
+    grouped = grouped.filter(pc.not_equal(total, 0))
+    arrays = [grouped[k] for k in keys] + [grouped[f"{DIFF}_sum"].cast(pa.int64())]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _least(arrays: list[Any]) -> Any:
+    result = arrays[0]
+    for a in arrays[1:]:
+        result = pc.min_element_wise(result, a)
+    return result
+
+
+def _signed(diff: pa.ChunkedArray, sign: int) -> pa.ChunkedArray:
+    diff = diff.cast(pa.int64())
+    return diff if sign == 1 else pc.multiply(diff, pa.scalar(sign, pa.int64()))
+
+
+def _output_schema(schema: pa.Schema, names: Sequence[str]) -> pa.Schema | None:
+    """The consolidation's output schema over an input of `schema`: the named columns,
+    nullable, the diff as int64 (None when the diff is not an integer)."""
+    diff = schema.field(names[-1]).type
+    if not pa.types.is_integer(diff):
+        return None
+    fields = [pa.field(n, schema.field(n).type) for n in names[:-1]]
+    return pa.schema([*fields, pa.field(names[-1], pa.int64())])
 
 
 def project(table: pa.Table, selection: Selection) -> pa.Table | None:
@@ -140,38 +210,85 @@ def project(table: pa.Table, selection: Selection) -> pa.Table | None:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def rows_with_keys(table: pa.Table, keys: Sequence[str], probe: pa.Table) -> pa.Table | None:
-    """The rows of `table` whose `keys` equal those of some row of `probe`, NULL equal to
-    NULL as in the engine's `IS NOT DISTINCT FROM`; None for keys not of a plain type, or
-    several keys with a NULL in `probe` (Arrow's join never matches NULLs)."""
-    if not (plain(table.schema, keys) and plain(probe.schema, keys)):
+def rows_with_keys(
+    table: pa.Table,
+    keys: Sequence[str],
+    probe: pa.Table,
+    probe_keys: Sequence[str] | None = None,
+) -> pa.Table | None:
+    """The rows of `table` whose `keys` equal the `probe_keys` (default: `keys`) of some
+    row of `probe`, NULL equal to NULL as in the engine's `IS NOT DISTINCT FROM`; None
+    for keys not of a plain type or of different types, or several keys with a NULL in
+    `probe` (Arrow's join never matches NULLs)."""
+    by = list(probe_keys or keys)
+    if not (plain(table.schema, keys) and plain(probe.schema, by)):
+        return None
+    if [table.schema.field(k).type for k in keys] != [probe.schema.field(k).type for k in by]:
         return None
     if len(keys) == 1:
-        (key,) = keys
-        return table.filter(pc.is_in(table[key], value_set=pc.unique(probe[key])))
-    if any(probe[k].null_count for k in keys):
+        return table.filter(pc.is_in(table[keys[0]], value_set=pc.unique(probe[by[0]])))
+    if any(probe[k].null_count for k in by):
         return None
-    distinct = probe.select(list(keys)).group_by(list(keys), use_threads=False).aggregate([])
+    distinct = probe.select(by).group_by(by, use_threads=False).aggregate([])
+    distinct = distinct.rename_columns(list(keys))
     matched = table.join(distinct, keys=list(keys), join_type="left semi", use_threads=False)
     return matched.select(table.column_names)
 
 
-def _signed(table: pa.Table, sign: int) -> pa.Table:
-    if sign == 1:
-        return table
-    diffs = pc.multiply(table[DIFF], pa.scalar(sign, pa.int64()))
-    return table.set_column(table.schema.get_field_index(DIFF), DIFF, diffs)
+@dataclass(frozen=True, slots=True)
+class JoinShape:
+    """What `relational.join_on_keys` is given besides its inputs: key pairs (left,
+    right), the left's data columns, the right's value columns, the time depth."""
+
+    pairs: tuple[tuple[str, str], ...]
+    left_columns: tuple[str, ...]
+    right_values: tuple[str, ...]
+    depth: int
+
+
+def join(left: pa.Table, right: pa.Table, shape: JoinShape) -> pa.Table | None:
+    """`relational.join_on_keys` of `left` and `right` (left columns, then the right's
+    values, the later of the two times, the product of the diffs; NULL keys match), or
+    None when a side is not small and plain once the other is cut to the small side's
+    keys."""
+    pairs, right_values = shape.pairs, shape.right_values
+    times = time_columns(shape.depth)
+    left_data = list(shape.left_columns)
+    if not (plain(left.schema, left_data) and plain(right.schema, right_values)):
+        return None
+    lkeys, rkeys = [a for a, _ in pairs], [b for _, b in pairs]
+    if pairs and left.num_rows <= SMALL_ROWS:  # cut the other side to the small side's keys
+        cut = rows_with_keys(right, rkeys, left, lkeys)
+        right = right if cut is None else cut
+    elif pairs and right.num_rows <= SMALL_ROWS:
+        cut = rows_with_keys(left, lkeys, right, rkeys)
+        left = left if cut is None else cut
+    if max(left.num_rows, right.num_rows) > SMALL_ROWS or not plain(right.schema, rkeys):
+        return None
+    index: dict[tuple, list[int]] = {}
+    for j, key in enumerate(zip(*(right[k].to_pylist() for k in rkeys), strict=True)):
+        index.setdefault(key, []).append(j)
+    if not rkeys:
+        index[()] = list(range(right.num_rows))
+    lefts, rights = [], []
+    left_keys = zip(*(left[k].to_pylist() for k in lkeys), strict=True) if lkeys else None
+    for i in range(left.num_rows):
+        key = next(left_keys) if left_keys is not None else ()
+        for j in index.get(key, ()):
+            lefts.append(i)
+            rights.append(j)
+    a = left.take(pa.array(lefts, pa.int64()))
+    b = right.take(pa.array(rights, pa.int64()))
+    arrays = [a[n] for n in left_data] + [b[n] for n in right_values]
+    arrays += [pc.max_element_wise(a[t], b[t]) for t in times]
+    diffs = [x * y for x, y in zip(a[DIFF].to_pylist(), b[DIFF].to_pylist(), strict=True)]
+    if any(not _INT64_MIN <= d <= _INT64_MAX for d in diffs):
+        return None  # the query reports the overflow
+    arrays.append(pa.array(diffs, pa.int64()))
+    fields = [a.schema.field(n) for n in left_data] + [b.schema.field(n) for n in right_values]
+    fields += [pa.field(t, pa.int64()) for t in (*times, DIFF)]
+    return pa.Table.from_arrays(arrays, schema=_nullable_schema(pa.schema(fields)))
 
 
 def _nullable_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, f.type) for f in schema])
-
-
-def _nullable(table: pa.Table, diff: str | None = None) -> pa.Table:
-    """`table` with nullable fields; with `diff`, that column cast to int64."""
-    columns, schema = table.columns, _nullable_schema(table.schema)
-    if diff is not None and schema.field(diff).type != pa.int64():
-        i = schema.get_field_index(diff)
-        columns[i] = columns[i].cast(pa.int64())
-        schema = schema.set(i, pa.field(diff, pa.int64()))
-    return pa.Table.from_arrays(columns, schema=schema)

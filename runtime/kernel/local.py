@@ -20,7 +20,7 @@ from dsql.errors import ExecutionError, SchemaError
 from dsql.runtime.dataflow import canceled
 from dsql.runtime.kernel import driver
 from dsql.runtime.kernel.base import Kernel, Pipeline, Prepared, Stored
-from dsql.runtime.kernel.driver import Selection
+from dsql.runtime.kernel.driver import JoinShape, Selection
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 
 
@@ -53,10 +53,22 @@ class LocalKernel(Kernel):
         return frame
 
     def prepare(self, select: exp.Query) -> Prepared:
-        tables = sorted({t.name for t in select.find_all(exp.Table)})
-        return Prepared(self.sql(select), tuple((t, t) for t in tables))
+        # Inputs are read under names of their own (`_placeholder`), which `run` replaces
+        # with the name each frame is registered under; a CTE keeps its name.
+        ctes = {cte.alias_or_name for cte in select.find_all(exp.CTE)}
+        names = sorted({t.name for t in select.find_all(exp.Table)})
+        inputs = {n for n in names if n and n not in ctes}
+        if inputs:
+            select = select.copy()
+            for table in select.find_all(exp.Table):
+                if table.name in inputs and not table.args.get("db"):
+                    if not table.alias:
+                        table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name)))
+                    table.set("this", exp.to_identifier(_placeholder(table.name), quoted=True))
+        tables = tuple((n, _placeholder(n) if n in inputs else n) for n in names)
+        return Prepared(self.sql(select), tables)
 
-    def _cursor(self) -> tuple[Any, dict[str, pa.Table]]:
+    def _cursor(self) -> tuple[Any, dict[Any, Any]]:
         """This thread's cursor and the tables registered on it, by name."""
         cursor = getattr(self._local, "cursor", None)
         if cursor is None:
@@ -72,16 +84,19 @@ class LocalKernel(Kernel):
             con, registered = self._con.cursor(), {}
             timer = threading.Timer(max(self._deadline - time.monotonic(), 0.0), con.interrupt)
             timer.start()
+        text = prepared.text
         try:
-            for name, _ in prepared.tables:
+            for name, bound in prepared.tables:
                 frame = inputs.get(name)
-                if frame is None:  # a CTE's name, or a missing input: never a stale table
+                if bound != name:
+                    text = text.replace(f'"{bound}"', _source(con, registered, name, frame))
+                elif frame is None:  # a CTE's name, or a missing input: never a stale table
                     if registered.pop(name, None) is not None:
                         con.unregister(name)
                 elif registered.get(name) is not frame:
                     con.register(name, frame)
                     registered[name] = frame
-            result = _arrow_result(con, prepared.text)
+            result = _arrow_result(con, text)
         except Exception as error:  # noqa: BLE001 - engine errors become DsqlErrors
             if self._deadline is not None and time.monotonic() >= self._deadline:
                 raise canceled() from None
@@ -148,6 +163,9 @@ class LocalKernel(Kernel):
             )
             out.append(_spark_types(pa.Table.from_arrays([*data, *kept.columns], schema=schema)))
         return out
+
+    def join_small(self, left: pa.Table, right: pa.Table, shape: JoinShape) -> pa.Table | None:
+        return driver.join(left, right, shape)
 
     def rows_with_keys(
         self, frame: pa.Table, keys: Sequence[str], probe: pa.Table
@@ -228,6 +246,37 @@ class LocalKernel(Kernel):
                 exp.Kwarg(this=exp.var("recursive"), expression=exp.true()),
             ],
         )
+
+
+def _placeholder(name: str) -> str:
+    """The name a prepared query reads input `name` under, until `run` binds it."""
+    return f"__dsql_input_{name}__"
+
+
+def _source(con: Any, registered: dict[str, Any], name: str, frame: pa.Table | None) -> str:
+    """The quoted name under which `frame` (input `name`) is registered on `con`.
+
+    DuckDB builds with `_register_source` register an Arrow table under a fresh name
+    in microseconds (a named `register` costs a fifth of a millisecond): the handle,
+    kept in `registered` while the input holds that frame, keeps it readable. Other
+    builds register under the input's name. A missing input reads its own name (the
+    engine reports it as unknown).
+    """
+    if frame is None:
+        return f'"{name}"'
+    entry = registered.get(("source", name))
+    if entry is not None and entry[0] is frame:
+        return entry[1]
+    register = getattr(con, "_register_source", None)
+    if register is None:
+        if registered.get(name) is not frame:
+            con.register(name, frame)
+            registered[name] = frame
+        return f'"{name}"'
+    handle = register(frame, None)
+    quoted = '"' + handle.name.replace('"', '""') + '"'
+    registered[("source", name)] = (frame, quoted, handle)
+    return quoted
 
 
 def _arrow_result(con: Any, text: str) -> pa.Table:

@@ -26,6 +26,7 @@ from dsql.runtime import relational as rel
 from dsql.runtime.arrangement import Arranged
 from dsql.runtime.dataflow import Batch, Node, Round, schema_key
 from dsql.runtime.kernel.base import Frame, Prepared
+from dsql.runtime.kernel.driver import JoinShape
 
 
 class JoinNode(Node):
@@ -73,10 +74,21 @@ class JoinNode(Node):
         assert isinstance(left, Arranged) and isinstance(right, Arranged)
         reader = self.readers[0] if self.consumers == 1 else None
         fused = reader if reader is not None and reader.applied_by_producer else None
-        if fused is not None and not fused.dropped:  # run the reader's chain in our query
+        if fused is not None and fused.dropped:
+            fused = None
+        small = self._in_driver(left, right)
+        if small is not None:  # no query: the reader's chain too when it only renames
+            if not small:
+                return None
+            frame = self.kernel.union(small) if len(small) > 1 else small[0]
+            renamed = fused.renamed(frame) if fused is not None else None
+            if renamed is not None:
+                return Batch(renamed, self.kernel.rows(renamed), applied=fused)
+            return Batch(frame, self.kernel.rows(frame))
+        if fused is not None:  # run the reader's chain in our query
             query = fused.over(self._probe_query, ("join-linear", *self._shape))
         else:
-            query, fused = self.query, None
+            query = self.query
         parts: list[Frame] = []
         lk, rk = self.pairs[0] if self.pairs else (None, None)
         if left.current is not None:
@@ -90,6 +102,30 @@ class JoinNode(Node):
         if not parts:
             return None
         return Batch(self.kernel.union(parts) if len(parts) > 1 else parts[0], applied=fused)
+
+    def _in_driver(self, left: Arranged, right: Arranged) -> list[Frame] | None:
+        """The delta rule's halves computed without a query (`Kernel.join_small`), or None
+        when the kernel cannot do one of them so."""
+        kernel, parts = self.kernel, []
+        halves: list[tuple[list[Frame], list[Frame]]] = []
+        if left.current is not None:
+            right_all = right.history() + ([right.current.frame] if right.current else [])
+            if right_all:
+                halves.append(([left.current.frame], right_all))
+        if right.current is not None and left.history():
+            halves.append((left.history(), [right.current.frame]))
+        if any(kernel.placement(f) != "local" for half in halves for side in half for f in side):
+            return None
+        shape = JoinShape(self.pairs, self.inputs[0].columns, self.right_values, self.depth)
+        for lhs, rhs in halves:
+            part = kernel.join_small(self._whole(lhs), self._whole(rhs), shape)
+            if part is None:
+                return None
+            parts.append(part)
+        return parts
+
+    def _whole(self, frames: list[Frame]) -> Frame:
+        return self.kernel.union(frames) if len(frames) > 1 else frames[0]
 
     def _probe_query(self) -> exp.Query:
         """The join as a query over the batches `l` and `r`."""
