@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -184,7 +184,9 @@ class Worker:
         self.kernel = kernel
         #: The SQL dialect in which expression strings given to operators are read.
         self.dialect = dialect
-        self.nodes: list[Node] = []
+        #: Every node by id; a dropped node's entry is None (its state and the edges
+        #: to it are gone, so a session's short-lived dataflows leave nothing behind).
+        self.nodes: list[Node | None] = []
         self.inputs: list[InputSession] = []
         self.frontier = Antichain([(0,)])
         self.rounds = 0
@@ -342,6 +344,7 @@ class Worker:
         ran: list[Node] = []
         while heap:
             node = self.nodes[heapq.heappop(heap)]
+            assert node is not None  # queued nodes are live
             if node.lazy and node.consumers == 0:
                 continue
             if self.deadline is not None:  # only the statement's own queries are interrupted
@@ -381,14 +384,27 @@ class Worker:
         while self.step():
             self.check_deadline()
 
-    def drop(self, nodes: list[Node]) -> None:
-        """Remove operators from the graph and free their state."""
+    def drop(self, nodes: Sequence[Node | None]) -> None:
+        """Remove operators from the graph and free their state (None: already gone).
+
+        A dropped node is unlinked from the nodes it reads and its id's entry in `nodes`
+        becomes None, so nothing keeps it (or what it holds) alive: without this a
+        session that answers thousands of reads grew by every read's dataflow.
+        """
         for node in nodes:
-            node.dropped = True
-            node.release()
+            if node is None:
+                continue
+            if not node.dropped:  # a loop's release drops its inner nodes itself
+                node.dropped = True
+                node.release()
             self._always.pop(node.id, None)
             self._standing.pop(node.id, None)
             self.failed.pop(node.id, None)
+            for source in node.inputs:
+                if node in source.readers:
+                    source.readers.remove(node)
+                    source.consumers -= 1
+            self.nodes[node.id] = None
 
 
 def canceled() -> QueryCanceledError:
