@@ -235,6 +235,18 @@ def test_mutual_recursion(history: History) -> None:
     check_history(LocalKernel(), EVEN_ODD, history)
 
 
+def test_a_root_inserted_then_retracted_leaves_the_loop_converged() -> None:
+    """Found by hypothesis: once every input update of a reduce in the loop cancels out
+    (its trace then holds no batch), its pending times must still retract its output;
+    the loop ran to its round limit when that step was skipped."""
+    history = example(
+        (([], 0), ([], 0)),
+        (([], 0), ([((0,), 0, 1)], 0)),
+        (([], 0), ([((0,), 0, -1)], 0)),
+    )
+    check_history(LocalKernel(), EVEN_ODD, history)
+
+
 # --- both kernels: fixed histories --------------------------------------------------------
 
 #: Edges inserted and deleted, several times per flush, one update in the future.

@@ -230,10 +230,14 @@ class ReduceNode(TracedNode):
         if source.current is None and not woken:
             return None
         input_frames = source.history() + ([source.current.frame] if source.current else [])
-        if not input_frames:
-            return None
         kernel, d = self.kernel, self.depth
         outputs = self._trace.frames()
+        if not input_frames:
+            if not outputs and self._pending is None:
+                return None
+            # Every input update cancelled out (a trace drops its empty batches), yet
+            # pending times may still owe corrections to the output: step over no input.
+            input_frames = [self.worker.empty_frame(source.schema, d)]
         if self._prepared is None:
             self._prepared = self._prepare()
         sql_logic, first, second = self._prepared
