@@ -142,12 +142,14 @@ def test_timeout_cancels_and_leaves_the_session_as_it_was(statement: str) -> Non
         con.execute(statement)
     assert e.value.hint and "statement_timeout" in e.value.hint
     con.execute("SET statement_timeout = 0")  # the checks below must not race the clock
-    live = [n for n in con.session.worker.nodes if not n.dropped]
+    live = [n for n in con.session.worker.nodes if n is not None and not n.dropped]
     assert con.execute("SELECT a FROM t ORDER BY a").fetchall() == [(1,), (2,)]
     assert [r[0] for r in con.execute("SHOW VIEWS").fetchall()] == ["v"]
     con.execute("INSERT INTO t VALUES (10)")  # the view made before still follows its table
     assert con.execute("SELECT * FROM v").fetchall() == [(3, 13)]
-    assert len([n for n in con.session.worker.nodes if not n.dropped]) == len(live)
+    assert len([n for n in con.session.worker.nodes if n is not None and not n.dropped]) == len(
+        live
+    )
 
 
 def test_set_statement_timeout() -> None:
