@@ -128,6 +128,7 @@ class Pool:
             "local",
             "--json",
             str(self._json(job)),
+            "--exit-with-parent",  # a killed test run leaves no runner behind
         ]
         nice = shutil.which("nice")
         if nice is not None:

@@ -2,21 +2,25 @@
 
     python -m tests.slt.runner FILE... --engine duckdb|dsql --mode direct|incremental
         [--kernel local|spark|auto] [--verbose] [--max-failures N] [--skips PATH|none]
-        [--json PATH]
+        [--json PATH] [--exit-with-parent]
 
 Prints one line per file (`path: P passed, F failed, S skipped (1.2s)`), each failure
 with its location and why, the skipped records counted per reason, skip-list entries
 that matched nothing, and a final `N passed, M failed, K skipped` line. Exits 1 if a
 record failed. `--json PATH` also writes the counts, failures, skip reasons and unused
 skip entries there (`SuiteReport.as_json`), for a run in a background process (`background`).
-`run_suite` is the same as a function, for pytest.
+`--exit-with-parent` ends the run when the process that started it is gone (a killed
+test run leaves no runner behind). `run_suite` is the same as a function, for pytest.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -159,7 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-failures", type=int, default=None, metavar="N")
     parser.add_argument("--skips", default=str(DEFAULT_SKIPS), help="skip list (TOML), or `none`")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="report as JSON")
+    parser.add_argument("--exit-with-parent", action="store_true", help="end if the parent ends")
     args = parser.parse_args(argv)
+    if args.exit_with_parent:
+        _exit_with_parent()
     skips = SkipList.load(None if args.skips == "none" else Path(args.skips))
     report = run_suite(
         args.files,
@@ -174,6 +181,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(report.as_json(), indent=1))
     return 1 if report.count("fail") else 0
+
+
+def _exit_with_parent() -> None:
+    """End this process (status 1) once its parent is gone: an orphan is re-parented."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 if __name__ == "__main__":
