@@ -44,6 +44,7 @@ from .results import compare, format_row, ordered_values, render
 from .skips import SkipList
 
 __all__ = [
+    "Chunk",
     "Outcome",
     "FileReport",
     "file_dialect",
@@ -73,6 +74,54 @@ def file_dialect(path: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Chunk:
+    """Chunk `index` of `count` (1-based) of a file's query records.
+
+    Every statement record runs in every chunk (each chunk sees the file's data); the
+    queries are dealt out round robin in file order, so each chunk checks about
+    `1/count` of them, spread over the whole file (in incremental mode, each chunk's
+    writes update about `1/count` of the views). Queries sharing a label are dealt as
+    one (SQLite's select3-5 label each query pair), so labels are still compared. The
+    chunks of a file check each of its queries exactly once.
+
+    >>> Chunk.parse("2/3").takes(4), Chunk.parse("2/3").takes(5)
+    (True, False)
+    """
+
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.index <= self.count:
+            raise ValueError(f"chunk {self.index}/{self.count}: need 1 <= i <= n")
+
+    @staticmethod
+    def parse(text: str) -> Chunk:
+        """`i/n` as a chunk; raises ValueError if it is not one."""
+        index, _, count = text.partition("/")
+        return Chunk(int(index), int(count))
+
+    def takes(self, ordinal: int) -> bool:
+        """Whether the 0-based `ordinal`th query (or label group) is this chunk's."""
+        return ordinal % self.count == self.index - 1
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    def select(self, plan: list[tuple[Record, str | None]]) -> list[tuple[Record, str | None]]:
+        """`plan` with only this chunk's queries (every other record kept)."""
+        kept: list[tuple[Record, str | None]] = []
+        groups: dict[str | int, int] = {}  # label (or a query's index) -> its deal ordinal
+        for index, (record, skip) in enumerate(plan):
+            if isinstance(record, Query):
+                group = groups.setdefault(record.label or index, len(groups))
+                if not self.takes(group):
+                    continue
+            kept.append((record, skip))
+        return kept
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """What happened to one record: `status`, and the reason or failure detail."""
 
@@ -90,9 +139,15 @@ class FileReport:
     seconds: float = 0.0
     stopped: bool = False  # --max-failures reached inside this file
     stats: Counter[str] = field(default_factory=Counter)  # how queries ran (views, order)
+    chunk: Chunk | None = None  # only this chunk's queries were run
 
     def count(self, status: Status) -> int:
         return sum(o.status == status for o in self.outcomes)
+
+    @property
+    def name(self) -> str:
+        """The path, and the chunk if only one was run: `select4.test [chunk 2/3]`."""
+        return self.path if self.chunk is None else f"{self.path} [chunk {self.chunk}]"
 
 
 def plan_file(
@@ -264,13 +319,19 @@ def run_file(
     mode: Mode,
     skips: SkipList,
     max_failures: int | None = None,
+    chunk: Chunk | None = None,
 ) -> FileReport:
-    """Run the file at `path` on a fresh engine; stop after `max_failures` failures."""
+    """Run the file at `path` on a fresh engine; stop after `max_failures` failures.
+
+    With `chunk`, only that chunk's queries run (and every statement).
+    """
     started = time.perf_counter()
-    report = FileReport(path)
+    report = FileReport(path, chunk=chunk)
     engine = make_engine(path)
     try:
         plan = plan_file(parse_file(path), engine.names, skips, engine_name, mode)
+        if chunk is not None:
+            plan = chunk.select(plan)
         run = _FileRun(engine, mode, plan, native=file_dialect(path) == "duckdb")
         for index, (record, skip) in enumerate(plan):
             if skip is not None:

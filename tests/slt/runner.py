@@ -2,7 +2,7 @@
 
     python -m tests.slt.runner FILE... --engine duckdb|dsql --mode direct|incremental
         [--kernel local|spark|auto] [--verbose] [--max-failures N] [--skips PATH|none]
-        [--json PATH] [--exit-with-parent]
+        [--json PATH] [--exit-with-parent] [--chunk I/N]
 
 Prints one line per file (`path: P passed, F failed, S skipped (1.2s)`), each failure
 with its location and why, the skipped records counted per reason, skip-list entries
@@ -10,7 +10,10 @@ that matched nothing, and a final `N passed, M failed, K skipped` line. Exits 1 
 record failed. `--json PATH` also writes the counts, failures, skip reasons and unused
 skip entries there (`SuiteReport.as_json`), for a run in a background process (`background`).
 `--exit-with-parent` ends the run when the process that started it is gone (a killed
-test run leaves no runner behind). `run_suite` is the same as a function, for pytest.
+test run leaves no runner behind). `--chunk I/N` runs every statement but only chunk I
+of N of each file's queries (`execute.Chunk`), so N processes can share a file; the
+JSON report lists the query lines checked, to show that the chunks cover the file.
+`run_suite` is the same as a function, for pytest.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from pathlib import Path
 from typing import TextIO
 
 from .engines import Engine, make_engine
-from .execute import FileReport, Mode, file_dialect, run_file
+from .execute import Chunk, FileReport, Mode, file_dialect, run_file
+from .records import Query, Statement
 from .skips import DEFAULT_SKIPS, SkipList
 
 __all__ = ["SuiteReport", "run_suite", "main"]
@@ -53,7 +57,9 @@ class SuiteReport:
         return Counter(o.detail for f in self.files for o in f.outcomes if o.status == "skip")
 
     def as_json(self) -> dict[str, object]:
-        """The report's counts, failures, skip reasons and unused skip entries."""
+        """The report's counts, failures, skip reasons, unused skip entries, the chunk
+        run (or None), the number of statement records and each file's query lines."""
+        chunks = {str(f.chunk) for f in self.files if f.chunk is not None}
         return {
             "passed": self.count("pass"),
             "failed": self.count("fail"),
@@ -62,6 +68,14 @@ class SuiteReport:
             "failures": self.failures(),
             "skip_reasons": dict(self.skip_reasons()),
             "unused_skips": self.unused_skips,
+            "chunk": chunks.pop() if len(chunks) == 1 else None,
+            "statements": sum(
+                isinstance(o.record, Statement) for f in self.files for o in f.outcomes
+            ),
+            "query_lines": {
+                f.path: [o.record.location.line for o in f.outcomes if isinstance(o.record, Query)]
+                for f in self.files
+            },
         }
 
     def failures(self) -> list[str]:
@@ -91,14 +105,18 @@ def run_suite(
     max_failures: int | None = None,
     out: TextIO | None = None,
     verbose: bool = False,
+    chunk: Chunk | None = None,
 ) -> SuiteReport:
-    """Run every file in `paths` (each on a fresh engine) and report; print if `out`."""
+    """Run every file in `paths` (each on a fresh engine) and report; print if `out`.
+
+    With `chunk`, only that chunk of each file's queries runs (every statement does).
+    """
     skips = SkipList.load() if skips is None else skips
     report = SuiteReport()
     make = _engine_factory(engine, kernel)
     for path in paths:
         budget = None if max_failures is None else max_failures - report.count("fail")
-        file_report = run_file(str(path), make, engine, mode, skips, budget)
+        file_report = run_file(str(path), make, engine, mode, skips, budget, chunk)
         report.files.append(file_report)
         if out is not None:
             _print_file(file_report, out, verbose)
@@ -122,7 +140,7 @@ def _print_file(report: FileReport, out: TextIO, verbose: bool) -> None:
         f"{report.count(s)} {word}" for s, word in (("pass", "passed"), ("fail", "failed"))
     )
     print(
-        f"{report.path}: {counts}, {report.count('skip')} skipped ({report.seconds:.1f}s)", file=out
+        f"{report.name}: {counts}, {report.count('skip')} skipped ({report.seconds:.1f}s)", file=out
     )
     for outcome in report.outcomes:
         if outcome.status == "fail":
@@ -164,6 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skips", default=str(DEFAULT_SKIPS), help="skip list (TOML), or `none`")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="report as JSON")
     parser.add_argument("--exit-with-parent", action="store_true", help="end if the parent ends")
+    parser.add_argument(
+        "--chunk", type=Chunk.parse, default=None, metavar="I/N", help="only chunk I of N's queries"
+    )
     args = parser.parse_args(argv)
     if args.exit_with_parent:
         _exit_with_parent()
@@ -177,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_failures=args.max_failures,
         out=sys.stdout,
         verbose=args.verbose,
+        chunk=args.chunk,
     )
     if args.json is not None:
         args.json.write_text(json.dumps(report.as_json(), indent=1))
