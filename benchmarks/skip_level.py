@@ -285,12 +285,14 @@ class Profile:
         self._phase = ""
         self._depth = 0
         for node in worker.nodes:
+            if node is None:
+                continue
             label = f"{node.id}:{node.describe()}"
             node.step = self._wrap(node.step, f"step {label}", count_jobs=True)
             node.finish = self._wrap(node.finish, f"finish {label}", count_jobs=True)
         kernel = worker.kernel
         for name in self.KERNEL_CALLS:
-            if not isinstance(getattr(type(kernel), name, None), property):
+            if hasattr(kernel, name) and not isinstance(getattr(type(kernel), name, None), property):
                 setattr(kernel, name, self._wrap(getattr(kernel, name), f"kernel.{name}",
                                                  nested=True))
 

@@ -13,6 +13,7 @@ follows the arrangement's batches, so many views share one arrangement.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from dsql.errors import SchemaError
@@ -41,6 +42,18 @@ class Arranged(Node):
         """The frames of every batch before this round's."""
         raise NotImplementedError
 
+    def history_with_keys(self, probe: Frame, by: Sequence[str]) -> list[Frame] | None:
+        """The rows of `history()` whose keys equal the `by` columns of some row of `probe`
+        (frames left with no row may be left out); None when the kernel cannot pick them
+        without a query (the caller then reads `history()`)."""
+        picked = []
+        for frame in self.history():
+            rows = self.kernel.rows_with_keys(frame, self.keys, probe, by)
+            if rows is None:
+                return None
+            picked.append(rows)
+        return picked
+
     @property
     def trace(self) -> Trace:
         raise NotImplementedError
@@ -67,6 +80,9 @@ class TracedNode(Arranged):
 
     def history(self) -> list[Frame]:
         return self._trace.frames()
+
+    def history_with_keys(self, probe: Frame, by: Sequence[str]) -> list[Frame] | None:
+        return self._trace.rows_with_keys(probe, by)
 
     def finish(self, rnd: Round) -> None:
         self._trace.advance(rnd.compaction_frontier)
@@ -176,6 +192,9 @@ class ImportNode(Arranged):
         # In the round the import starts, its batch replays the whole history: nothing
         # is older than that batch yet.
         return self.handle.source.history() if self._started and not self._replaying else []
+
+    def history_with_keys(self, probe: Frame, by: Sequence[str]) -> list[Frame] | None:
+        return self.handle.source.history_with_keys(probe, by) if self.history() else []
 
     def following(self) -> bool:
         """Whether the import hands on its source's batches (it has replayed the history)."""

@@ -31,7 +31,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -111,6 +111,16 @@ class EnterArrangedNode(Arranged):
         if self._step > 0 and self.source.current is not None:
             frames = [*frames, self.source.current.frame]
         return [self._lift(f) for f in frames]
+
+    def history_with_keys(self, probe: Frame, by: Sequence[str]) -> list[Frame] | None:
+        picked = self.source.history_with_keys(probe, by)
+        if picked is not None and self._step > 0 and self.source.current is not None:
+            rows = self.kernel.rows_with_keys(self.source.current.frame, self.keys, probe, by)
+            picked = None if rows is None else [*picked, rows]
+        if picked is None:
+            return None
+        name = time_columns(self.depth)[-1]
+        return [self.kernel.append_time(f, name, 0) for f in picked]
 
     def step(self, rnd: Round) -> Batch | None:
         self._step = rnd.number

@@ -12,13 +12,19 @@ small:
   half the size of the one before it, the two merge (compacting as they do). So
   batch sizes at least double going back in time and there are O(log n) batches.
 
+A batch is also an index: readers that hold a few keys (a join's delta, a reduce's
+affected keys) take just those keys' rows with `rows_with_keys`, through an index the
+kernel builds once per batch, when first asked (`Kernel.key_index`).
+
 Invariant: the multiset sum of the batches, accumulated at any time beyond the
 compaction frontier, equals the accumulation of every update ever inserted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dsql.runtime import relational as rel
 from dsql.runtime.kernel.base import Frame, Kernel
@@ -33,6 +39,9 @@ class TraceBatch:
     rows: int
     #: The frontier its times were last advanced to (empty: never compacted).
     compacted_to: Antichain = field(default_factory=Antichain)
+    #: Its index by the trace's keys (`Kernel.key_index`), once built; `indexed`: asked.
+    index: Any = None
+    indexed: bool = False
 
 
 class Trace:
@@ -60,8 +69,28 @@ class Trace:
         return sum(b.rows for b in self.batches)
 
     def nbytes(self) -> int:
-        """The bytes the batches hold, as the kernel estimates them."""
-        return sum(self.kernel.nbytes(b.frame) for b in self.batches)
+        """The bytes the batches and their indexes hold, as the kernel estimates them."""
+        indexes = sum(b.index.nbytes for b in self.batches if b.index is not None)
+        return sum(self.kernel.nbytes(b.frame) for b in self.batches) + indexes
+
+    def rows_with_keys(self, probe: Frame, by: Sequence[str]) -> list[Frame] | None:
+        """Per batch, oldest first, the rows whose keys equal the `by` columns of some row
+        of `probe` (batches with none left out); None when the kernel cannot pick them
+        without a query (the caller then reads `frames()`)."""
+        kernel, picked = self.kernel, []
+        for batch in self.batches:
+            if not batch.indexed:
+                batch.index, batch.indexed = kernel.key_index(batch.frame, self.keys), True
+            rows = None
+            if batch.index is not None:
+                rows = batch.index.rows(probe, by)
+            if rows is None:
+                rows = kernel.rows_with_keys(batch.frame, self.keys, probe, by)
+            if rows is None:
+                return None
+            if kernel.rows(rows) != 0:
+                picked.append(rows)
+        return picked
 
     def hold(self, frontier: Antichain) -> int:
         """Register a reader that may read at times beyond `frontier`; returns its id."""

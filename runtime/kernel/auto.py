@@ -44,6 +44,7 @@ from sqlglot import exp
 
 from dsql.runtime.kernel.base import Frame, Kernel, Pipeline, Prepared, Stage, Stored
 from dsql.runtime.kernel.driver import JoinShape, Selection
+from dsql.runtime.kernel.key_index import KeyIndex
 from dsql.runtime.kernel.local import LocalKernel
 from dsql.runtime.kernel.spark import SparkKernel
 from dsql.runtime.lattice import Antichain
@@ -267,10 +268,15 @@ class AutoKernel(Kernel):
             return None
         return self.local.join_small(left, right, shape)
 
-    def rows_with_keys(self, frame: Frame, keys: Sequence[str], probe: Frame) -> Frame | None:
+    def rows_with_keys(
+        self, frame: Frame, keys: Sequence[str], probe: Frame, by: Sequence[str] | None = None
+    ) -> Frame | None:
         if self._remote((frame, probe)):
             return None
-        return self.local.rows_with_keys(frame, keys, probe)
+        return self.local.rows_with_keys(frame, keys, probe, by)
+
+    def key_index(self, frame: Frame, keys: Sequence[str]) -> KeyIndex | None:
+        return self.local.key_index(frame, keys) if isinstance(frame, pa.Table) else None
 
     def project_small(self, frame: Frame, selection: Selection) -> Frame | None:
         if not isinstance(frame, pa.Table):

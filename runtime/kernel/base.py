@@ -44,6 +44,7 @@ from dsql.runtime.lattice import Antichain
 
 if TYPE_CHECKING:
     from dsql.runtime.kernel.driver import JoinShape, Selection
+    from dsql.runtime.kernel.key_index import KeyIndex
 
 Frame = Any
 """An engine-specific relation handle (Spark DataFrame, Arrow table, ...)."""
@@ -180,9 +181,17 @@ class Kernel(ABC):
         None."""
         return None
 
-    def rows_with_keys(self, frame: Frame, keys: Sequence[str], probe: Frame) -> Frame | None:
-        """The rows of `frame` whose `keys` equal those of some row of `probe` (NULL equals
-        NULL), without a query, when the kernel can do that exactly; None: it cannot."""
+    def rows_with_keys(
+        self, frame: Frame, keys: Sequence[str], probe: Frame, by: Sequence[str] | None = None
+    ) -> Frame | None:
+        """The rows of `frame` whose `keys` equal the `by` columns (default: `keys`) of
+        some row of `probe` (NULL equals NULL), without a query, when the kernel can do
+        that exactly; None: it cannot."""
+        return None
+
+    def key_index(self, frame: Frame, keys: Sequence[str]) -> KeyIndex | None:
+        """An index of a stored trace batch by `keys` (`kernel.key_index`), for lookups
+        that cost what they return; None when the kernel keeps none for this frame."""
         return None
 
     def prepare_many(self, branches: Sequence[Any], depth: int) -> Any:

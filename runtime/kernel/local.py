@@ -19,6 +19,7 @@ from sqlglot import exp
 from dsql.errors import ExecutionError, SchemaError
 from dsql.runtime.dataflow import canceled
 from dsql.runtime.kernel import driver
+from dsql.runtime.kernel import key_index as _index
 from dsql.runtime.kernel.base import Kernel, Pipeline, Prepared, Stored
 from dsql.runtime.kernel.driver import JoinShape, Selection
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
@@ -168,9 +169,14 @@ class LocalKernel(Kernel):
         return driver.join(left, right, shape)
 
     def rows_with_keys(
-        self, frame: pa.Table, keys: Sequence[str], probe: pa.Table
+        self, frame: pa.Table, keys: Sequence[str], probe: pa.Table, by: Sequence[str] | None = None
     ) -> pa.Table | None:
-        return driver.rows_with_keys(frame, keys, probe)
+        return driver.rows_with_keys(frame, keys, probe, by)
+
+    def key_index(self, frame: pa.Table, keys: Sequence[str]) -> _index.KeyIndex | None:
+        if frame.num_rows < _index.INDEX_ROWS or not keys:
+            return None
+        return _index.KeyIndex.build(frame, keys)
 
     def project_small(self, frame: pa.Table, selection: Selection) -> pa.Table | None:
         return driver.project(frame, selection)

@@ -26,7 +26,11 @@ from dsql.runtime import relational as rel
 from dsql.runtime.arrangement import Arranged
 from dsql.runtime.dataflow import Batch, Node, Round, schema_key
 from dsql.runtime.kernel.base import Frame, Prepared
-from dsql.runtime.kernel.driver import JoinShape
+from dsql.runtime.kernel.driver import DRIVER_ROWS, JoinShape
+
+#: A delta of at most this many rows reads only its keys' rows of the other side's
+#: history, when the kernel can pick them by index (`Arranged.history_with_keys`).
+PROBE_ROWS = DRIVER_ROWS
 
 
 class JoinNode(Node):
@@ -76,7 +80,8 @@ class JoinNode(Node):
         fused = reader if reader is not None and reader.applied_by_producer else None
         if fused is not None and fused.dropped:
             fused = None
-        small = self._in_driver(left, right)
+        halves = self._halves(left, right)
+        small = self._in_driver(halves)
         if small is not None:  # no query: the reader's chain too when it only renames
             if not small:
                 return None
@@ -91,29 +96,48 @@ class JoinNode(Node):
             query = self.query
         parts: list[Frame] = []
         lk, rk = self.pairs[0] if self.pairs else (None, None)
-        if left.current is not None:
-            right_all = right.history() + ([right.current.frame] if right.current else [])
-            if right_all:
-                probed = self._probe(right_all, rk, left.current, lk)
-                parts.append(self.kernel.query(query, {"l": left.current.frame, "r": probed}))
-        if right.current is not None and left.history():
-            probed = self._probe(left.history(), lk, right.current, rk)
-            parts.append(self.kernel.query(query, {"l": probed, "r": right.current.frame}))
+        for lhs, rhs in halves:
+            if left.current is not None and lhs[0] is left.current.frame:  # dA with B + dB
+                probed = self._probe(rhs, rk, left.current, lk)
+                parts.append(self.kernel.query(query, {"l": lhs[0], "r": probed}))
+            else:  # A with dB
+                assert right.current is not None
+                probed = self._probe(lhs, lk, right.current, rk)
+                parts.append(self.kernel.query(query, {"l": probed, "r": rhs[0]}))
         if not parts:
             return None
         return Batch(self.kernel.union(parts) if len(parts) > 1 else parts[0], applied=fused)
 
-    def _in_driver(self, left: Arranged, right: Arranged) -> list[Frame] | None:
+    def _halves(self, left: Arranged, right: Arranged) -> list[tuple[list[Frame], list[Frame]]]:
+        """The delta rule's halves as (left frames, right frames): `dA` with `B + dB`, then
+        `A` with `dB` (`A` never holds `dA`'s frame); a history is cut to the delta's keys
+        when an index allows."""
+        lkeys, rkeys = [a for a, _ in self.pairs], [b for _, b in self.pairs]
+        halves: list[tuple[list[Frame], list[Frame]]] = []
+        if left.current is not None:
+            right_all = self._history(right, left.current, lkeys)
+            right_all += [right.current.frame] if right.current else []
+            if right_all:
+                halves.append(([left.current.frame], right_all))
+        if right.current is not None:
+            left_old = self._history(left, right.current, rkeys)
+            if left_old:
+                halves.append((left_old, [right.current.frame]))
+        return halves
+
+    def _history(self, side: Arranged, delta: Batch, by: list[str]) -> list[Frame]:
+        """`side`'s history, only the rows with keys of `delta` (whose key columns are
+        `by`) when the delta is small and the kernel picks them without a query."""
+        if by and delta.rows is not None and delta.rows <= PROBE_ROWS:
+            picked = side.history_with_keys(delta.frame, by)
+            if picked is not None:
+                return picked
+        return side.history()
+
+    def _in_driver(self, halves: list[tuple[list[Frame], list[Frame]]]) -> list[Frame] | None:
         """The delta rule's halves computed without a query (`Kernel.join_small`), or None
         when the kernel cannot do one of them so."""
         kernel, parts = self.kernel, []
-        halves: list[tuple[list[Frame], list[Frame]]] = []
-        if left.current is not None:
-            right_all = right.history() + ([right.current.frame] if right.current else [])
-            if right_all:
-                halves.append(([left.current.frame], right_all))
-        if right.current is not None and left.history():
-            halves.append((left.history(), [right.current.frame]))
         if any(kernel.placement(f) != "local" for half in halves for side in half for f in side):
             return None
         shape = JoinShape(self.pairs, self.inputs[0].columns, self.right_values, self.depth)

@@ -38,10 +38,12 @@ from dsql.runtime.arrangement import Arranged, TracedNode
 from dsql.runtime.dataflow import Batch, Round
 from dsql.runtime.kernel.base import Frame, Pipeline, Stage, Stored
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
+from dsql.runtime.operators.join import PROBE_ROWS
 from dsql.runtime.operators.reduce_logic import ReduceLogic
 from dsql.runtime.operators.reduce_settled import SettledQueries, settled_inputs
 from dsql.runtime.operators.reduce_settled import name_list as _list
 from dsql.runtime.operators.reduce_settled import quote as _q
+from dsql.runtime.operators.reduce_small import small_step
 from dsql.runtime.trace import Trace
 
 
@@ -229,9 +231,9 @@ class ReduceNode(TracedNode):
         woken = any(rnd.frontier.complete(t) for t in self._pending_lower)
         if source.current is None and not woken:
             return None
-        input_frames = source.history() + ([source.current.frame] if source.current else [])
         kernel, d = self.kernel, self.depth
-        outputs = self._trace.frames()
+        history, outputs = self._affected_rows(source)
+        input_frames = history + ([source.current.frame] if source.current else [])
         if not input_frames:
             if not outputs and self._pending is None:
                 return None
@@ -241,13 +243,17 @@ class ReduceNode(TracedNode):
         if self._prepared is None:
             self._prepared = self._prepare()
         sql_logic, first, second = self._prepared
-        settled = settled_inputs(self, source, rnd, outputs) if sql_logic else None
+        settled = settled_inputs(self, source, rnd, history, outputs) if sql_logic else None
         if settled is not None:
             # One time, nothing later: the output is the logic over the keys' histories.
             if self._settled is None:
                 self._settled = SettledQueries.build(self)
             output = kernel.materialize(self._settled.run(self, settled), self.keys)
             return self._finish_step(output, None, [])
+        delta = source.current.frame if source.current is not None else None
+        small = small_step(self, input_frames, delta, self._pending, outputs, rnd.frontier)
+        if small is not None:
+            return self._finish_step(small[0], small[1], [])
         frames: dict[str, Frame] = {
             "inp": kernel.union(input_frames) if len(input_frames) > 1 else input_frames[0],
             "outp": (
@@ -278,6 +284,30 @@ class ReduceNode(TracedNode):
             stored += more
         output, pending = self._split(kernel.materialize(result, self.keys))
         return self._finish_step(output, pending, stored)
+
+    def _affected_rows(self, source: Arranged) -> tuple[list[Frame], list[Frame]]:
+        """The input history and the output trace, as frames; only the rows of the keys
+        this step can change (those of the new input and of the pending candidates: every
+        query of the step joins on them) when the kernel picks them without a query."""
+        history, outputs = source.history(), self._trace.frames()
+        parts = [source.current.frame] if source.current is not None else []
+        parts += [self._pending] if self._pending is not None else []
+        if not self.keys or not parts or not all(isinstance(p, pa.Table) for p in parts):
+            return history, outputs
+        probe = parts[0]
+        if len(parts) > 1:
+            keys = probe.select(list(self.keys))
+            try:
+                probe = pa.concat_tables([keys, parts[1].select(list(self.keys)).cast(keys.schema)])
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                return history, outputs
+        if probe.num_rows > PROBE_ROWS:
+            return history, outputs
+        old = source.history_with_keys(probe, self.keys)
+        out = self._trace.rows_with_keys(probe, self.keys)
+        if old is None or out is None:
+            return history, outputs
+        return old, out
 
     def _finish_step(
         self, output: Stored, pending: Stored | None, stored: list[Frame]

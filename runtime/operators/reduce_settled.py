@@ -48,11 +48,12 @@ def name_list(names: Sequence[str], prefix: str = "") -> str:
 
 
 def settled_inputs(
-    node: ReduceNode, source: Arranged, rnd: Round, outputs: list[Frame]
+    node: ReduceNode, source: Arranged, rnd: Round, history: list[Frame], outputs: list[Frame]
 ) -> dict[str, Frame] | None:
     """The affected keys' input (`inp`) and output (`outp`) rows, times set to `t`, when
     the step is settled (module docstring); None when it is not, or when the kernel
-    cannot pick the keys' rows without a query."""
+    cannot pick the keys' rows without a query. `history` and `outputs`: the input's
+    history and the output trace (or at least every row of the affected keys)."""
     if node.pending() or source.current is None or not node.keys:
         return None
     kernel, names, delta = node.kernel, time_columns(node.depth), source.current.frame
@@ -65,7 +66,7 @@ def settled_inputs(
     if not rnd.frontier.complete(tuple(stamp)):
         return None
     frames: dict[str, Frame] = {}
-    for table, parts in (("inp", [*source.history(), delta]), ("outp", outputs)):
+    for table, parts in (("inp", [*history, delta]), ("outp", outputs)):
         kept = []
         for frame in parts:
             if kernel.rows(frame) == 0:

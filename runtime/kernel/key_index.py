@@ -1,0 +1,176 @@
+"""A sorted index over one key column of an in-process trace batch.
+
+An arrangement is an index: readers look up the updates of the keys they were given
+(a join's delta, a reduce's affected keys) without scanning the rest. A trace batch is
+immutable, so its index is built once, when first probed: the batch's row positions
+sorted by one integer key column (`argsort`), and that column in sorted order. A probe
+finds each probed key's run of rows by binary search, so its cost grows with the probe
+and the rows it returns, not with the batch (3 ms for `is_in` over 1M rows; a few
+microseconds this way).
+
+Keys with several integer columns and no NULL are packed into one int64 (each column
+less its least value, shifted) when their ranges fit in 62 bits. Other keys with several
+columns are indexed on their first integer column: the rows it picks are then cut
+exactly to the probe's whole keys (`driver.rows_with_keys`, over the rows picked).
+NULL matches NULL, as in the engines' `IS NOT DISTINCT FROM`.
+
+Invariant: `KeyIndex.rows(probe, by)` returns exactly the rows of the indexed table
+whose keys equal those of some row of `probe` (as `driver.rows_with_keys` would), in
+the table's order, or None when it cannot say exactly.
+
+>>> import pyarrow as pa
+>>> t = pa.table({"k": [3, 1, None, 3, 2], "v": ["a", "b", "c", "d", "e"]})
+>>> index = KeyIndex.build(t, ("k",))
+>>> index.rows(pa.table({"x": [3, None, 7]}), ("x",)).column("v").to_pylist()
+['a', 'c', 'd']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from dsql.runtime.kernel import driver
+
+#: Batches with fewer rows are not indexed: scanning them is as cheap as a lookup.
+INDEX_ROWS = 2048
+
+_INTEGERS = frozenset(
+    (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32())
+)
+
+
+def _indexable(t: pa.DataType) -> bool:
+    return t in _INTEGERS or t == pa.date32()
+
+
+def _as_int64(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """An integer or date column as int64 values (NULLs kept), for sorting and search."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if column.type == pa.date32():
+        column = column.view(pa.int32())
+    return column.cast(pa.int64())
+
+
+@dataclass(frozen=True, slots=True)
+class KeyIndex:
+    """Row positions of `table` sorted by its key column `keys[column]`, or by all its
+    key columns packed (`packing`: per column its least and greatest value and shift),
+    see module docstring; `nulls`: the positions whose key is NULL."""
+
+    table: pa.Table
+    keys: tuple[str, ...]
+    column: int
+    sorted_keys: np.ndarray
+    order: np.ndarray
+    nulls: np.ndarray
+    packing: tuple[tuple[int, int, int], ...] = ()
+
+    @classmethod
+    def build(cls, table: pa.Table, keys: Sequence[str]) -> KeyIndex | None:
+        """The index of `table` on its first integer key column (None: none is)."""
+        keys = tuple(keys)
+        packed = _packed(table, keys)
+        if packed is not None:
+            data, packing = packed
+            order = np.argsort(data, kind="stable")
+            return cls(table, keys, -1, data[order], order, np.empty(0, np.int64), packing)
+        column = next((i for i, k in enumerate(keys) if _indexable(table.schema.field(k).type)), -1)
+        if column < 0:
+            return None
+        values = _as_int64(table[keys[column]])
+        valid = values.is_valid()
+        nulls = np.flatnonzero(~valid.to_numpy(zero_copy_only=False))
+        data = values.fill_null(0).to_numpy()
+        order = np.argsort(data, kind="stable")
+        if len(nulls):
+            order = order[np.isin(order, nulls, assume_unique=True, invert=True)]
+        return cls(table, keys, column, data[order], order, nulls)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes the index holds beside its table."""
+        return int(self.sorted_keys.nbytes + self.order.nbytes + self.nulls.nbytes)
+
+    def rows(self, probe: pa.Table, by: Sequence[str]) -> pa.Table | None:
+        """The rows whose keys equal the `by` columns of some row of `probe` (None: the
+        types do not compare exactly)."""
+        by = tuple(by)
+        if self.packing:
+            return self._packed_rows(probe, by)
+        probed = probe[by[self.column]]
+        if not _comparable(probed.type, self.table.schema.field(self.keys[self.column]).type):
+            return None
+        values = _as_int64(probed)
+        picked = self._take(np.unique(values.drop_null().to_numpy()), values.null_count > 0)
+        if len(self.keys) == 1 or picked.num_rows == 0:
+            return picked
+        return driver.rows_with_keys(picked, self.keys, probe, by)
+
+    def _packed_rows(self, probe: pa.Table, by: tuple[str, ...]) -> pa.Table | None:
+        """`rows` for a packed index: probe keys with a NULL or out of range match nothing."""
+        packed = np.zeros(probe.num_rows, np.int64)
+        keep = np.ones(probe.num_rows, bool)
+        for name, key, (low, high, shift) in zip(by, self.keys, self.packing, strict=True):
+            column = probe[name]
+            if not _comparable(column.type, self.table.schema.field(key).type):
+                return None
+            values = _as_int64(column)
+            keep &= values.is_valid().to_numpy(zero_copy_only=False)
+            data = values.fill_null(low).to_numpy()
+            keep &= (data >= low) & (data <= high)
+            packed |= (np.clip(data, low, high) - low) << shift
+        return self._take(np.unique(packed[keep]), False)
+
+    def _take(self, wanted: np.ndarray, nulls: bool) -> pa.Table:
+        """The rows whose indexed key is in `wanted` (sorted, distinct), and the rows with
+        a NULL key when `nulls`, in the table's order."""
+        low = np.searchsorted(self.sorted_keys, wanted, "left")
+        high = np.searchsorted(self.sorted_keys, wanted, "right")
+        counts = high - low
+        hits = counts > 0
+        low, counts = low[hits], counts[hits]
+        total = int(counts.sum())
+        # Positions in `order`: each run low[i] .. low[i] + counts[i], laid end to end.
+        starts = np.repeat(low - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+        positions = self.order[starts + np.arange(total)]
+        if nulls and len(self.nulls):
+            positions = np.concatenate((positions, self.nulls))
+        positions.sort()
+        return self.table.take(pa.array(positions, pa.int64()))
+
+
+def _comparable(probed: pa.DataType, indexed: pa.DataType) -> bool:
+    """Whether probe values of type `probed` compare exactly with an `indexed` key."""
+    return _indexable(probed) and (probed == pa.date32()) == (indexed == pa.date32())
+
+
+def _packed(
+    table: pa.Table, keys: tuple[str, ...]
+) -> tuple[np.ndarray, tuple[tuple[int, int, int], ...]] | None:
+    """Several integer key columns without NULLs packed into one int64 per row, and the
+    packing; None when the keys do not allow it (module docstring)."""
+    if len(keys) < 2 or table.num_rows == 0:
+        return None
+    if not all(_indexable(table.schema.field(k).type) for k in keys):
+        return None
+    columns = [_as_int64(table[k]) for k in keys]
+    if any(c.null_count for c in columns):
+        return None
+    data = [c.to_numpy() for c in columns]
+    packing, shift = [], 0
+    for values in reversed(data):
+        low, high = int(values.min()), int(values.max())
+        packing.append((low, high, shift))
+        shift += max(1, (high - low).bit_length())
+    if shift > 62:
+        return None
+    packing.reverse()
+    packed = np.zeros(table.num_rows, np.int64)
+    for values, (low, _, at) in zip(data, packing, strict=True):
+        packed |= (values - low) << at
+    return packed, tuple(packing)
