@@ -43,7 +43,7 @@ from dsql.runtime import relational as rel
 from dsql.runtime.arrangement import Arranged
 from dsql.runtime.collection import Collection
 from dsql.runtime.dataflow import Batch, Node, Round, _as_schema
-from dsql.runtime.kernel.base import Frame
+from dsql.runtime.kernel.base import Frame, Stored
 from dsql.runtime.lattice import DIFF, time_columns
 from dsql.runtime.scope import Scope
 
@@ -182,28 +182,20 @@ class FeedbackNode(Node):
 
     def step(self, rnd: Round) -> Batch | None:
         loop = self.variable.loop
-        deltas = [rnd.delta(n) for n in self.inputs]
-        names: dict[str, Frame] = {}
-        parts: list[exp.Query] = []
         times = time_columns(self.depth)
-        for i, delta in enumerate(deltas):
-            if delta is None:
-                continue
-            names[f"f{i}"] = delta.frame
-            moved = exp.Add(this=rel.col(times[-1]), expression=rel.lit(1))
-            diff = rel.col(DIFF) if i == 0 else exp.Neg(this=rel.col(DIFF))
-            columns = [*rel.passthrough((*self.columns, *times[:-1])), (times[-1], moved)]
-            parts.append(rel.select(f"f{i}", [*columns, (DIFF, diff)]))
-        if not parts:
+        batches = [(i, rnd.delta(n)) for i, n in enumerate(self.inputs)]
+        deltas = [(i, b.frame) for i, b in batches if b is not None]
+        if not deltas:
             return None
-        union = parts[0]
-        for p in parts[1:]:
-            union = exp.union(union, p, distinct=False)
-        if loop.on_limit == "return":
-            bound = exp.LTE(this=rel.col(times[-1]), expression=rel.lit(loop.limit))
-            union = rel.select(union, [exp.Star()], where=bound)
-        query = rel.consolidate(union, self.columns, self.depth)
-        stored = self.kernel.materialize(self.kernel.query(query, names))
+        stored = self._in_driver(deltas)
+        if stored is None:
+            present = tuple(i for i, _ in deltas)
+            query = self.kernel.cached(
+                ("feedback", self.columns, self.depth, loop.on_limit, loop.limit, present),
+                lambda: self.kernel.prepare(self._query(present)),
+            )
+            names = {f"f{i}": frame for i, frame in deltas}
+            stored = self.kernel.materialize(self.kernel.query(query, names))
         if stored.rows == 0:
             self.kernel.release(stored.frame)
             return None
@@ -213,6 +205,41 @@ class FeedbackNode(Node):
                 raise loop.limit_error(last)
         self.variable.incoming = Batch(stored.frame, stored.rows, stored.table)
         return None
+
+    def _query(self, present: tuple[int, ...]) -> exp.Query:
+        """The feedback of the inputs numbered `present` (bound as `f0`, `f1`): the
+        result's updates one round later, less the initial collection's."""
+        loop, times = self.variable.loop, time_columns(self.depth)
+        parts: list[exp.Query] = []
+        for i in present:
+            moved = exp.Add(this=rel.col(times[-1]), expression=rel.lit(1))
+            diff = rel.col(DIFF) if i == 0 else exp.Neg(this=rel.col(DIFF))
+            columns = [*rel.passthrough((*self.columns, *times[:-1])), (times[-1], moved)]
+            parts.append(rel.select(f"f{i}", [*columns, (DIFF, diff)]))
+        union = parts[0]
+        for p in parts[1:]:
+            union = exp.union(union, p, distinct=False)
+        if loop.on_limit == "return":
+            bound = exp.LTE(this=rel.col(times[-1]), expression=rel.lit(loop.limit))
+            union = rel.select(union, [exp.Star()], where=bound)
+        return rel.consolidate(union, self.columns, self.depth)
+
+    def _in_driver(self, deltas: list[tuple[int, Frame]]) -> Stored | None:
+        """`_query`'s result computed in Arrow (`Kernel.consolidate_small`) when the
+        frames are small in-process tables, else None."""
+        if not all(isinstance(frame, pa.Table) for _, frame in deltas):
+            return None
+        loop, last = self.variable.loop, time_columns(self.depth)[-1]
+        moved = []
+        for _, table in deltas:
+            at = table.schema.get_field_index(last)
+            table = table.set_column(at, last, pc.add_checked(table[last], 1))
+            if loop.on_limit == "return":
+                table = table.filter(pc.less_equal(table[last], loop.limit))
+            moved.append(table)
+        signs = [1 if i == 0 else -1 for i, _ in deltas]
+        table = self.kernel.consolidate_small(moved, self.columns, self.depth, None, signs)
+        return None if table is None else Stored(table, table.num_rows, table)
 
     def _max_round(self, frame: Frame, table: pa.Table | None, name: str) -> int:
         if table is None:

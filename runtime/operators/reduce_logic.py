@@ -27,7 +27,7 @@ from sqlglot import exp, parse_one
 from dsql.errors import SchemaError
 from dsql.runtime import relational as rel
 from dsql.runtime.dataflow import schema_key
-from dsql.runtime.kernel.base import Frame, Kernel
+from dsql.runtime.kernel.base import Frame, Kernel, Prepared
 from dsql.runtime.lattice import DIFF, time_columns
 
 if TYPE_CHECKING:
@@ -55,11 +55,17 @@ class ReduceLogic:
         depth: int,
         schema: pa.Schema,
     ) -> Frame:
-        """The desired output for the accumulated groups in `acc` (by default: `query`)."""
-        query = self.query(keys, values, depth, kernel.dialect)
-        if query is None:
-            raise NotImplementedError
-        return kernel.query(query, {_ACC: acc})
+        """The desired output for the accumulated groups in `acc` (by default: `query`,
+        rendered once per shape)."""
+
+        def prepare() -> Prepared:
+            query = self.query(keys, values, depth, kernel.dialect)
+            if query is None:
+                raise NotImplementedError
+            return kernel.prepare(query)
+
+        shape = (rel.fingerprint(self), tuple(keys), tuple(values), depth)
+        return kernel.query(kernel.cached(("reduce-logic", *shape), prepare), {_ACC: acc})
 
     def output_schema(self, source: Arranged) -> pa.Schema:
         """Key columns, then output columns (by evaluating over an empty group)."""
