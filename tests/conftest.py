@@ -66,7 +66,9 @@ def kernel(request):
 # --- sqllogictest files in background processes ---------------------------------------------
 # Tests marked `slt_background` (SQLite's largest files, tests/test_slt_runner.py) wait for
 # runs started in child processes as soon as the run's tests are collected (slt/background.py):
-# the files run beside the rest of the suite, and those tests are moved to its end.
+# the files run beside the rest of the suite, big ones split into chunks of their queries,
+# and those tests are moved to its end. DSQL_SLT_WORKERS (default 2) runners run at once from
+# the start: they are niced, so they take only the CPU the foreground leaves.
 
 _POOL = pytest.StashKey["object"]()
 
@@ -79,12 +81,13 @@ def pytest_collection_modifyitems(session, config, items):  # noqa: ANN001, ANN2
     import tempfile
     from pathlib import Path
 
-    from slt.background import Job, Pool
+    from slt.background import Pool, jobs_for
 
     items[:] = [i for i in items if not i.get_closest_marker("slt_background")] + waiting
     params = [i.callspec.params for i in waiting]
-    jobs = list(dict.fromkeys(Job(p["path"], p["mode"]) for p in params))
-    pool = Pool(jobs, Path(tempfile.mkdtemp(prefix="dsql-slt-")))
+    jobs = list(dict.fromkeys(j for p in params for j in jobs_for(p["path"], p["mode"])))
+    workers = int(os.environ.get("DSQL_SLT_WORKERS") or 2)
+    pool = Pool(jobs, Path(tempfile.mkdtemp(prefix="dsql-slt-")), workers=workers)
     pool.start()
     config.stash[_POOL] = pool
 

@@ -10,9 +10,9 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from slt.background import Job
+from slt.background import jobs_for
 from slt.engines import DuckDBEngine, EngineError
-from slt.execute import run_file
+from slt.execute import Chunk, run_file
 from slt.incremental import ViewPlan, ddl_effect, strip_terminator
 from slt.parser import SltSyntaxError, parse, parse_file
 from slt.records import (
@@ -477,10 +477,10 @@ def test_dsql_passes_sqlite_suites(path, mode):
     assert report.unused_skips == []
 
 
-#: SQLite's largest files (~6,900 queries and ~1,700 writes per mode), most expensive
-#: first: each file and mode runs in a background process started when the tests are
-#: collected (tests/conftest.py, slt/background.py), beside the rest of the suite; these
-#: tests run last and wait for them.
+#: SQLite's largest files (~6,900 queries and ~1,700 writes per mode): each file and mode
+#: runs in background processes (one per chunk of its queries, `jobs_for`) started when the
+#: tests are collected (tests/conftest.py, slt/background.py), beside the rest of the
+#: suite; these tests run last and wait for them.
 BACKGROUND_FILES = [SQLITE / "select5.test", SQLITE / "select3.test", SQLITE / "select4.test"]
 
 
@@ -488,13 +488,43 @@ BACKGROUND_FILES = [SQLITE / "select5.test", SQLITE / "select3.test", SQLITE / "
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("path", BACKGROUND_FILES, ids=lambda p: p.name)
 def test_dsql_passes_large_sqlite_suites(path, mode, slt_background):
+    """Every record of the file passes, none is skipped: each chunk ran every statement,
+    and the chunks' queries are the file's, each checked once."""
     slt_background.widen(2)  # the rest of the suite is done: use both cores
-    report = slt_background.result(Job(path, mode))
-    assert "error" not in report, report["error"]
-    assert report["failures"] == []
-    assert report["unused_skips"] == []
     records = [e for e in parse_file(str(path)) if isinstance(e, Statement | Query)]
-    assert (report["passed"], report["skipped"]) == (len(records), 0)
+    statements = sum(isinstance(e, Statement) for e in records)
+    checked: list[int] = []
+    for job in jobs_for(path, mode):
+        report = slt_background.result(job)
+        where = f"{path.name} {mode} chunk {job.chunk or 'all'} ({job.name})"
+        assert "error" not in report, f"{where}: {report['error']}"
+        assert report["failures"] == [], f"{where}: " + "\n".join(report["failures"])
+        assert report["unused_skips"] == [], where
+        [lines] = report["query_lines"].values()
+        assert report["statements"] == statements, where
+        assert (report["passed"], report["skipped"]) == (statements + len(lines), 0), where
+        checked += lines
+    assert sorted(checked) == [e.location.line for e in records if isinstance(e, Query)]
+
+
+def test_chunks_deal_out_every_query_once(tmp_path):
+    """Chunks run every statement and split the queries; a label's queries share a chunk."""
+    text = "statement ok\nCREATE TABLE t(a INTEGER)\n\nstatement ok\nINSERT INTO t VALUES (1)\n\n"
+    for k in range(6):
+        label = " same" if k in (1, 3) else ""  # dealt as one: 0, (1, 3), 2, 4, 5
+        text += f"query I nosort{label}\nSELECT 6 + {k % 2}\n----\n7\n\n" if label else ""
+        text += "" if label else f"query I nosort\nSELECT a + {k} FROM t\n----\n{k + 1}\n\n"
+    (tmp_path / "c.test").write_text(text)
+    queries = [e.location.line for e in parse(text, "c.test") if isinstance(e, Query)]
+    checked = []
+    for i in (1, 2, 3):
+        report = run_suite([tmp_path / "c.test"], mode="incremental", chunk=Chunk(i, 3)).as_json()
+        assert (report["failed"], report["statements"], report["chunk"]) == (0, 2, f"{i}/3")
+        [lines] = report["query_lines"].values()
+        assert (i == 2) == (queries[3] in lines)  # with its label's first query
+        assert len(lines) == (2, 3, 1)[i - 1]  # chunk 2: the label pair and query 5
+        checked += lines
+    assert sorted(checked) == queries
 
 
 # --- dsql's own .slt files -----------------------------------------------------------------

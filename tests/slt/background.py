@@ -2,16 +2,20 @@
 
 SQLite's select3-5.test take minutes of CPU each per mode; run one after another inside
 pytest they would nearly double CI's time, while the machine's second core is often idle
-(most tests wait on one Python thread). A `Pool` runs each `Job` (a file in a mode) as
-`python -m tests.slt.runner FILE --engine dsql --mode M --kernel local --json OUT` in a
-child process, at most `workers` at once. The children are niced, so they take the CPU
-the foreground tests leave; `widen` lets more run once the foreground is only waiting
-for them. `result` waits for one job and returns its JSON report (`SuiteReport.as_json`),
+(most tests wait on one Python thread). A `Pool` runs each `Job` (a file in a mode, or
+one chunk of its queries) as `python -m tests.slt.runner FILE --engine dsql --mode M
+--kernel local [--chunk I/N] --json OUT` in a child process, at most `workers` at once,
+the longest (by `Job.seconds`) first. The children are niced, so they take the CPU the
+foreground tests leave; `widen` lets more run once the foreground is only waiting for
+them. `result` waits for one job and returns its JSON report (`SuiteReport.as_json`),
 or `{"error": ...}` with the end of its log if it crashed or ran past `timeout`.
 
-    pool = Pool([Job(Path("select3.test"), "direct")], Path("/tmp/x"))
+`jobs_for(path, mode)` splits a file of `PLAN` into chunks of about a minute, so the
+pool's work packs onto the cores and no single file is the run's long pole.
+
+    pool = Pool(jobs_for(Path("select3.test"), "direct"), Path("/tmp/x"))
     pool.start()
-    report = pool.result(Job(Path("select3.test"), "direct"))
+    reports = [pool.result(job) for job in jobs_for(Path("select3.test"), "direct")]
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["Job", "Pool"]
+from .execute import Chunk
+
+__all__ = ["Job", "Pool", "PLAN", "jobs_for"]
 
 #: The repository root: the runner is started as the module `tests.slt.runner` from it.
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,14 +41,48 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass(frozen=True)
 class Job:
-    """One sqllogictest file run by the dsql engine in one mode."""
+    """One sqllogictest file (or one `chunk` of its queries) run by dsql in one mode.
+
+    `seconds` (the expected wall time, not part of the job's identity) orders the pool.
+    """
 
     path: Path
     mode: str
+    chunk: Chunk | None = None
+    seconds: float = field(default=0.0, compare=False)
 
     @property
     def name(self) -> str:
-        return f"{self.path.stem}-{self.mode}"
+        """`select4-incremental`, or `select4-incremental-2of3` for a chunk."""
+        name = f"{self.path.stem}-{self.mode}"
+        return name if self.chunk is None else f"{name}-{self.chunk.index}of{self.chunk.count}"
+
+
+#: How many chunks each big file runs as per mode, and the wall seconds of one chunk: one
+#: dsql runner (local kernel), measured in session 6 (tests/slt/README.md). Chunks of
+#: about a minute end close together on two cores; each chunk repeats the file's
+#: statements (select4: 1,025, a few seconds), and select4's incremental chunks are
+#: cheaper than their share (each INSERT updates only the chunk's views).
+PLAN: dict[tuple[str, str], tuple[int, float]] = {
+    ("select3.test", "direct"): (2, 60.0),
+    ("select3.test", "incremental"): (3, 50.0),
+    ("select4.test", "direct"): (3, 52.0),
+    ("select4.test", "incremental"): (4, 51.0),
+    ("select5.test", "direct"): (8, 60.0),
+    ("select5.test", "incremental"): (8, 56.0),
+}
+
+
+def jobs_for(path: Path, mode: str) -> list[Job]:
+    """The jobs that run all of `path` in `mode`: its chunks if `PLAN` has it, else one.
+
+    >>> [j.name for j in jobs_for(Path("select4.test"), "incremental")][-1]
+    'select4-incremental-4of4'
+    """
+    count, seconds = PLAN.get((path.name, mode), (1, 0.0))
+    if count == 1:
+        return [Job(path, mode, None, seconds)]
+    return [Job(path, mode, Chunk(i, count), seconds) for i in range(1, count + 1)]
 
 
 @dataclass
@@ -53,14 +93,14 @@ class _Running:
 
 
 class Pool:
-    """Runs jobs in niced child processes, in the order given, `workers` at a time."""
+    """Runs jobs in niced child processes, longest first, `workers` at a time."""
 
     def __init__(
         self, jobs: Sequence[Job], workdir: Path, workers: int = 1, timeout: float = 1800.0
     ) -> None:
         self.workdir = workdir
         self.timeout = timeout
-        self._pending = list(jobs)
+        self._pending = sorted(jobs, key=lambda j: -j.seconds)  # stable: ties keep their order
         self._running: dict[Job, _Running] = {}
         self._done: dict[Job, dict[str, Any]] = {}
         self._workers = workers
@@ -126,6 +166,7 @@ class Pool:
             job.mode,
             "--kernel",
             "local",
+            *(["--chunk", str(job.chunk)] if job.chunk is not None else []),
             "--json",
             str(self._json(job)),
             "--exit-with-parent",  # a killed test run leaves no runner behind
