@@ -232,7 +232,7 @@ class ReduceNode(TracedNode):
         if source.current is None and not woken:
             return None
         kernel, d = self.kernel, self.depth
-        history, outputs = self._affected_rows(source)
+        history, outputs, cut = self._affected_rows(source)
         input_frames = history + ([source.current.frame] if source.current else [])
         if not input_frames:
             if not outputs and self._pending is None:
@@ -243,7 +243,7 @@ class ReduceNode(TracedNode):
         if self._prepared is None:
             self._prepared = self._prepare()
         sql_logic, first, second = self._prepared
-        settled = settled_inputs(self, source, rnd, history, outputs) if sql_logic else None
+        settled = settled_inputs(self, source, rnd, history, outputs, cut) if sql_logic else None
         if settled is not None:
             # One time, nothing later: the output is the logic over the keys' histories.
             if self._settled is None:
@@ -285,29 +285,30 @@ class ReduceNode(TracedNode):
         output, pending = self._split(kernel.materialize(result, self.keys))
         return self._finish_step(output, pending, stored)
 
-    def _affected_rows(self, source: Arranged) -> tuple[list[Frame], list[Frame]]:
+    def _affected_rows(self, source: Arranged) -> tuple[list[Frame], list[Frame], bool]:
         """The input history and the output trace, as frames; only the rows of the keys
         this step can change (those of the new input and of the pending candidates: every
-        query of the step joins on them) when the kernel picks them without a query."""
+        query of the step joins on them) when the kernel picks them without a query (then
+        the flag is True)."""
         history, outputs = source.history(), self._trace.frames()
         parts = [source.current.frame] if source.current is not None else []
         parts += [self._pending] if self._pending is not None else []
         if not self.keys or not parts or not all(isinstance(p, pa.Table) for p in parts):
-            return history, outputs
+            return history, outputs, False
         probe = parts[0]
         if len(parts) > 1:
             keys = probe.select(list(self.keys))
             try:
                 probe = pa.concat_tables([keys, parts[1].select(list(self.keys)).cast(keys.schema)])
             except (pa.ArrowInvalid, pa.ArrowTypeError):
-                return history, outputs
+                return history, outputs, False
         if probe.num_rows > PROBE_ROWS:
-            return history, outputs
+            return history, outputs, False
         old = source.history_with_keys(probe, self.keys)
         out = self._trace.rows_with_keys(probe, self.keys)
         if old is None or out is None:
-            return history, outputs
-        return old, out
+            return history, outputs, False
+        return old, out, True
 
     def _finish_step(
         self, output: Stored, pending: Stored | None, stored: list[Frame]

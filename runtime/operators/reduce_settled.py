@@ -48,12 +48,18 @@ def name_list(names: Sequence[str], prefix: str = "") -> str:
 
 
 def settled_inputs(
-    node: ReduceNode, source: Arranged, rnd: Round, history: list[Frame], outputs: list[Frame]
+    node: ReduceNode,
+    source: Arranged,
+    rnd: Round,
+    history: list[Frame],
+    outputs: list[Frame],
+    cut: bool = False,
 ) -> dict[str, Frame] | None:
     """The affected keys' input (`inp`) and output (`outp`) rows, times set to `t`, when
     the step is settled (module docstring); None when it is not, or when the kernel
     cannot pick the keys' rows without a query. `history` and `outputs`: the input's
-    history and the output trace (or at least every row of the affected keys)."""
+    history and the output trace (or at least every row of the affected keys; `cut`:
+    only those rows)."""
     if node.pending() or source.current is None or not node.keys:
         return None
     kernel, names, delta = node.kernel, time_columns(node.depth), source.current.frame
@@ -75,7 +81,7 @@ def settled_inputs(
                 bounds = kernel.bounds(frame, name)
                 if bounds is None or bounds[1] > at:
                     return None
-            rows = kernel.rows_with_keys(frame, node.keys, delta)
+            rows = frame if cut else kernel.rows_with_keys(frame, node.keys, delta)
             if rows is None:
                 return None
             kept.append(rows)
