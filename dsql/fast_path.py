@@ -90,7 +90,8 @@ def peek(session: Session, bound: Query, optimized: Plan | None = None) -> pa.Ta
     arranged = _arranged(session, name)
     if arranged is None:
         return None
-    steps = () if fn is None else _runtime_steps(fn, arranged.columns)
+    params: list[int] = []
+    steps = () if fn is None else _runtime_steps(fn, arranged.columns, params)
     if steps is None:
         return None
     # As the dataflow path does: every write so far is final, the trace is held at the
@@ -101,7 +102,7 @@ def peek(session: Session, bound: Query, optimized: Plan | None = None) -> pa.Ta
     handle = arranged.trace_handle()
     try:
         session.close_time(force=True)
-        counts = _counts(session.worker.kernel, arranged, steps, tick)
+        counts = _counts(session.worker.kernel, arranged, steps, tick, params)
     finally:
         handle.release()
     from dsql.session import present, repeat_rows
@@ -109,10 +110,13 @@ def peek(session: Session, bound: Query, optimized: Plan | None = None) -> pa.Ta
     return present(repeat_rows(counts, DIFF), bound)
 
 
-def _counts(kernel: Kernel, arranged: Arranged, steps: tuple[Step, ...], tick: int) -> pa.Table:
+def _counts(
+    kernel: Kernel, arranged: Arranged, steps: tuple[Step, ...], tick: int, params: list[int]
+) -> pa.Table:
     """The rows at `tick` with their counts (`__diff__`), by one query prepared once per
-    shape (the tick is an input, `f`): the history advanced to the tick and consolidated,
-    `steps`, then summed. With no steps the history is summed as it is."""
+    shape (the tick is an input, `f`; the compared integers `params`, `p`): the history
+    advanced to the tick and consolidated, `steps`, then summed. With no steps the
+    history is summed as it is."""
     depth = arranged.depth
     frames = arranged.trace.frames()
     empty = batch_schema(arranged.schema, depth).empty_table()
@@ -121,7 +125,11 @@ def _counts(kernel: Kernel, arranged: Arranged, steps: tuple[Step, ...], tick: i
     key = ("fast-path", rel.fingerprint(steps), arranged.columns, depth)
     prepared = kernel.cached(key, lambda: kernel.prepare(_query(kernel, arranged, steps)))
     at = kernel.from_arrow(pa.table({"t": pa.array([tick], pa.int64())}))
-    return kernel.to_arrow(kernel.query(prepared, {"h": history, "f": at}))
+    inputs = {"h": history, "f": at}
+    if params:
+        values = {f"p{i}": pa.array([v], pa.int64()) for i, v in enumerate(params)}
+        inputs["p"] = kernel.from_arrow(pa.table(values))
+    return kernel.to_arrow(kernel.query(prepared, inputs))
 
 
 def _query(kernel: Kernel, arranged: Arranged, steps: tuple[Step, ...]) -> exp.Query:
@@ -233,9 +241,13 @@ def _arranged(session: Session, name: str) -> Arranged | None:
     return None
 
 
-def _runtime_steps(fn: JoinFunction, columns: tuple[str, ...]) -> tuple[Step, ...] | None:
+def _runtime_steps(
+    fn: JoinFunction, columns: tuple[str, ...], params: list[int]
+) -> tuple[Step, ...] | None:
     """`fn` as the runtime's linear steps over `columns` (`_c0..`), output `_c0..`, as
-    `render_linear` builds them; None if it has temporal bounds (the dataflow path's)."""
+    `render_linear` builds them; None if it has temporal bounds (the dataflow path's).
+    Integers compared in its predicates are appended to `params` and read from the
+    relation `p` (`_parameters`), so reads that differ only in them share one query."""
     steps: list[Step] = []
     width = len(columns)
     for seg, table in fn.segments():
@@ -244,6 +256,8 @@ def _runtime_steps(fn: JoinFunction, columns: tuple[str, ...]) -> tuple[Step, ..
         n = len(seg.outputs)
         outputs = tuple((f"_c{i}", e.copy()) for i, e in enumerate(seg.outputs))
         where = exp.and_(*(p.copy() for p in seg.predicates)) if seg.predicates else None
+        if where is not None:
+            where = _parameters(where, params)
         diff = rel.lit(-1) if seg.negated else None
         plain = n == width and all(e == col(i) for i, e in enumerate(seg.outputs))
         if not (plain and where is None and diff is None):
@@ -259,6 +273,32 @@ def _runtime_steps(fn: JoinFunction, columns: tuple[str, ...]) -> tuple[Step, ..
             identity = tuple(rel.passthrough(keep or ("_c0",)))
             steps.append(Branches.single(identity, diff=table.function.copy()))
     return tuple(steps)
+
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
+
+
+def _parameters(where: exp.Expression, params: list[int]) -> exp.Expression:
+    """`where` with each integer literal that a comparison reads replaced by column
+    `p<i>` of the one-row relation `p` (its value appended to `params`), cast to the
+    type the literal has (INT when it fits, else BIGINT): a comparison's truth, and
+    so the read, does not change."""
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        if not (isinstance(node, exp.Literal) and isinstance(node.parent, _COMPARISONS)):
+            return node
+        if node.is_string or not node.this.isdigit():
+            return node
+        value = int(node.this)
+        if value >= 2**63:
+            return node
+        name = f"p{len(params)}"
+        params.append(value)
+        read = exp.select(rel.col(name)).from_("p").subquery()
+        kind = "int" if value < 2**31 else "bigint"
+        return exp.Cast(this=read, to=exp.DataType.build(kind))
+
+    return where.transform(swap)
 
 
 def _expressions(node: Plan) -> tuple[exp.Expression, ...]:

@@ -45,6 +45,12 @@ FAST = [
     "SELECT * FROM recent",
     "SELECT * FROM pos",
     "SELECT c FROM pos WHERE a = 1",
+    # compared integers are parameters of one shared query: each read must see its own
+    "SELECT b FROM r WHERE a = 2",
+    "SELECT b FROM r WHERE a = 3",
+    "SELECT a, 7 AS seven FROM r WHERE b >= 3 AND a <> 1",
+    "SELECT a FROM r WHERE b < 3000000000 AND a > -1",
+    "SELECT a + 1 AS a1 FROM r WHERE 2 = a",
 ]
 
 
