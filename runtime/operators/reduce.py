@@ -216,6 +216,7 @@ class ReduceNode(TracedNode):
         self._pending: Frame | None = None
         self._pending_lower = Antichain()
         self._prepared: tuple[bool, Any, Any] | None = None
+        self._sql_logic: bool | None = None
         self._settled: SettledQueries | None = None
         self._empty_pending: Frame | None = None
         self._frontier: tuple[Antichain, Frame] | None = None
@@ -240,9 +241,10 @@ class ReduceNode(TracedNode):
             # Every input update cancelled out (a trace drops its empty batches), yet
             # pending times may still owe corrections to the output: step over no input.
             input_frames = [self.worker.empty_frame(source.schema, d)]
-        if self._prepared is None:
-            self._prepared = self._prepare()
-        sql_logic, first, second = self._prepared
+        if self._sql_logic is None:
+            query = self.logic.query(self.keys, self.source_values, d, kernel.dialect)
+            self._sql_logic = query is not None
+        sql_logic = self._sql_logic
         settled = settled_inputs(self, source, rnd, history, outputs, cut) if sql_logic else None
         if settled is not None:
             # One time, nothing later: the output is the logic over the keys' histories.
@@ -271,6 +273,9 @@ class ReduceNode(TracedNode):
             "pending": self._pending if self._pending is not None else self._no_pending(),
             "fr": self._frontier_frame(rnd.frontier),
         }
+        if self._prepared is None:  # rendered when first needed: the paths above need none
+            self._prepared = self._prepare()
+        _, first, second = self._prepared
         if sql_logic:
             result, stored = kernel.run_pipeline(first, frames, self.keys)
         else:
