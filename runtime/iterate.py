@@ -269,6 +269,10 @@ class LeaveNode(Node):
         frames = self.loop.collected.get(self.inner.id, [])
         if not frames:
             return None
+        # The consolidation reads the outer time columns by name: the round drops out.
+        small = self.kernel.consolidate_small(frames, self.columns, self.depth)
+        if small is not None:
+            return Batch(small, self.kernel.rows(small))
         names = {f"l{i}": f for i, f in enumerate(frames)}
         columns = (*self.columns, *time_columns(self.depth), DIFF)
         union = rel.union_all(list(names), columns)
