@@ -36,7 +36,7 @@ import pyarrow as pa
 from dsql.runtime.kernel import driver
 
 #: Batches with fewer rows are not indexed: scanning them is as cheap as a lookup.
-INDEX_ROWS = 2048
+INDEX_ROWS = 256
 
 _INTEGERS = frozenset(
     (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32())
