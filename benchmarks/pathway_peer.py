@@ -12,26 +12,36 @@ keyed by `m2` (the people side):
 Changes enter through Pathway's documented streaming input, a
 `pw.io.python.ConnectorSubject` (`next` inserts a row, `delete` retracts it,
 `commit` closes a minibatch, which gets its own engine time), and the output is
-observed with `pw.io.subscribe` (`on_change` per output row, `on_time_end` when a
+observed with `pw.io.subscribe` (`on_change` per changed row, `on_time_end` when a
 time is closed at the sink). The subject's thread drives every phase and waits for
 the output; the engine runs in `pw.run()` on the main thread.
+
+The sink (`--sink`), as in `skip_level.py`:
+
+- `count` (default, like dsql's `count` sink): the engine reduces the join to one row
+  `(n = count(*), s = sum(k))` and the subscription sees only that row's changes; `n`
+  is the join's size. (`s` makes every change of the workload change the row, so the
+  sink has output at each change's time: a change of p's boss from p//2 to p//3 moves
+  the output row with person p from k = p//2 to k = p//3; they differ unless p is
+  0, 1 or 3, whose change is no change at all.)
+- `rows` (like dsql's `capture`): every output row of the join passes through a Python
+  `on_change`, which counts rows and the sum of their diffs.
 
 When is a change "in the output"? Each committed batch also carries a marker row
 `(m2=-2, m1=-(i+3))`, which joins with nothing (no real `m2` or `m1` is negative, no
 marker's `m1` is -2); a second subscription on `manages.filter(m1 < 0)` reports the
-engine time the marker got. A phase is complete when the join's sink has closed a
-time at or after that time. Every change of the workload produces join output at its
-own time (the new boss `p // 3` is always present), so the join's sink does close
-that time. The latency of a single-change round is therefore: wall time from the
+engine time the marker got. A phase is complete when the sink has closed a time at
+or after that time. The last change of every phase (p > 3) changes the sink's
+output at its own time (the new boss `p // 3` is always present), so the sink does
+close that time (Pathway calls `on_time_end` only for times with output).
+The latency of a single-change round is therefore: wall time from the
 first `delete` call to the waiting thread waking after the sink's `on_time_end` —
 input queue, minibatching, the dataflow, the sink callback and one thread wake-up.
 
 Phases, like `skip_level.py` 1-3:
 
 1. load: N rows with `next` (timed alone as `push`), one commit; until the sink has
-   closed the load's time (the join's N output rows each pass through `on_change`,
-   which counts rows and the sum of diffs; this is Pathway's cheapest way to observe
-   every output row, like dsql's `capture` sink rather than its `count` sink);
+   closed the load's time;
 2. single-change rounds: `delete((p//2, p))`, `next((p//3, p))`, commit, wait;
    p50 / p95 over `--rounds` after `--warmup` uncounted rounds;
 3. change loops: for each K, K changes each in its own commit (so each at its own
@@ -57,6 +67,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -79,7 +90,8 @@ class Output:
     """What the sinks have reported: join rows, their net diff, closed times, markers.
 
     Invariants: `net` is the join's current size once the sink has closed the time of
-    the last commit; `marker_times` maps a marker's id to the engine time it got.
+    the last commit; `rows` counts the rows the sink's `on_change` saw; `marker_times`
+    maps a marker's id to the engine time it got.
     Callbacks run on the engine's thread; `wait_for` runs on the subject's thread.
     """
 
@@ -95,6 +107,11 @@ class Output:
         self.rows += 1
         self.net += 1 if is_addition else -1
 
+    def on_count(self, key: Any, row: dict, time: int, is_addition: bool) -> None:
+        self.rows += 1
+        if is_addition:
+            self.net = row["n"]
+
     def on_time_end(self, time: int) -> None:
         with self.cond:
             self.ends += 1
@@ -108,7 +125,7 @@ class Output:
                 self.cond.notify_all()
 
     def wait_for(self, marker: int) -> None:
-        """Block until the join's sink has closed the time of `marker`'s batch."""
+        """Block until the sink has closed the time of `marker`'s batch."""
 
         def done() -> bool:
             t = self.marker_times.get(marker)
@@ -246,6 +263,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "notes": [],
         "version": pw.__version__,
         "threads": os.environ.get("PATHWAY_THREADS", "1"),
+        "sink": args.sink,
         "loadavg_start": os.getloadavg(),
     }
 
@@ -263,7 +281,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     skip = bosses.join(people, bosses.k == people.k).select(
         k=bosses.k, boss=bosses.boss, person=people.person
     )
-    pw.io.subscribe(skip, on_change=out.on_change, on_time_end=out.on_time_end)
+    if args.sink == "rows":
+        pw.io.subscribe(skip, on_change=out.on_change, on_time_end=out.on_time_end)
+    else:
+        total = skip.reduce(n=pw.reducers.count(), s=pw.reducers.sum(skip.k))
+        pw.io.subscribe(total, on_change=out.on_count, on_time_end=out.on_time_end)
     pw.io.subscribe(manages.filter(manages.m1 < 0), on_change=out.on_marker)
     pw.run(monitoring_level=pw.MonitoringLevel.NONE, default_logging=False)
     res["run_s"] = time.perf_counter() - t0
@@ -275,16 +297,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
+def run_subprocess(
+    python: str, n: int, rounds: int, warmup: int, changes: list[int], sink: str
+) -> tuple[dict[str, Any] | None, str]:
+    """Run this script with `python` (a venv holding pathway); (figures, "") or (None, why)."""
+    probe = subprocess.run([python, "-c", "import pathway"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return None, f"Pathway is not importable with {python}: the Pathway peer was skipped"
+    cmd = [python, __file__, "--n", str(n), "--rounds", str(rounds), "--warmup", str(warmup)]
+    cmd += ["--changes", ",".join(str(k) for k in changes), "--sink", sink, "--json"]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        return None, f"the Pathway peer failed (exit code {proc.returncode}); see its stderr"
+    return json.loads(lines[-1]), ""
+
+
 def rows(res: dict[str, Any], n: int, fmt: Callable[[float], str]) -> list[tuple[str, str, str]]:
     """(figure, value, note) rows for a results table; `fmt` formats seconds."""
-    pre = f"Pathway {res['version']} ({res['threads']} worker)"
+    pre = f"Pathway {res['version']} ({res['threads']} worker, sink={res['sink']})"
+    what = "join rows" if res["sink"] == "rows" else "count-row updates"
     load = res["load"]
     out = [
         (
             f"{pre}: load N={n:,}",
             fmt(load["total_s"]),
             f"Python `next` x N {fmt(load['push_s'])}, then until the sink closed the time; "
-            f"{load['rows_out']:,} output rows through `on_change`",
+            f"{load['rows_out']:,} {what} through `on_change`",
         )
     ]
     r = res["rounds"]
@@ -293,7 +332,7 @@ def rows(res: dict[str, Any], n: int, fmt: Callable[[float], str]) -> list[tuple
             f"{pre}: single-change round p50 / p95 ({r['n']} rounds)",
             f"{fmt(r['p50'])} / {fmt(r['p95'])}",
             f"min {fmt(r['min'])}, max {fmt(r['max'])}; delete + next + commit until the "
-            "join's sink closed that time",
+            "sink closed that time",
         )
     )
     for c in res["changes"]:
@@ -302,7 +341,7 @@ def rows(res: dict[str, Any], n: int, fmt: Callable[[float], str]) -> list[tuple
                 f"{pre}: {c['k']:,} changes, one commit each, pushed at once",
                 f"{c['per_s']:,.0f} changes/s",
                 f"{fmt(c['total_s'])} (push {fmt(c['push_s'])}); {c['times']:,} engine "
-                f"times closed at the sink; {c['rows_out']:,} output rows",
+                f"times closed at the sink; {c['rows_out']:,} {what}",
             )
         )
     ok = "OK" if res["net"] == res["expected"] else "MISMATCH"
@@ -310,7 +349,8 @@ def rows(res: dict[str, Any], n: int, fmt: Callable[[float], str]) -> list[tuple
         (
             f"{pre}: check: join size vs DuckDB",
             f"{res['net']:,} vs {res['expected']:,}",
-            f"{ok}; peak RSS {res['peak_rss'] / 2**20:.0f} MiB",
+            f"{ok}; peak RSS {res['peak_rss'] / 2**20:.0f} MiB; load average "
+            f"{res['loadavg_start'][0]:.1f} at start, {res['loadavg_end'][0]:.1f} at end",
         )
     )
     return out
@@ -326,6 +366,12 @@ def main(argv: list[str] | None = None) -> None:
         type=lambda s: [int(x) for x in s.split(",") if x],
         default=[10_000],
         help="comma-separated K for the change loop",
+    )
+    ap.add_argument(
+        "--sink",
+        choices=("count", "rows"),
+        default="count",
+        help="count: reduce to count(*) in the engine (default); rows: every join row to Python",
     )
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON line")
     args = ap.parse_args(argv)

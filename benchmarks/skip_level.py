@@ -61,6 +61,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pathway_peer  # this directory's module; it imports pathway only when it runs
 import pyarrow as pa
 import pyarrow.compute as pc
 import sqlglot
@@ -292,7 +293,8 @@ class Profile:
             node.finish = self._wrap(node.finish, f"finish {label}", count_jobs=True)
         kernel = worker.kernel
         for name in self.KERNEL_CALLS:
-            if hasattr(kernel, name) and not isinstance(getattr(type(kernel), name, None), property):
+            attr = getattr(type(kernel), name, None)
+            if hasattr(kernel, name) and not isinstance(attr, property):
                 setattr(kernel, name, self._wrap(getattr(kernel, name), f"kernel.{name}",
                                                  nested=True))
 
@@ -728,6 +730,8 @@ def figures(args: argparse.Namespace, res: dict[str, Any]) -> list[tuple[str, st
                      f"round {ms(c['round_s'])} ({c['per_s_round']:,.0f}/s), staging "
                      f"{ms(c['stage_s'])} (update_at loop {ms(c['python_loop_s'])}); "
                      f"{c['jobs']} jobs; {_n(c['rows_out'])} output rows"))
+    if res.get("pathway"):
+        rows += pathway_peer.rows(res["pathway"], args.n, ms)
     if "book" in res:
         bk = res["book"]
         ok = "" if bk["net"] is None else (
@@ -946,10 +950,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--arrow-reps", type=int, default=3, help="repetitions of Spark's toArrow")
     ap.add_argument("--trivial-reps", type=int, default=30)
     ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
+    ap.add_argument("--pathway", action="store_true",
+                    help="also run the workload in Pathway (pathway_peer.py), if importable")
+    ap.add_argument("--pathway-python", default=sys.executable,
+                    help="the interpreter with pathway installed (default: this one)")
     args = ap.parse_args(argv)
     command = "python benchmarks/skip_level.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     t0 = now()
     res = run(args)
+    if args.pathway:
+        print("[pathway]", flush=True)
+        res["pathway"], why = pathway_peer.run_subprocess(
+            args.pathway_python, args.n, args.rounds, args.warmup, args.changes,
+            "rows" if args.sink == "capture" else "count")
+        if why:
+            print(why, flush=True)
+            res["notes"].append(why)
     res["notes"].append(f"whole run took {ms(now() - t0)}")
     print_console(args, res)
     if not args.no_write:
