@@ -28,6 +28,8 @@ Phases, in one process and one Spark session:
 6. baselines over the same N rows: Spark SQL self-join over a cached DataFrame (count,
    and rows to Arrow), DuckDB self-join over the Arrow table (count, and to Arrow), a
    trivial Spark action (`spark.range(1).count()`).
+7. Pathway (optional, `--pathway`): phases 1-3 in Pathway, by `pathway_peer.py` run with
+   `--pathway-python`; its rows join the table.
 
 The sink. `probe()` consumes nothing, and a round's work is lazy until a node keeps
 state, so with only a probe the join's output is never computed (the figure measures
