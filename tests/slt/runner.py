@@ -8,7 +8,8 @@ Prints one line per file (`path: P passed, F failed, S skipped (1.2s)`), each fa
 with its location and why, the skipped records counted per reason, skip-list entries
 that matched nothing, and a final `N passed, M failed, K skipped` line. Exits 1 if a
 record failed. `--json PATH` also writes the counts, failures, skip reasons and unused
-skip entries there (`SuiteReport.as_json`), for a run in a background process (`background`).
+skip entries there (`SuiteReport.as_json`, and the process's CPU seconds), for a run in
+a background process (`background`).
 `--exit-with-parent` ends the run when the process that started it is gone (a killed
 test run leaves no runner behind). `--chunk I/N` runs every statement but only chunk I
 of N of each file's queries (`execute.Chunk`), so N processes can share a file; the
@@ -201,7 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         chunk=args.chunk,
     )
     if args.json is not None:
-        args.json.write_text(json.dumps(report.as_json(), indent=1))
+        times = os.times()  # the process's CPU time: steadier than wall time on a busy machine
+        cpu = {"seconds_cpu": round(times.user + times.system, 1)}
+        args.json.write_text(json.dumps(report.as_json() | cpu, indent=1))
     return 1 if report.count("fail") else 0
 
 
