@@ -165,6 +165,11 @@ class ExprBinder:
                 raise SchemaError("a parameter placeholder reached the planner unbound")
             case exp.Div():
                 return self._div(e)
+            case exp.List():  # DuckDB's list(x) aggregate; PostgreSQL has no list()
+                raise SchemaError(
+                    "function list() does not exist",
+                    hint="aggregate values into an array with array_agg(...)",
+                )
             case exp.Anonymous() if not _function_exists(e.name):
                 raise SchemaError(
                     f"function {e.name}() does not exist",

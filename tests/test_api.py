@@ -247,6 +247,7 @@ def test_caret_lands_under_the_position_in_a_later_statement(con):
 UNKNOWN_FUNCTIONS = [
     ("SELECT a, nosuchfn(b) FROM t", "function nosuchfn() does not exist", 11),
     ("SELECT first(a) FROM t", "the aggregate function first() is not supported", None),
+    ("SELECT list(a) FROM t", "function list() does not exist", None),
 ]
 
 
