@@ -38,7 +38,6 @@ from dsql.runtime.arrangement import Arranged, TracedNode
 from dsql.runtime.dataflow import Batch, Round
 from dsql.runtime.kernel.base import Frame, Pipeline, Stage, Stored
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
-from dsql.runtime.operators.join import PROBE_ROWS
 from dsql.runtime.operators.reduce_logic import ReduceLogic
 from dsql.runtime.operators.reduce_settled import SettledQueries, settled_inputs
 from dsql.runtime.operators.reduce_settled import name_list as _list
@@ -307,8 +306,6 @@ class ReduceNode(TracedNode):
                 probe = pa.concat_tables([keys, parts[1].select(list(self.keys)).cast(keys.schema)])
             except (pa.ArrowInvalid, pa.ArrowTypeError):
                 return history, outputs, False
-        if probe.num_rows > PROBE_ROWS:
-            return history, outputs, False
         old = source.history_with_keys(probe, self.keys)
         out = self._trace.rows_with_keys(probe, self.keys)
         if old is None or out is None:
