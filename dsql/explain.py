@@ -13,8 +13,9 @@ from typing import Any
 
 from dsql.errors import UnsupportedError
 from dsql.planner.decorrelate import decorrelate
+from dsql.planner.expr import show_expr
 from dsql.planner.optimize import optimize
-from dsql.planner.plan import Plan, show_expr
+from dsql.planner.plan import Plan
 from dsql.planner.show import tree
 
 #: Expressions as EXPLAIN prints them (kept under its old name for callers).

@@ -28,31 +28,23 @@ from sqlglot import exp
 
 from dsql.errors import UnsupportedError
 from dsql.planner import types
+from dsql.planner.expr import col, conjuncts, refs, remap
 from dsql.planner.linear import JoinFunction
 from dsql.planner.passes.fuse import as_function
 from dsql.planner.plan import (
     Constant,
-    Distinct,
     Filter,
     FlatMap,
     Get,
-    Join,
-    LetRec,
     Linear,
     LocalGet,
     Map,
     Negate,
     Plan,
     Project,
-    Reduce,
-    Threshold,
-    TopK,
     Union,
-    col,
-    conjuncts,
-    refs,
-    remap,
 )
+from dsql.planner.stateful import Distinct, Join, LetRec, Reduce, Threshold, TopK
 from dsql.render_empty_group import sentinel_reduce
 from dsql.render_indexed import indexed_distinct, indexed_join, indexed_reduce
 from dsql.render_linear import names, render_linear

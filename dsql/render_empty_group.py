@@ -14,7 +14,7 @@ Applies only where that holds exactly: every aggregate ignores NULL arguments
 (count, sum, avg, min, max, bool_and, bool_or), and the domain is a set (a
 `Distinct`), so each missing key gets one row, as the antijoin gives it.
 
->>> from dsql.planner.plan import parse_expr
+>>> from dsql.planner.expr import parse_expr
 >>> guard(parse_expr("count(*)")).sql()
 'COUNT(CASE WHEN NOT _empty THEN 1 END)'
 >>> guard(parse_expr("sum(DISTINCT _c1)")).sql()
@@ -32,7 +32,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dsql.planner import types
-from dsql.planner.plan import Distinct, Reduce
+from dsql.planner.stateful import Distinct, Reduce
 from dsql.runtime.collection import Collection
 from dsql.runtime.operators.reduce_logic import Aggregates
 

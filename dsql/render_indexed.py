@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from dsql.planner.plan import Distinct, Get, Join, Linear, Plan, Project, Reduce, col, index, remap
+from dsql.planner.expr import col, index, remap
+from dsql.planner.plan import Get, Linear, Plan, Project
+from dsql.planner.stateful import Distinct, Join, Reduce
 from dsql.runtime.collection import Arrangement, Collection
 from dsql.runtime.operators.reduce_logic import Aggregates
 from dsql.runtime.operators.reduce_logic import Distinct as DistinctLogic

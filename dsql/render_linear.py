@@ -15,8 +15,9 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dsql.errors import UnsupportedError
-from dsql.planner.linear import JoinFunction, Segment
-from dsql.planner.plan import col
+from dsql.planner.expr import col
+from dsql.planner.linear import JoinFunction
+from dsql.planner.linear_steps import Segment
 from dsql.planner.temporal import Interval, mentions_mz_now
 from dsql.runtime.collection import Collection
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from dsql.errors import TypeMismatchError
 from dsql.planner import types
-from dsql.planner.plan import LetRec
+from dsql.planner.stateful import LetRec
 from dsql.runtime.collection import Collection
 
 _LIMIT_HINT = (

@@ -7,7 +7,7 @@ It is maintained like any reduce: a change re-ranks only the groups it touches.
 
 from __future__ import annotations
 
-from dsql.planner.plan import TopK
+from dsql.planner.stateful import TopK
 from dsql.runtime.collection import Collection
 from dsql.runtime.operators.topk import OrderKey
 from dsql.runtime.operators.topk import TopK as TopKLogic

@@ -25,31 +25,21 @@ from sqlglot import exp
 
 from dsql.errors import UnsupportedError
 from dsql.planner import types
+from dsql.planner.expr import Outer, SubqueryExpr, col, remap, shift
 from dsql.planner.plan import (
     Column,
-    Distinct,
     Filter,
     FlatMap,
-    Join,
-    LetRec,
     LocalGet,
     Map,
     Negate,
     Order,
-    Outer,
     Plan,
     Project,
-    Reduce,
-    SubqueryExpr,
-    Threshold,
-    TopK,
     Union,
-    col,
-    expressions_of,
-    remap,
-    shift,
     walk,
 )
+from dsql.planner.stateful import Distinct, Join, LetRec, Reduce, Threshold, TopK, expressions_of
 
 
 def decorrelate(plan: Plan) -> Plan:

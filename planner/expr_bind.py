@@ -21,7 +21,9 @@ from sqlglot import exp
 
 from dsql.errors import DsqlError, SchemaError
 from dsql.planner import types
-from dsql.planner.plan import Filter, Outer, Plan, Position, SubqueryExpr, col
+from dsql.planner.bind_shape import visible_plan
+from dsql.planner.expr import Outer, Position, SubqueryExpr, col
+from dsql.planner.plan import Filter, Plan
 from dsql.planner.scope import Scope, position_of, unsupported
 
 _AGGREGATES = (
@@ -184,9 +186,7 @@ class ExprBinder:
 
     def _subquery(self, query: exp.Expression) -> Plan:
         assert self.bind_query is not None
-        from dsql.planner.bind import _visible
-
-        return _visible(self.bind_query(query, self.env, self.scope))
+        return visible_plan(self.bind_query(query, self.env, self.scope))
 
     def _in_subquery(self, e: exp.In) -> exp.Expression:
         """`x IN (S)`: TRUE if some s = x; else NULL if x or some s is NULL (S non-empty);

@@ -17,9 +17,11 @@ Invariants: every expression refers only to columns present at its step;
 normal form: between table functions, one stretch of filter, map, project
 whose expressions are over that stretch's input (maps inlined, predicates moved
 ahead of maps and of table functions they do not depend on), and at most one
-negation, at the end.
+negation, at the end. The steps and the closed form of a stretch of them
+(`Segment`) are in `linear_steps.py`.
 
->>> from dsql.planner.plan import parse_expr, Column
+>>> from dsql.planner.expr import parse_expr
+>>> from dsql.planner.plan import Column
 >>> from dsql.planner import types
 >>> f = JoinFunction.identity(2).map((parse_expr("_c1 * 2"),), (Column("b2", types.build("int")),))
 >>> g = f.filter((parse_expr("_c2 > 1"),)).project((0, 2))
@@ -31,116 +33,31 @@ negation, at the end.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlglot import exp
 
 from dsql.errors import SchemaError
-from dsql.planner.plan import (
-    Column,
-    col,
-    conjuncts,
-    held_key,
-    held_refs,
-    index,
-    remap,
-    show_expr,
+from dsql.planner.expr import held_refs, remap, show_expr
+from dsql.planner.linear_steps import (
+    FilterStep,
+    MapStep,
+    NegateStep,
+    ProjectStep,
+    Segment,
+    Step,
+    TableStep,
+    closed_form,
+    hoist,
+    renumber,
+    select_outputs,
+    stretch_reads,
+    tail_steps,
+    with_predicates,
 )
-from dsql.planner.temporal import Interval, mentions_mz_now, presence
-
-
-@dataclass(frozen=True, slots=True)
-class MapStep:
-    """Append one column per expression (`columns` names and types them)."""
-
-    exprs: tuple[exp.Expression, ...]
-    columns: tuple[Column, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class FilterStep:
-    """Keep rows for which every predicate is true (NULL is false)."""
-
-    predicates: tuple[exp.Expression, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ProjectStep:
-    """Keep the columns at `outputs`, in that order."""
-
-    outputs: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class TableStep:
-    """A table function per row: `generate_series`/`unnest` append one column;
-    with no columns, `function` is `repeat_row`'s count (the diff is multiplied by it)."""
-
-    function: exp.Expression
-    columns: tuple[Column, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class NegateStep:
-    """Multiply every diff by -1."""
-
-
-Step = MapStep | FilterStep | ProjectStep | TableStep | NegateStep
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """A table-function-free stretch in closed form.
-
-    `outputs[i]` and every predicate are expressions over the stretch's input
-    columns; `meta[i]` is the input position a plain output copies, or its `Column`.
-    """
-
-    input_arity: int
-    outputs: tuple[exp.Expression, ...]
-    meta: tuple[int | Column, ...]
-    predicates: tuple[exp.Expression, ...]
-    negated: bool
-
-    def steps(self) -> tuple[Step, ...]:
-        """filter, map, project, negate: the stretch as steps (identity parts left out)."""
-        out: list[Step] = []
-        if self.predicates:
-            out.append(FilterStep(self.predicates))
-        exprs: list[exp.Expression] = []
-        cols: list[Column] = []
-        seen: dict[str, int] = {}
-        layout: list[int] = []
-        for e, m in zip(self.outputs, self.meta, strict=True):
-            i = _column_index(e)
-            if i is not None:
-                layout.append(i)
-                continue
-            key = held_key(e)
-            if key not in seen:
-                seen[key] = self.input_arity + len(exprs)
-                exprs.append(e)
-                cols.append(
-                    m if isinstance(m, Column) else Column(f"_c{m}", exp.DataType.build("unknown"))
-                )
-            layout.append(seen[key])
-        if exprs:
-            out.append(MapStep(tuple(exprs), tuple(cols)))
-        if tuple(layout) != tuple(range(self.input_arity + len(exprs))):
-            out.append(ProjectStep(tuple(layout)))
-        if self.negated:
-            out.append(NegateStep())
-        return tuple(out)
-
-    def split(self, time_scale: int) -> tuple[Segment, list[Interval]]:
-        """(the stretch without temporal predicates, the intervals a row is present in)."""
-        safe, intervals = presence(self.predicates, time_scale)
-        return _replace_predicates(self, tuple(safe)), intervals
-
-
-def _replace_predicates(s: Segment, predicates: tuple[exp.Expression, ...]) -> Segment:
-    return Segment(s.input_arity, s.outputs, s.meta, predicates, s.negated)
+from dsql.planner.plan import Column
+from dsql.planner.temporal import Interval, mentions_mz_now
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +163,7 @@ class JoinFunction:
         arity = self.input_arity
         while True:
             cut = next((i for i, s in enumerate(rest) if isinstance(s, TableStep)), len(rest))
-            seg = _closed_form(arity, rest[:cut])
+            seg = closed_form(arity, rest[:cut])
             if cut == len(rest):
                 parts.append((seg, None))
                 break
@@ -255,7 +172,7 @@ class JoinFunction:
             parts.append((seg, table))
             arity = len(seg.outputs) + len(table.columns)
             rest = rest[cut + 1 :]
-        return _hoist(parts)
+        return hoist(parts)
 
     # --- rewrites ----------------------------------------------------------------------
     def optimize(self) -> JoinFunction:
@@ -278,9 +195,11 @@ class JoinFunction:
         for k in range(len(parts) - 2, -1, -1):  # backwards: later stretches decide
             seg, table = parts[k]
             assert table is not None
-            used = {c for c in _reads(parts[k + 1][0]) if c < widths[k]} | held_refs(table.function)
+            used = {c for c in stretch_reads(parts[k + 1][0]) if c < widths[k]} | held_refs(
+                table.function
+            )
             keeps[k] = sorted(used)
-            parts[k] = (_select(seg, keeps[k]), table)
+            parts[k] = (select_outputs(seg, keeps[k]), table)
         steps: list[Step] = []
         for k, (seg, table) in enumerate(parts):
             if k:
@@ -289,7 +208,7 @@ class JoinFunction:
                 keep, added = keeps[k - 1], len(before.columns)
                 position = {c: i for i, c in enumerate(keep)}
                 position |= {widths[k - 1] + j: len(keep) + j for j in range(added)}
-                seg = _renumber(seg, position, len(keep) + added)
+                seg = renumber(seg, position, len(keep) + added)
             steps.extend(seg.steps())
             if table is not None:
                 position = {c: i for i, c in enumerate(keeps[k])}
@@ -329,7 +248,7 @@ class JoinFunction:
         first, intervals = parts[0][0].split(time_scale)
         if any(mentions_mz_now(p) for seg, _ in parts[1:] for p in seg.predicates):
             raise SchemaError("a temporal bound over a table function's output cannot be split off")
-        rest = JoinFunction(self.input_arity, first.steps() + _tail_steps(parts))
+        rest = JoinFunction(self.input_arity, first.steps() + tail_steps(parts))
         return rest, intervals
 
     def peel_predicates(self) -> tuple[tuple[exp.Expression, ...], JoinFunction]:
@@ -341,8 +260,8 @@ class JoinFunction:
         first = parts[0][0]
         peeled = tuple(p for p in first.predicates if not mentions_mz_now(p))
         kept = tuple(p for p in first.predicates if mentions_mz_now(p))
-        rest = _replace_predicates(first, kept)
-        return peeled, JoinFunction(self.input_arity, rest.steps() + _tail_steps(parts))
+        rest = with_predicates(first, kept)
+        return peeled, JoinFunction(self.input_arity, rest.steps() + tail_steps(parts))
 
     # --- display -----------------------------------------------------------------------
     def describe(self) -> list[str]:
@@ -392,131 +311,6 @@ def _memo(table: dict, fn: JoinFunction, compute):  # type: ignore[no-untyped-de
     return value
 
 
-def _reads(seg: Segment) -> set[int]:
-    """The input columns a stretch reads."""
-    return {c for e in (*seg.outputs, *seg.predicates) for c in held_refs(e)}
-
-
-def _select(seg: Segment, keep: list[int]) -> Segment:
-    """The stretch with only the outputs at `keep`."""
-    return Segment(
-        seg.input_arity,
-        tuple(seg.outputs[c] for c in keep),
-        tuple(seg.meta[c] for c in keep),
-        seg.predicates,
-        seg.negated,
-    )
-
-
-def _tail_steps(parts: tuple[tuple[Segment, TableStep | None], ...]) -> tuple[Step, ...]:
-    steps: list[Step] = []
-    for k, (seg, table) in enumerate(parts):
-        if k:
-            steps.extend(seg.steps())
-        if table is not None:
-            steps.append(table)
-    return tuple(steps)
-
-
-def _renumber(seg: Segment, position: dict[int, int], arity: int) -> Segment:
-    def mv(e: exp.Expression) -> exp.Expression:
-        return remap(e, dict(position))
-
-    meta = tuple(position[m] if isinstance(m, int) else m for m in seg.meta)
-    return Segment(
-        arity,
-        tuple(mv(e) for e in seg.outputs),
-        meta,
-        tuple(mv(p) for p in seg.predicates),
-        seg.negated,
-    )
-
-
-def _closed_form(arity: int, steps: tuple[Step, ...]) -> Segment:
-    """Symbolic execution of table-free steps: outputs and predicates over the input."""
-    # An output that copies an input column is its position until the end (most are
-    # projected away: a column reference for each would cost more than the rest).
-    outputs: list[int | exp.Expression] = list(range(arity))
-    meta: list[int | Column] = list(range(arity))
-    preds: list[exp.Expression] = []
-    seen: set[Hashable] = set()
-    negated = False
-    for step in steps:
-        match step:
-            case MapStep(exprs=exprs, columns=cols):
-                outputs += [_inline(e, outputs) for e in exprs]
-                meta += list(cols)
-            case FilterStep(predicates=ps):
-                for p in (c for q in ps for c in conjuncts(q)):
-                    p = _inline(p, outputs)
-                    key = held_key(p)
-                    if not _is_true(p) and key not in seen:
-                        seen.add(key)
-                        preds.append(p)
-            case ProjectStep(outputs=outs):
-                outputs = [outputs[i] for i in outs]
-                meta = [meta[i] for i in outs]
-            case NegateStep():
-                negated = not negated
-    final = tuple(col(o) if type(o) is int else o for o in outputs)
-    return Segment(arity, final, tuple(meta), tuple(preds), negated)  # type: ignore[arg-type]
-
-
-def _hoist(
-    parts: list[tuple[Segment, TableStep | None]],
-) -> tuple[tuple[Segment, TableStep | None], ...]:
-    """Move predicates ahead of table functions they do not read; negation to the end."""
-    out = list(parts)
-    negated = sum(seg.negated for seg, _ in out) % 2 == 1
-    for k in range(len(out) - 1, 0, -1):
-        seg, table = out[k]
-        prev, prev_table = out[k - 1]
-        assert prev_table is not None
-        width = len(prev.outputs)
-        moved, kept = [], []
-        for p in seg.predicates:
-            used = held_refs(p)
-            if all(c < width for c in used):
-                moved.append(_inline(p, prev.outputs))
-            else:
-                kept.append(p)
-        out[k] = (_replace_predicates(seg, tuple(kept)), table)
-        seen = {held_key(p) for p in prev.predicates}
-        fresh_list = []
-        for p in moved:
-            key = held_key(p)
-            if key not in seen:
-                seen.add(key)
-                fresh_list.append(p)
-        fresh = tuple(fresh_list)
-        out[k - 1] = (_replace_predicates(prev, prev.predicates + fresh), prev_table)
-    for k, (seg, table) in enumerate(out):
-        neg = negated and k == len(out) - 1
-        out[k] = (Segment(seg.input_arity, seg.outputs, seg.meta, seg.predicates, neg), table)
-    return tuple(out)
-
-
-def _inline(e: exp.Expression, env: Sequence[int | exp.Expression]) -> exp.Expression:
-    """`e` with each `#i` replaced by `env[i]`: an expression, or the position of a column
-    (`e` itself, shared, when every column it reads stays where it is)."""
-    mapping: dict[int, int | exp.Expression] = {}
-    for i in held_refs(e):
-        target = env[i]
-        j = target if type(target) is int else _column_index(target)  # type: ignore[arg-type]
-        mapping[i] = target if j is None else j  # a column: renumbered, not substituted
-    if all(type(j) is int and i == j for i, j in mapping.items()):
-        return e
-    return remap(e, mapping)
-
-
-def _column_index(e: exp.Expression) -> int | None:
-    return index(e) if isinstance(e, exp.Column) else None
-
-
-def _is_true(p: exp.Expression) -> bool:
-    return isinstance(p, exp.Boolean) and p.this is True
-
-
 def _arity_after(step: Step, arity: int) -> int:
     match step:
         case MapStep(exprs=exprs):
@@ -550,13 +344,4 @@ def _check_step(step: Step, arity: int) -> int:
     return _arity_after(step, arity)
 
 
-__all__ = [
-    "FilterStep",
-    "JoinFunction",
-    "MapStep",
-    "NegateStep",
-    "ProjectStep",
-    "Segment",
-    "Step",
-    "TableStep",
-]
+__all__ = ["JoinFunction"]

@@ -10,7 +10,8 @@ and every chain of linear operators fused into one `Linear` node.
 plan stops changing and fails loudly if that takes more than `MAX_ROUNDS`
 (passes undoing each other's work).
 
->>> from dsql.planner.plan import Column, Filter, Get, Project, parse_expr
+>>> from dsql.planner.expr import parse_expr
+>>> from dsql.planner.plan import Column, Filter, Get, Project
 >>> from dsql.planner import types
 >>> t = Get("t", (Column("a", types.build("int")), Column("b", types.build("int"))))
 >>> print(fingerprint(optimize(Project(Filter(t, (parse_expr("_c1 > 1 AND TRUE"),)), (0,)))))
@@ -28,13 +29,14 @@ from dataclasses import fields
 from sqlglot import exp
 
 from dsql.errors import DsqlError
+from dsql.planner.expr import held_key
 from dsql.planner.linear import JoinFunction
 from dsql.planner.passes.fold import fold_constants
 from dsql.planner.passes.fuse import fuse_linear
 from dsql.planner.passes.join_order import order_joins
 from dsql.planner.passes.prune import prune_columns
 from dsql.planner.passes.pushdown import push_predicates
-from dsql.planner.plan import Column, Linear, Plan, held_key
+from dsql.planner.plan import Column, Linear, Plan
 
 Pass = Callable[[Plan], Plan]
 

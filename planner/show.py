@@ -5,7 +5,8 @@ optimized), and what the optimizer compares to detect a fixpoint. A fused
 `Linear` prints its steps under it, each line starting with `|`, then its time
 bounds (in milliseconds; the row is present from `max(t, lower)` until `upper`).
 
->>> from dsql.planner.plan import Column, Filter, Get, parse_expr
+>>> from dsql.planner.expr import parse_expr
+>>> from dsql.planner.plan import Column, Filter, Get
 >>> from dsql.planner import types
 >>> t = Get("t", (Column("a", types.build("int")),))
 >>> print("\\n".join(tree(Filter(t, (parse_expr("_c0 > 1"),)))))
@@ -16,26 +17,21 @@ Filter #0 > 1
 from __future__ import annotations
 
 from dsql.errors import DsqlError
+from dsql.planner.expr import show_expr
 from dsql.planner.plan import (
     Constant,
-    Distinct,
     Filter,
     FlatMap,
     Get,
-    Join,
-    LetRec,
     Linear,
     LocalGet,
     Map,
     Negate,
     Plan,
     Project,
-    Reduce,
-    Threshold,
-    TopK,
     Union,
-    show_expr,
 )
+from dsql.planner.stateful import Distinct, Join, LetRec, Reduce, Threshold, TopK
 
 
 def tree(plan: Plan, indent: int = 0) -> list[str]:

@@ -7,7 +7,7 @@ runtime's time (`time_scale` runtime ticks per millisecond). A row at time `t`
 then enters at `max(t, lo)` and leaves at `max(t, hi)` (DESIGN §2.5); an OR is
 a union of intervals, written by inclusion–exclusion.
 
->>> from dsql.planner.plan import parse_expr
+>>> from dsql.planner.expr import parse_expr
 >>> safe, [i] = presence((parse_expr("mz_now() >= _c0"), parse_expr("_c1 > 2")), 1)
 >>> [p.sql() for p in safe], [e.sql() for e in i.lower], i.upper
 (['_c1 > 2'], ['CAST(_c0 AS BIGINT)'], ())
@@ -21,7 +21,7 @@ from itertools import combinations
 from sqlglot import exp
 
 from dsql.errors import UnsupportedError
-from dsql.planner.plan import conjuncts
+from dsql.planner.expr import conjuncts
 
 _REWRITE_HINT = (
     "compare mz_now() directly with an expression over the row, joined by AND or OR, "

@@ -20,17 +20,11 @@ from sqlglot import exp
 
 from dsql.errors import SchemaError, UnsupportedError
 from dsql.planner import types
-from dsql.planner.linear import (
-    FilterStep,
-    JoinFunction,
-    MapStep,
-    NegateStep,
-    ProjectStep,
-    Step,
-    TableStep,
-)
+from dsql.planner.expr import parse_expr
+from dsql.planner.linear import JoinFunction
+from dsql.planner.linear_steps import FilterStep, MapStep, NegateStep, ProjectStep, Step, TableStep
 from dsql.planner.passes.fold import fold
-from dsql.planner.plan import Column, parse_expr
+from dsql.planner.plan import Column
 
 INT = Column("x", types.build("int"))
 Rows = list[tuple[tuple[int | None, ...], int]]
@@ -290,7 +284,8 @@ def test_join_order_keeps_many_way_joins_exact(links, from_order) -> None:  # no
     import dsql
     from dsql.planner.decorrelate import decorrelate
     from dsql.planner.optimize import optimize
-    from dsql.planner.plan import Join, walk
+    from dsql.planner.plan import walk
+    from dsql.planner.stateful import Join
 
     con, oracle = dsql.connect(kernel="local"), duckdb.connect()
     for c in (con, oracle):

@@ -10,7 +10,7 @@ that hold in SQL's three-valued logic are applied around columns:
 used: some are wrong for NULLs (e.g. `x = x` is NULL, not TRUE, when x is NULL).
 A filter predicate folded to TRUE is dropped.
 
->>> from dsql.planner.plan import parse_expr
+>>> from dsql.planner.expr import parse_expr
 >>> fold(parse_expr("_c0 > 1 + 2 AND (TRUE OR _c1 = 3)")).sql()
 '_c0 > 3'
 >>> fold(parse_expr("NULL AND _c0 > 1")).sql()
@@ -25,7 +25,8 @@ from sqlglot import exp
 from sqlglot.optimizer.simplify import simplify
 
 from dsql.planner.passes import bottom_up
-from dsql.planner.plan import Filter, FlatMap, Join, Map, Plan, Reduce
+from dsql.planner.plan import Filter, FlatMap, Map, Plan
+from dsql.planner.stateful import Join, Reduce
 
 #: Node types a constant sub-expression may be built from to be evaluated.
 _FOLDABLE = (

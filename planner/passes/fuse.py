@@ -7,7 +7,8 @@ disappears.
 
 Invariant: no linear node has a linear node as its input.
 
->>> from dsql.planner.plan import Column, Filter, Get, Project, parse_expr
+>>> from dsql.planner.expr import parse_expr
+>>> from dsql.planner.plan import Column, Filter, Get, Project
 >>> from dsql.planner import types
 >>> t = Get("t", (Column("a", types.build("int")), Column("b", types.build("int"))))
 >>> fused = fuse_linear(Project(Filter(t, (parse_expr("_c1 > 1"),)), (0,)))
@@ -17,7 +18,8 @@ Invariant: no linear node has a linear node as its input.
 
 from __future__ import annotations
 
-from dsql.planner.linear import JoinFunction, MapStep, NegateStep, TableStep
+from dsql.planner.linear import JoinFunction
+from dsql.planner.linear_steps import MapStep, NegateStep, TableStep
 from dsql.planner.passes import bottom_up
 from dsql.planner.plan import (
     Column,

@@ -14,7 +14,9 @@ lowest join that sees all its columns; a projection restores the original column
 order. A tree whose order does not change is returned as it was, so the pass is
 idempotent and plans that need no reordering keep their shape.
 
->>> from dsql.planner.plan import Column, Get, Join, parse_expr
+>>> from dsql.planner.expr import parse_expr
+>>> from dsql.planner.plan import Column, Get
+>>> from dsql.planner.stateful import Join
 >>> from dsql.planner import types
 >>> from dsql.planner.show import tree
 >>> def t(name): return Get(name, (Column("a", types.build("int")),))
@@ -32,7 +34,9 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dsql.planner.plan import Join, Plan, Project, conjuncts, held_refs, refs, remap
+from dsql.planner.expr import conjuncts, held_refs, refs, remap
+from dsql.planner.plan import Plan, Project
+from dsql.planner.stateful import Join
 
 
 def order_joins(plan: Plan) -> Plan:

@@ -11,7 +11,8 @@ sources keep their columns.
 Invariant: given every column as demand, a node keeps its layout, so the
 root's columns are unchanged.
 
->>> from dsql.planner.plan import Column, Get, Join, Project
+>>> from dsql.planner.plan import Column, Get, Project
+>>> from dsql.planner.stateful import Join
 >>> from dsql.planner import types
 >>> from dsql.planner.passes.fuse import fuse_linear
 >>> from dsql.planner.show import tree
@@ -30,9 +31,11 @@ Linear (arity 3 -> 1)
 
 from __future__ import annotations
 
+from dsql.planner.expr import refs, remap
 from dsql.planner.linear import JoinFunction
 from dsql.planner.passes.fuse import linear
-from dsql.planner.plan import Join, Linear, Plan, Reduce, Union, refs, remap
+from dsql.planner.plan import Linear, Plan, Union
+from dsql.planner.stateful import Join, Reduce
 
 Mapping = dict[int, int]
 

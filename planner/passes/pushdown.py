@@ -15,7 +15,9 @@ the same relation:
 Temporal predicates (`mz_now()`) stay where they are, and so does anything a
 node does not let through (full joins, top-k, recursion).
 
->>> from dsql.planner.plan import Column, Filter, Get, Join, parse_expr
+>>> from dsql.planner.expr import parse_expr
+>>> from dsql.planner.plan import Column, Filter, Get
+>>> from dsql.planner.stateful import Join
 >>> from dsql.planner import types
 >>> from dsql.planner.passes.fuse import fuse_linear
 >>> from dsql.planner.show import tree
@@ -35,21 +37,11 @@ from dataclasses import replace
 
 from sqlglot import exp
 
+from dsql.planner.expr import conjuncts, refs, remap, shift
 from dsql.planner.linear import JoinFunction
 from dsql.planner.passes.fuse import linear
-from dsql.planner.plan import (
-    Distinct,
-    Join,
-    Linear,
-    Plan,
-    Reduce,
-    Threshold,
-    Union,
-    conjuncts,
-    refs,
-    remap,
-    shift,
-)
+from dsql.planner.plan import Linear, Plan, Union
+from dsql.planner.stateful import Distinct, Join, Reduce, Threshold
 from dsql.planner.temporal import mentions_mz_now
 
 

@@ -1,0 +1,238 @@
+"""Binding a SELECT: WHERE, the select list, GROUP BY and aggregates, HAVING, ORDER BY.
+
+Aggregation becomes a `Reduce` over the FROM plan (group expressions first mapped to
+columns), and the select list, HAVING and ORDER BY expressions are rewritten onto its
+output; an ORDER BY key outside the select list becomes a hidden column after the
+visible ones (`Query.visible`). The FROM clause is `bind_from.py`'s; subqueries in
+expressions go back to `bind.bind_query`, imported where called (it dispatches here).
+
+>>> from dsql.planner.bind import bind
+>>> from dsql.planner.catalog import StaticCatalog
+>>> from dsql.planner.plan import Column
+>>> from dsql.planner.types import build
+>>> cat = StaticCatalog({"t": (Column("a", build("int")),)})
+>>> sql = "SELECT a, count(*) FROM t GROUP BY a ORDER BY 2"
+>>> q = bind(sqlglot.parse_one(sql, read="postgres"), cat)
+>>> q.visible, q.order[0].column
+(2, 1)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import sqlglot  # noqa: F401 - the doctest parses with it
+from sqlglot import exp
+
+from dsql.errors import SchemaError
+from dsql.planner.bind_from import bind_from
+from dsql.planner.bind_shape import (
+    and_operands,
+    apply_limit,
+    nulls_first_of,
+    types_of,
+)
+from dsql.planner.expr import Position, col
+from dsql.planner.expr_bind import ExprBinder, aggregate_calls, is_aggregate
+from dsql.planner.plan import (
+    Filter,
+    Map,
+    Order,
+    Plan,
+    Project,
+    Query,
+)
+from dsql.planner.scope import Item, Scope, column_name, unsupported
+from dsql.planner.stateful import Distinct, Reduce
+
+if TYPE_CHECKING:
+    from dsql.planner.bind import Env
+
+
+def bind_select(sel: exp.Select, env: Env, parent: Scope | None, top: bool) -> Query:
+    """The query a SELECT binds to: FROM, WHERE, grouping, select list, ORDER BY, LIMIT."""
+    from dsql.planner.bind import bind_query
+
+    plan, scope = bind_from(sel, env, parent)
+    binder = ExprBinder(env, scope, bind_query).with_types(types_of(plan))
+    where = sel.args.get("where")
+    if where is not None:
+        predicate = binder.bind(where.this)
+        if is_aggregate(predicate):
+            raise SchemaError("aggregate functions are not allowed in WHERE", hint="use HAVING")
+        plan = Filter(plan, and_operands(predicate))
+    items = _select_items(sel, scope)
+    exprs = [binder.bind(e) for _, e in items]
+    names = [n for n, _ in items]
+    having = sel.args.get("having")
+    having_expr = binder.bind(having.this) if having is not None else None
+    order_nodes = list(sel.args["order"].expressions) if sel.args.get("order") else []
+    orders = [_order_target(o.this, names, items, binder) for o in order_nodes]
+    group_node = sel.args.get("group")
+    grouped = (
+        group_node is not None
+        or any(
+            is_aggregate(e) for e in [*exprs, *(o for o in orders if isinstance(o, exp.Expression))]
+        )
+        or having_expr is not None
+    )
+    if grouped:
+        group_exprs = _group_exprs(group_node, names, items, binder)
+        plan, rewrite = _aggregate(plan, group_exprs, [*exprs, having_expr, *orders])
+        exprs = [rewrite(e) for e in exprs]
+        orders = [rewrite(o) if isinstance(o, exp.Expression) else o for o in orders]
+        if having_expr is not None:
+            plan = Filter(plan, and_operands(rewrite(having_expr)))
+    elif sel.args.get("group") is None and any(
+        is_aggregate(o) for o in orders if not isinstance(o, int)
+    ):
+        raise SchemaError("aggregate in ORDER BY of a query without GROUP BY")
+    base = plan.arity
+    hidden = [o for o in orders if isinstance(o, exp.Expression)]
+    plan = Map(
+        plan,
+        tuple(exprs) + tuple(hidden),
+        tuple(names) + tuple(f"?order{i}" for i in range(len(hidden))),
+    )
+    visible = len(exprs)
+    keys: list[int] = []
+    h = 0
+    for o in orders:
+        if isinstance(o, int):
+            keys.append(o)
+        else:
+            keys.append(visible + h)
+            h += 1
+    plan = Project(plan, tuple(range(base, base + visible + len(hidden))))
+    if sel.args.get("distinct") is not None:
+        if hidden:
+            raise SchemaError(
+                "for SELECT DISTINCT, ORDER BY expressions must appear in the select list"
+            )
+        distinct = sel.args["distinct"]
+        if distinct.args.get("on"):
+            raise unsupported("SELECT DISTINCT ON", "use GROUP BY or a window-free top-k subquery")
+        plan = Distinct(plan)
+    order = tuple(
+        Order(k, bool(o.args.get("desc")), nulls_first_of(o))
+        for k, o in zip(keys, order_nodes, strict=False)
+    )
+    q = Query(plan, visible, order)
+    return apply_limit(q, sel, top)
+
+
+def _select_items(sel: exp.Select, scope: Scope) -> list[tuple[str, exp.Expression]]:
+    out: list[tuple[str, exp.Expression]] = []
+    for e in sel.expressions:
+        if isinstance(e, exp.Star):
+            for item in scope.items:
+                out.extend(_item_columns(item))
+        elif isinstance(e, exp.Column) and isinstance(e.this, exp.Star):
+            out.extend(_item_columns(scope.item(e.table)))
+        else:
+            value = e.this if isinstance(e, exp.Alias) else e
+            out.append((column_name(e), value))
+    return out
+
+
+def _item_columns(item: Item) -> list[tuple[str, exp.Expression]]:
+    # By position: a name may occur twice in one item (a view's two `?column?`).
+    return [
+        (n, Position(this=item.offset + i))
+        for i, n in enumerate(item.names)
+        if n not in item.hidden
+    ]
+
+
+def _order_target(
+    e: exp.Expression, names: list[str], items: list[tuple[str, exp.Expression]], binder: ExprBinder
+) -> int | exp.Expression:
+    """An ORDER BY key: an output position (ordinal or output name) or an expression."""
+    if isinstance(e, exp.Literal) and not e.is_string:
+        if not e.this.isdigit():
+            raise SchemaError(
+                f"non-integer constant {e.this} in ORDER BY",
+                hint="order by a column's position (ORDER BY 1) or by an expression",
+            )
+        n = int(e.this)
+        if not 1 <= n <= len(names):
+            raise SchemaError(f"ORDER BY position {n} is not in the select list")
+        return n - 1
+    if isinstance(e, exp.Column) and not e.table and e.name in names:
+        return names.index(e.name)
+    bound = binder.bind(e)
+    for i, (_, item) in enumerate(items):
+        if binder.bind(item) == bound:
+            return i
+    return bound
+
+
+def _group_exprs(
+    group: exp.Group | None,
+    names: list[str],
+    items: list[tuple[str, exp.Expression]],
+    binder: ExprBinder,
+) -> list[exp.Expression]:
+    if group is None:
+        return []
+    out = []
+    for g in group.expressions:
+        if isinstance(g, exp.Literal) and not g.is_string:
+            n = int(g.this)
+            if not 1 <= n <= len(items):
+                raise SchemaError(f"GROUP BY position {n} is not in the select list")
+            out.append(binder.bind(items[n - 1][1]))
+            continue
+        try:
+            out.append(binder.bind(g))
+        except SchemaError:
+            if isinstance(g, exp.Column) and not g.table and g.name in names:
+                out.append(binder.bind(items[names.index(g.name)][1]))
+            else:
+                raise
+    return out
+
+
+def _aggregate(plan: Plan, group: list[exp.Expression], uses: list[Any]):  # type: ignore[no-untyped-def]
+    """A Reduce for the grouping, and a rewrite of post-aggregation expressions onto it."""
+    calls: list[exp.Expression] = []
+    for u in uses:
+        if isinstance(u, exp.Expression):
+            for c in aggregate_calls(u):
+                if c not in calls:
+                    calls.append(c)
+    n = plan.arity
+    mapped = (
+        Map(plan, tuple(group), tuple(f"?group{i}" for i in range(len(group)))) if group else plan
+    )
+    names = tuple(f"?agg{i}" for i in range(len(calls)))
+    for c in calls:
+        if any(is_aggregate(a) for a in c.iter_expressions() if isinstance(a, exp.Expression)):
+            raise SchemaError(f"aggregate calls cannot be nested: {c.sql('postgres')}")
+    reduce = Reduce(mapped, tuple(range(n, n + len(group))), tuple(calls), names)
+    g = len(group)
+
+    def rewrite(e: exp.Expression) -> exp.Expression:
+        def replace(node: exp.Expression) -> exp.Expression:
+            for i, ge in enumerate(group):
+                if node == ge:
+                    return col(i)
+            for i, c in enumerate(calls):
+                if node == c:
+                    return col(g + i)
+            if isinstance(node, exp.Column) and node.name.startswith("_c"):
+                raise SchemaError(
+                    f"column #{node.name[2:]} must appear in the GROUP BY clause "
+                    "or be used in an aggregate function",
+                    hint="add it to GROUP BY or wrap it in an aggregate such as min(...)",
+                )
+            return node
+
+        return e.copy().transform(replace)
+
+    return reduce, rewrite
+
+
+__all__ = [
+    "bind_select",
+]
