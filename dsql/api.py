@@ -32,7 +32,8 @@ from dsql import errors, grammar
 from dsql.compiled import CompiledQuery, compile, query_of
 from dsql.errors import InterfaceError
 from dsql.execute import Executor
-from dsql.session import Result, Session, default_kernel
+from dsql.results import Result
+from dsql.session import Session, default_kernel
 from dsql.subscribe import Subscription
 from dsql.timeout import parse_duration
 

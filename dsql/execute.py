@@ -30,7 +30,8 @@ from dsql.history import replace_mz_now, retention_ms
 from dsql.planner import types
 from dsql.planner.plan import Column, Query
 from dsql.planner.temporal import is_mz_now
-from dsql.session import Result, Session
+from dsql.results import Result
+from dsql.session import Session
 from dsql.show_arrangements import arrangement_rows
 from dsql.subscribe import Subscription
 from dsql.timeout import parse_duration, statement_deadline

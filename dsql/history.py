@@ -32,7 +32,8 @@ from sqlglot import exp
 
 from dsql.clock import TICKS_PER_MS
 from dsql.errors import TimeError, TypeMismatchError, UnsupportedError
-from dsql.planner.plan import LetRec, Plan, expressions_of, walk
+from dsql.planner.plan import Plan, walk
+from dsql.planner.stateful import LetRec, expressions_of
 from dsql.planner.temporal import is_mz_now, mentions_mz_now
 from dsql.runtime import relational as rel
 from dsql.runtime.arrangement import ImportNode, TraceHandle
@@ -232,7 +233,7 @@ def at_time(session: Session, relation: Any, ms: int) -> Plan:
     if not any(mentions_mz_now(e) for node in walk(plan) for e in expressions_of(node)):
         return plan
     from dsql import grammar
-    from dsql.session import _view_plan
+    from dsql.relation import _view_plan
 
     (statement,) = grammar.parse(relation.sql)
     return _view_plan(session.plan(replace_mz_now(statement.query, ms)))

@@ -35,7 +35,8 @@ from dsql.runtime.collection import Arrangement
 from dsql.runtime.dataflow import Node
 
 if TYPE_CHECKING:
-    from dsql.session import Relation, Session
+    from dsql.relation import Relation
+    from dsql.session import Session
 
 
 @dataclass(frozen=True)

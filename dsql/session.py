@@ -11,84 +11,37 @@ arrangements that later dataflows share; `dsql.history` tracks how far back each
 arrangement can be read and serves reads AS OF a past time.
 
 Inside the runtime every relation's columns are `_c0 .. _c{n-1}`; names live in
-the catalog.
+the catalog (`dsql.relation`). How a read's updates become rows is `dsql.results`.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
 from dsql import fast_path
 from dsql.clock import TICKS_PER_MS, Clock
-from dsql.errors import DsqlError, ExecutionError, SchemaError, TypeMismatchError
+from dsql.errors import DsqlError, SchemaError, TypeMismatchError
 from dsql.history import History
 from dsql.indexes import Indexes
-from dsql.planner import types
 from dsql.planner.bind import bind
 from dsql.planner.catalog import unknown_relation
 from dsql.planner.decorrelate import decorrelate
 from dsql.planner.optimize import optimize
-from dsql.planner.plan import (
-    Column,
-    Distinct,
-    Get,
-    LetRec,
-    Outer,
-    Plan,
-    Query,
-    Reduce,
-    SubqueryExpr,
-    Threshold,
-    TopK,
-    expressions_of,
-    walk,
-)
-from dsql.planner.temporal import mentions_mz_now
+from dsql.planner.plan import Column, Get, Plan, Query, walk
+from dsql.relation import Relation, _view_plan, typed_columns
 from dsql.render import Renderer
-from dsql.runtime.collection import Arrangement, Collection, import_arrangement
+
+# `repeat_rows`: only for dsql/fast_path.py (owned elsewhere), which imports it from here.
+from dsql.results import accumulate, present, reads_nothing, repeat_rows
+from dsql.runtime.collection import Collection, import_arrangement
 from dsql.runtime.dataflow import Worker, batch_schema
 from dsql.runtime.input import InputSession
 from dsql.runtime.lattice import DIFF, TIME
-
-
-@dataclass
-class Relation:
-    """A catalog entry: a table, a materialized view, or a (non-materialized) view."""
-
-    name: str
-    kind: str  # "table" | "materialized view" | "view"
-    columns: tuple[Column, ...]
-    sql: str = ""
-    plan: Plan | None = None
-    arrangement: Arrangement | None = None
-    input: InputSession | None = None
-    not_null: tuple[bool, ...] = ()
-    defaults: tuple[exp.Expression | None, ...] = ()
-    nodes: list[Any] = field(default_factory=list)
-    depends_on: tuple[str, ...] = ()
-
-    @property
-    def schema(self) -> pa.Schema:
-        return pa.schema([(f"_c{i}", types.to_arrow(c.type)) for i, c in enumerate(self.columns)])
-
-
-@dataclass
-class Result:
-    """A statement's outcome: rows (Arrow, user column names) and/or a status message."""
-
-    table: pa.Table | None = None
-    status: str = ""
-    rowcount: int = -1
-    #: For SUBSCRIBE: the running `Subscription`, whose later updates callers poll.
-    subscription: Any = None
 
 
 class Session:
@@ -275,7 +228,7 @@ class Session:
             start = len(self.worker.nodes)
             try:
                 collection = self._render(plan)
-                rel.columns = _typed_columns(cols, collection.schema)
+                rel.columns = typed_columns(cols, collection.schema)
                 rel.arrangement = collection.arrange_by_self()
                 rel.nodes = self.worker.nodes[start:]
                 # Run the first evaluation now (the import's history completes when the
@@ -369,7 +322,7 @@ class Session:
 
     def read(self, bound: Query, as_of_ms: int | None = None) -> pa.Table:
         """The query's result at the current time (rows in order if it has ORDER BY)."""
-        if as_of_ms is None and _reads_nothing(bound.plan):
+        if as_of_ms is None and reads_nothing(bound.plan):
             return self._read_constant(bound)
         if as_of_ms is None and self.fast_path:
             peeked = fast_path.peek(self, bound)
@@ -417,108 +370,6 @@ class Session:
         return present(accumulate(updates, tick, bound.plan.arity), bound)
 
 
-def _reads_nothing(plan: Plan) -> bool:
-    """Whether a plan reads no relation (not even in a subquery), never mentions `mz_now()`
-    and reduces nothing."""
-    for node in walk(plan):
-        # A reduction (and a loop) emits only at complete times, which this round's
-        # open tick is not: such plans take the ordinary read path.
-        if isinstance(node, Get | Reduce | Distinct | Threshold | TopK | LetRec):
-            return False
-        for e in expressions_of(node):
-            # A LATERAL's outer reference becomes a Distinct when decorrelated.
-            if e.find(SubqueryExpr, Outer) is not None or mentions_mz_now(e):
-                return False
-    return True
-
-
-def accumulate(updates: pa.Table, tick: int, arity: int) -> pa.Table:
-    """The rows a stream of updates holds at `tick`, each repeated by its count (in DuckDB)."""
-    cols = ", ".join(f'"_c{i}"' for i in range(arity)) if arity else '0 AS "_c0"'
-    con = _duckdb()
-    try:
-        con.register("u", updates)
-        counts = con.sql(
-            f'SELECT {cols}, CAST(SUM("{DIFF}") AS BIGINT) AS n FROM u WHERE "{TIME}" <= {tick} '
-            f'GROUP BY ALL HAVING SUM("{DIFF}") <> 0'
-        ).to_arrow_table()
-    finally:
-        con.close()
-    return repeat_rows(counts, "n")
-
-
-def repeat_rows(counts: pa.Table, count: str) -> pa.Table:
-    """Each row of `counts` repeated by its column `count` (dropped); an error for a
-    negative count, which no correct result has."""
-    n = counts[count]
-    least, most = pc.min_max(n).values()
-    if counts.num_rows and least.as_py() < 0:
-        raise ExecutionError(
-            "a result has a row with a negative count",
-            hint="this is a dsql bug; please report it",
-        )
-    rows = counts.drop_columns([count])
-    if not counts.num_rows or most.as_py() == 1:  # each row once: nothing to repeat
-        return rows
-    return rows.take(np.repeat(np.arange(counts.num_rows), n.to_numpy()))
-
-
-def _duckdb() -> Any:
-    """A fresh cursor on one in-process DuckDB shared by reads (a new database per read
-    costs tens of milliseconds; a cursor, with its own temporary tables, almost none)."""
-    global _DUCKDB
-    if _DUCKDB is None:
-        import duckdb
-
-        _DUCKDB = duckdb.connect()
-        # Reads' statements are small: DuckDB's worker threads cost more CPU than they save
-        # (as in the in-process kernel).
-        _DUCKDB.execute("SET threads TO 1")
-    return _DUCKDB.cursor()
-
-
-_DUCKDB: Any = None
-
-
-def present(table: pa.Table, bound: Query) -> pa.Table:
-    """Order, limit and name a read's rows as the query asks."""
-    visible = bound.visible
-    if bound.order or bound.limit is not None or bound.offset:
-        order = ", ".join(
-            f'"_c{o.column}" {"DESC" if o.desc else "ASC"} '
-            f"NULLS {'FIRST' if o.nulls_first else 'LAST'}"
-            for o in bound.order
-        )
-        sql = "SELECT * FROM t" + (f" ORDER BY {order}" if order else "")
-        if bound.limit is not None:
-            sql += f" LIMIT {bound.limit}"
-        if bound.offset:
-            sql += f" OFFSET {bound.offset}"
-        con = _duckdb()
-        con.register("t", table)
-        table = con.sql(sql).to_arrow_table()
-        con.close()
-    if table.num_columns > visible:
-        table = table.select(list(range(visible)))
-    names = list(bound.column_names)
-    if visible == 0:
-        return pa.table({})
-    return table.rename_columns(names)
-
-
-def _view_plan(bound: Query) -> Plan:
-    from dsql.planner.bind import _visible
-
-    if bound.limit is None and not bound.offset:
-        bound = Query(bound.plan, bound.visible)
-    return _visible(bound)
-
-
-def _typed_columns(cols: tuple[Column, ...], schema: pa.Schema) -> tuple[Column, ...]:
-    """The view's columns with the types the engine produced (authoritative)."""
-    return tuple(Column(c.name, types.from_arrow(schema.field(i).type)) for i, c in enumerate(cols))
-
-
 def default_kernel() -> str:
     """The kernel of a session that names none: `$DSQL_KERNEL`, else "auto" (in-process
     until a relation outgrows the placement threshold, `$DSQL_PLACEMENT_THRESHOLD` or
@@ -551,12 +402,9 @@ def _make_kernel(kind: str, spark: Any, threshold: int | None, start: Any) -> An
 
 
 __all__ = [
-    "Relation",
-    "Result",
     "Session",
-    "accumulate",
-    "repeat_rows",
     "default_kernel",
     "present",
+    "repeat_rows",
     "sqlglot",
 ]

@@ -1,0 +1,65 @@
+"""A session's catalog entries (`Relation`), and what a view's entry keeps.
+
+A table's entry holds its input and arrangement; a materialized view's, its
+dataflow's nodes and arrangement; a view's, only its plan (rendered by each
+reader). `_view_plan` is the plan a view keeps of its bound query (ORDER BY
+dropped unless LIMIT/OFFSET needs it); `typed_columns` its columns with the
+types the engine produced.
+
+>>> from dsql.planner.types import build
+>>> r = Relation("t", "table", (Column("a", build("int")),))
+>>> r.schema.names
+['_c0']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from sqlglot import exp
+
+from dsql.planner import types
+from dsql.planner.bind_shape import visible_plan
+from dsql.planner.plan import Column, Plan, Query
+from dsql.runtime.collection import Arrangement
+from dsql.runtime.input import InputSession
+
+
+@dataclass
+class Relation:
+    """A catalog entry: a table, a materialized view, or a (non-materialized) view."""
+
+    name: str
+    kind: str  # "table" | "materialized view" | "view"
+    columns: tuple[Column, ...]
+    sql: str = ""
+    plan: Plan | None = None
+    arrangement: Arrangement | None = None
+    input: InputSession | None = None
+    not_null: tuple[bool, ...] = ()
+    defaults: tuple[exp.Expression | None, ...] = ()
+    nodes: list[Any] = field(default_factory=list)
+    depends_on: tuple[str, ...] = ()
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema([(f"_c{i}", types.to_arrow(c.type)) for i, c in enumerate(self.columns)])
+
+
+def _view_plan(bound: Query) -> Plan:
+    if bound.limit is None and not bound.offset:
+        bound = Query(bound.plan, bound.visible)
+    return visible_plan(bound)
+
+
+def typed_columns(cols: tuple[Column, ...], schema: pa.Schema) -> tuple[Column, ...]:
+    """The view's columns with the types the engine produced (authoritative)."""
+    return tuple(Column(c.name, types.from_arrow(schema.field(i).type)) for i, c in enumerate(cols))
+
+
+__all__ = [
+    "Relation",
+    "typed_columns",
+]

@@ -1,0 +1,139 @@
+"""Reads' results: updates accumulated into rows, and rows presented as a query asks.
+
+A read's dataflow yields `(row, time, diff)` updates; `accumulate` sums them up to
+the read's tick and repeats each row by its count (`repeat_rows`); `present` orders,
+limits and names the rows (`Query.order`, `limit`, `offset`, `visible`). Both run in
+one in-process DuckDB whose cursors reads share. `reads_nothing` tells the reads of
+no relation, which need not close the clock's tick. `Result` is a statement's outcome.
+
+Invariant: a correct result has no row with a negative count (`repeat_rows` raises).
+
+>>> import pyarrow as pa
+>>> repeat_rows(pa.table({"_c0": ["a", "b"], "n": [2, 1]}), "n").column(0).to_pylist()
+['a', 'a', 'b']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dsql.errors import ExecutionError
+from dsql.planner.expr import Outer, SubqueryExpr
+from dsql.planner.plan import Get, Plan, Query, walk
+from dsql.planner.stateful import Distinct, LetRec, Reduce, Threshold, TopK, expressions_of
+from dsql.planner.temporal import mentions_mz_now
+from dsql.runtime.lattice import DIFF, TIME
+
+
+@dataclass
+class Result:
+    """A statement's outcome: rows (Arrow, user column names) and/or a status message."""
+
+    table: pa.Table | None = None
+    status: str = ""
+    rowcount: int = -1
+    #: For SUBSCRIBE: the running `Subscription`, whose later updates callers poll.
+    subscription: Any = None
+
+
+def reads_nothing(plan: Plan) -> bool:
+    """Whether a plan reads no relation (not even in a subquery), never mentions `mz_now()`
+    and reduces nothing."""
+    for node in walk(plan):
+        # A reduction (and a loop) emits only at complete times, which this round's
+        # open tick is not: such plans take the ordinary read path.
+        if isinstance(node, Get | Reduce | Distinct | Threshold | TopK | LetRec):
+            return False
+        for e in expressions_of(node):
+            # A LATERAL's outer reference becomes a Distinct when decorrelated.
+            if e.find(SubqueryExpr, Outer) is not None or mentions_mz_now(e):
+                return False
+    return True
+
+
+def accumulate(updates: pa.Table, tick: int, arity: int) -> pa.Table:
+    """The rows a stream of updates holds at `tick`, each repeated by its count (in DuckDB)."""
+    cols = ", ".join(f'"_c{i}"' for i in range(arity)) if arity else '0 AS "_c0"'
+    con = _duckdb()
+    try:
+        con.register("u", updates)
+        counts = con.sql(
+            f'SELECT {cols}, CAST(SUM("{DIFF}") AS BIGINT) AS n FROM u WHERE "{TIME}" <= {tick} '
+            f'GROUP BY ALL HAVING SUM("{DIFF}") <> 0'
+        ).to_arrow_table()
+    finally:
+        con.close()
+    return repeat_rows(counts, "n")
+
+
+def repeat_rows(counts: pa.Table, count: str) -> pa.Table:
+    """Each row of `counts` repeated by its column `count` (dropped); an error for a
+    negative count, which no correct result has."""
+    n = counts[count]
+    least, most = pc.min_max(n).values()
+    if counts.num_rows and least.as_py() < 0:
+        raise ExecutionError(
+            "a result has a row with a negative count",
+            hint="this is a dsql bug; please report it",
+        )
+    rows = counts.drop_columns([count])
+    if not counts.num_rows or most.as_py() == 1:  # each row once: nothing to repeat
+        return rows
+    return rows.take(np.repeat(np.arange(counts.num_rows), n.to_numpy()))
+
+
+def _duckdb() -> Any:
+    """A fresh cursor on one in-process DuckDB shared by reads (a new database per read
+    costs tens of milliseconds; a cursor, with its own temporary tables, almost none)."""
+    global _DUCKDB
+    if _DUCKDB is None:
+        import duckdb
+
+        _DUCKDB = duckdb.connect()
+        # Reads' statements are small: DuckDB's worker threads cost more CPU than they save
+        # (as in the in-process kernel).
+        _DUCKDB.execute("SET threads TO 1")
+    return _DUCKDB.cursor()
+
+
+_DUCKDB: Any = None
+
+
+def present(table: pa.Table, bound: Query) -> pa.Table:
+    """Order, limit and name a read's rows as the query asks."""
+    visible = bound.visible
+    if bound.order or bound.limit is not None or bound.offset:
+        order = ", ".join(
+            f'"_c{o.column}" {"DESC" if o.desc else "ASC"} '
+            f"NULLS {'FIRST' if o.nulls_first else 'LAST'}"
+            for o in bound.order
+        )
+        sql = "SELECT * FROM t" + (f" ORDER BY {order}" if order else "")
+        if bound.limit is not None:
+            sql += f" LIMIT {bound.limit}"
+        if bound.offset:
+            sql += f" OFFSET {bound.offset}"
+        con = _duckdb()
+        con.register("t", table)
+        table = con.sql(sql).to_arrow_table()
+        con.close()
+    if table.num_columns > visible:
+        table = table.select(list(range(visible)))
+    names = list(bound.column_names)
+    if visible == 0:
+        return pa.table({})
+    return table.rename_columns(names)
+
+
+__all__ = [
+    "Result",
+    "accumulate",
+    "present",
+    "reads_nothing",
+    "repeat_rows",
+]
