@@ -225,21 +225,19 @@ class FeedbackNode(Node):
         return rel.consolidate(union, self.columns, self.depth)
 
     def _in_driver(self, deltas: list[tuple[int, Frame]]) -> Stored | None:
-        """`_query`'s result computed in Arrow (`Kernel.consolidate_small`) when the
-        frames are small in-process tables, else None."""
-        if not all(isinstance(frame, pa.Table) for _, frame in deltas):
-            return None
-        loop, last = self.variable.loop, time_columns(self.depth)[-1]
+        """`_query`'s result computed without a query (`Kernel.shift_time`, then
+        `Kernel.consolidate_small`) when the kernel can, else None."""
+        kernel, loop, last = self.kernel, self.variable.loop, time_columns(self.depth)[-1]
+        bound = loop.limit if loop.on_limit == "return" else None
         moved = []
-        for _, table in deltas:
-            at = table.schema.get_field_index(last)
-            table = table.set_column(at, last, pc.add_checked(table[last], 1))
-            if loop.on_limit == "return":
-                table = table.filter(pc.less_equal(table[last], loop.limit))
-            moved.append(table)
+        for _, frame in deltas:
+            shifted = kernel.shift_time(frame, last, 1, bound)
+            if shifted is None:
+                return None
+            moved.append(shifted)
         signs = [1 if i == 0 else -1 for i, _ in deltas]
-        table = self.kernel.consolidate_small(moved, self.columns, self.depth, None, signs)
-        return None if table is None else Stored(table, table.num_rows, table)
+        frame = kernel.consolidate_small(moved, self.columns, self.depth, None, signs)
+        return None if frame is None else kernel.materialize(frame)
 
     def _max_round(self, frame: Frame, table: pa.Table | None, name: str) -> int:
         if table is None:

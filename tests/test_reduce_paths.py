@@ -1,7 +1,7 @@
 """Both forms of reduce's general step against the oracle.
 
 A reduce step over few rows of plain types runs in the driver
-(`operators.reduce_small`); otherwise it is one relational pipeline
+(`kernel.driver_reduce`); otherwise it is one relational pipeline
 (`reduce._queries`), which is what bigger steps and the Spark kernel run. The suite's
 data is small, so the other tests mostly take the driver's form: here the same
 pipelines (several times per batch, deletes, loops, a Python logic) run with the
@@ -38,7 +38,7 @@ from test_runtime_oracle import (
 
 from dsql.runtime.collection import Collection
 from dsql.runtime.kernel.local import LocalKernel
-from dsql.runtime.operators import reduce_small
+from dsql.runtime.kernel import driver_reduce as reduce_small
 
 # --- a Python logic: the slow path, over each group as an Arrow table ----------------------
 

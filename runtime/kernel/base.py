@@ -44,6 +44,7 @@ from dsql.runtime.lattice import Antichain
 
 if TYPE_CHECKING:
     from dsql.runtime.kernel.driver import JoinShape, Selection
+    from dsql.runtime.kernel.driver_reduce import ReduceShape
     from dsql.runtime.kernel.key_index import KeyIndex
 
 Frame = Any
@@ -187,6 +188,30 @@ class Kernel(ABC):
         """The rows of `frame` whose `keys` equal the `by` columns (default: `keys`) of
         some row of `probe` (NULL equals NULL), without a query, when the kernel can do
         that exactly; None: it cannot."""
+        return None
+
+    def key_union(self, frames: Sequence[Frame], keys: Sequence[str]) -> Frame | None:
+        """The `keys` columns of all `frames` as one frame (repeats allowed), for probing
+        with `rows_with_keys`; None when the kernel cannot build it without a query."""
+        return None
+
+    def shift_time(self, frame: Frame, name: str, by: int, at_most: int | None) -> Frame | None:
+        """`frame` with `by` added to time column `name`, rows beyond `at_most` (when
+        given) dropped, without a query; None when the kernel cannot do it so."""
+        return None
+
+    def reduce_small(
+        self,
+        inputs: Sequence[Frame],
+        delta: Frame | None,
+        pending: Frame | None,
+        outputs: Sequence[Frame],
+        frontier: Antichain,
+        shape: ReduceShape,
+        logic: Callable[[Frame], Frame],
+    ) -> tuple[Frame, Frame] | None:
+        """A general reduce step's output and pending candidates, computed in the driver
+        when its rows are few (`kernel.driver_reduce`); None: run the step's query."""
         return None
 
     def key_index(self, frame: Frame, keys: Sequence[str]) -> KeyIndex | None:

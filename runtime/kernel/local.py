@@ -22,6 +22,7 @@ from dsql.runtime.kernel import driver
 from dsql.runtime.kernel import key_index as _index
 from dsql.runtime.kernel.base import Kernel, Pipeline, Prepared, Stored
 from dsql.runtime.kernel.driver import JoinShape, Selection
+from dsql.runtime.kernel.driver_reduce import ReduceShape, reduce_step
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 
 
@@ -172,6 +173,34 @@ class LocalKernel(Kernel):
         self, frame: pa.Table, keys: Sequence[str], probe: pa.Table, by: Sequence[str] | None = None
     ) -> pa.Table | None:
         return driver.rows_with_keys(frame, keys, probe, by)
+
+    def key_union(self, frames: Sequence[pa.Table], keys: Sequence[str]) -> pa.Table | None:
+        first = frames[0].select(list(keys))
+        try:
+            rest = [f.select(list(keys)).cast(first.schema) for f in frames[1:]]
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+        return pa.concat_tables([first, *rest])
+
+    def shift_time(
+        self, frame: pa.Table, name: str, by: int, at_most: int | None
+    ) -> pa.Table | None:
+        at = frame.schema.get_field_index(name)
+        shifted = pc.add_checked(frame[name], pa.scalar(by, pa.int64()))
+        frame = frame.set_column(at, name, shifted)
+        return frame if at_most is None else frame.filter(pc.less_equal(frame[name], at_most))
+
+    def reduce_small(
+        self,
+        inputs: Sequence[pa.Table],
+        delta: pa.Table | None,
+        pending: pa.Table | None,
+        outputs: Sequence[pa.Table],
+        frontier: Antichain,
+        shape: ReduceShape,
+        logic: Callable[[pa.Table], pa.Table],
+    ) -> tuple[pa.Table, pa.Table] | None:
+        return reduce_step(inputs, delta, pending, outputs, frontier, shape, logic)
 
     def key_index(self, frame: pa.Table, keys: Sequence[str]) -> _index.KeyIndex | None:
         if frame.num_rows < _index.INDEX_ROWS or not keys:

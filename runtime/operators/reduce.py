@@ -37,12 +37,12 @@ from dsql.runtime import relational as rel
 from dsql.runtime.arrangement import Arranged, TracedNode
 from dsql.runtime.dataflow import Batch, Round
 from dsql.runtime.kernel.base import Frame, Pipeline, Stage, Stored
+from dsql.runtime.kernel.driver_reduce import ReduceShape
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 from dsql.runtime.operators.reduce_logic import ReduceLogic
 from dsql.runtime.operators.reduce_settled import SettledQueries, settled_inputs
 from dsql.runtime.operators.reduce_settled import name_list as _list
 from dsql.runtime.operators.reduce_settled import quote as _q
-from dsql.runtime.operators.reduce_small import small_step
 from dsql.runtime.trace import Trace
 
 
@@ -216,6 +216,7 @@ class ReduceNode(TracedNode):
         self._pending_lower = Antichain()
         self._prepared: tuple[bool, Any, Any] | None = None
         self._sql_logic: bool | None = None
+        self._shape: ReduceShape | None = None
         self._settled: SettledQueries | None = None
         self._empty_pending: Frame | None = None
         self._frontier: tuple[Antichain, Frame] | None = None
@@ -251,10 +252,9 @@ class ReduceNode(TracedNode):
                 self._settled = SettledQueries.build(self)
             output = kernel.materialize(self._settled.run(self, settled), self.keys)
             return self._finish_step(output, None, [])
-        delta = source.current.frame if source.current is not None else None
-        small = small_step(self, input_frames, delta, self._pending, outputs, rnd.frontier)
+        small = self._in_driver(input_frames, source, outputs, rnd.frontier)
         if small is not None:
-            return self._finish_step(small[0], small[1], [])
+            return self._finish_step(*small, [])
         frames: dict[str, Frame] = {
             "inp": kernel.union(input_frames) if len(input_frames) > 1 else input_frames[0],
             "outp": (
@@ -297,20 +297,38 @@ class ReduceNode(TracedNode):
         history, outputs = source.history(), self._trace.frames()
         parts = [source.current.frame] if source.current is not None else []
         parts += [self._pending] if self._pending is not None else []
-        if not self.keys or not parts or not all(isinstance(p, pa.Table) for p in parts):
+        if not self.keys or not parts:
             return history, outputs, False
-        probe = parts[0]
-        if len(parts) > 1:
-            keys = probe.select(list(self.keys))
-            try:
-                probe = pa.concat_tables([keys, parts[1].select(list(self.keys)).cast(keys.schema)])
-            except (pa.ArrowInvalid, pa.ArrowTypeError):
-                return history, outputs, False
+        probe = parts[0] if len(parts) == 1 else self.kernel.key_union(parts, self.keys)
+        if probe is None:
+            return history, outputs, False
         old = source.history_with_keys(probe, self.keys)
         out = self._trace.rows_with_keys(probe, self.keys)
         if old is None or out is None:
             return history, outputs, False
         return old, out, True
+
+    def _in_driver(
+        self, inputs: list[Frame], source: Arranged, outputs: list[Frame], frontier: Antichain
+    ) -> tuple[Stored, Stored] | None:
+        """The general step's output and pending candidates computed by the kernel without
+        its pipeline (`Kernel.reduce_small`: few rows), or None."""
+        kernel, keys, d = self.kernel, self.keys, self.depth
+        if self._shape is None:
+            self._shape = ReduceShape(
+                keys, self.source_values, self.values, d, source.schema, self.schema
+            )
+
+        def logic(acc: Frame) -> Frame:
+            return self.logic.desired(kernel, acc, keys, self.source_values, d, self.schema)
+
+        delta = source.current.frame if source.current is not None else None
+        small = kernel.reduce_small(
+            inputs, delta, self._pending, outputs, frontier, self._shape, logic
+        )
+        if small is None:
+            return None
+        return kernel.materialize(small[0], keys), kernel.materialize(small[1], keys)
 
     def _finish_step(
         self, output: Stored, pending: Stored | None, stored: list[Frame]

@@ -1,4 +1,4 @@
-"""The general reduce step over few rows, in the driver.
+"""The general reduce step over few rows, in the driver (`Kernel.reduce_small`).
 
 `reduce`'s general step (grid of interesting times, candidates, accumulations, the
 Möbius inversion of the errors) is a dozen relational stages. Sent to DuckDB as one
@@ -6,8 +6,8 @@ statement it costs 12-14 ms even over a handful of rows (parse, plan and run eac
 stage), while a step inside a loop usually moves a few rows: a one-edge change to a
 graph wakes a few keys per inner round. When the affected keys' rows are few and of
 plain types (`driver.plain`), this module does those stages in Python, over the same
-inputs and with the same meaning, and leaves one statement: the logic itself
-(`ReduceLogic.desired`) over the accumulated groups.
+inputs and with the same meaning, and leaves one statement: the logic itself (a callback,
+`ReduceLogic.desired`) over the accumulated groups.
 
 Per affected key `k` (one with a new update or a pending time), with `H` its input
 rows and `N` its new and pending times:
@@ -28,17 +28,13 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 
 from dsql.runtime.kernel import driver
-from dsql.runtime.kernel.base import Frame, Stored
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
-
-if TYPE_CHECKING:
-    from dsql.runtime.operators.reduce import ReduceNode
 
 #: At most this many input and output rows of the affected keys are handled here.
 SMALL_ROWS = 2_000
@@ -49,26 +45,38 @@ Time = tuple[int, ...]
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def small_step(
-    node: ReduceNode,
-    inputs: Sequence[Frame],
-    delta: Frame | None,
-    pending: Frame | None,
-    outputs: Sequence[Frame],
+@dataclass(frozen=True, slots=True)
+class ReduceShape:
+    """What a reduce step is besides its rows: key, value and output columns, time depth,
+    the input's schema and the output's data schema (keys, then outputs)."""
+
+    keys: tuple[str, ...]
+    values: tuple[str, ...]
+    outputs: tuple[str, ...]
+    depth: int
+    source: pa.Schema
+    schema: pa.Schema
+
+
+def reduce_step(
+    inputs: Sequence[pa.Table],
+    delta: pa.Table | None,
+    pending: pa.Table | None,
+    outputs: Sequence[pa.Table],
     frontier: Antichain,
-) -> tuple[Stored, Stored] | None:
+    shape: ReduceShape,
+    logic: Callable[[pa.Table], pa.Table],
+) -> tuple[pa.Table, pa.Table] | None:
     """The step's output and pending candidates (module docstring), or None when the
-    rows are not few Arrow tables of plain types (the general query runs instead).
+    rows are not few or not of plain types (the general query runs instead).
     `inputs`: the affected keys' input rows, new ones included; `outputs`: their rows of
-    the output trace (both may hold other keys' rows too)."""
-    tables = [*inputs, *outputs, *(f for f in (delta, pending) if f is not None)]
-    if not all(isinstance(t, pa.Table) for t in tables):
-        return None
+    the output trace (both may hold other keys' rows too); `logic`: the desired output
+    (keys, outputs, times, diff) of accumulated groups (keys, times, values, diff)."""
     if sum(t.num_rows for t in (*inputs, *outputs)) > SMALL_ROWS:
         return None
-    keys, vals, outs, d = node.keys, node.source_values, node.values, node.depth
-    source = node.inputs[0].schema
-    if not (driver.plain(source, [*keys, *vals]) and driver.plain(node.schema, outs)):
+    keys, vals, outs, d = shape.keys, shape.values, shape.outputs, shape.depth
+    source = shape.source
+    if not (driver.plain(source, [*keys, *vals]) and driver.plain(shape.schema, outs)):
         return None
     times = time_columns(d)
     new: dict[tuple, set[Time]] = defaultdict(set)
@@ -99,7 +107,7 @@ def small_step(
         for c in cands
         for v, total in _accumulate(history.get(key, ()), c).items()
     ]
-    kernel, names = node.kernel, [*keys, *times, *vals, DIFF]
+    names = [*keys, *times, *vals, DIFF]
     fields = [source.field(n) for n in (*keys, *vals)]
     acc_schema = pa.schema(
         [*fields[: len(keys)], *(pa.field(t, pa.int64()) for t in times)]
@@ -108,8 +116,7 @@ def small_step(
     desired: list[tuple] = []
     if acc:  # the logic is never called on an empty group
         table = pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in acc], acc_schema)
-        frame = node.logic.desired(kernel, kernel.from_arrow(table), keys, vals, d, node.schema)
-        desired = _rows(kernel.to_arrow(frame), [*keys, *outs, *times, DIFF])
+        desired = _rows(logic(table), [*keys, *outs, *times, DIFF])
 
     errors: dict[tuple, dict[tuple, int]] = defaultdict(lambda: defaultdict(int))
     for row in desired:
@@ -136,18 +143,15 @@ def small_step(
     if any(not _INT64_MIN <= r[-1] <= _INT64_MAX for r in rows):
         return None  # the query reports the overflow
     out_schema = pa.schema(
-        [pa.field(f.name, f.type) for f in node.schema]
+        [pa.field(f.name, f.type) for f in shape.schema]
         + [pa.field(t, pa.int64()) for t in (*times, DIFF)]
     )
-    columns = node.all_columns()
+    columns = out_schema.names
     output = pa.Table.from_pylist([dict(zip(columns, r, strict=True)) for r in rows], out_schema)
     kt = [*keys, *times]
     pend_schema = pa.schema([*fields[: len(keys)], *(pa.field(t, pa.int64()) for t in times)])
     pend = pa.Table.from_pylist([dict(zip(kt, r, strict=True)) for r in waiting], pend_schema)
-    return (
-        Stored(kernel.from_arrow(output), output.num_rows, output),
-        Stored(kernel.from_arrow(pend), pend.num_rows, pend),
-    )
+    return output, pend
 
 
 def _rows(table: pa.Table, names: Sequence[str]) -> list[tuple]:
