@@ -21,8 +21,10 @@ if FORCED_KERNEL:
     os.environ["DSQL_KERNEL"] = FORCED_KERNEL
     _make_kernel = dsql.session._make_kernel
 
-    def _forced_kernel(kind, *args):  # noqa: ANN001, ANN002, ANN202
-        return _make_kernel(kind if kind == "spark" else FORCED_KERNEL, *args)
+    def _forced_kernel(kind, spark, threshold, start):  # noqa: ANN001, ANN202
+        if FORCED_KERNEL == "spark" and spark is None and start is not None:
+            spark = start()  # the session auto would start, with the connection's settings
+        return _make_kernel(kind if kind == "spark" else FORCED_KERNEL, spark, threshold, start)
 
     dsql.session._make_kernel = _forced_kernel
 
