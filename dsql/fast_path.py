@@ -31,6 +31,7 @@ import sqlglot
 from sqlglot import exp
 
 from dsql.planner.decorrelate import decorrelate
+from dsql.planner.expr import Outer, SubqueryExpr, col
 from dsql.planner.linear import JoinFunction
 from dsql.planner.optimize import optimize
 from dsql.planner.plan import (
@@ -42,7 +43,6 @@ from dsql.planner.plan import (
     Plan,
     Project,
     Query,
-    col,
     walk,
 )
 from dsql.planner.temporal import mentions_mz_now
@@ -105,7 +105,7 @@ def peek(session: Session, bound: Query, optimized: Plan | None = None) -> pa.Ta
         counts = _counts(session.worker.kernel, arranged, steps, tick, params)
     finally:
         handle.release()
-    from dsql.session import present, repeat_rows
+    from dsql.results import present, repeat_rows
 
     return present(repeat_rows(counts, DIFF), bound)
 
@@ -310,8 +310,6 @@ def _expressions(node: Plan) -> tuple[exp.Expression, ...]:
 
 def _plain(node: object) -> bool:
     """Not a subquery or an outer reference (those need decorrelation's joins)."""
-    from dsql.planner.plan import Outer, SubqueryExpr
-
     return not isinstance(node, SubqueryExpr | Outer | exp.Subquery)
 
 

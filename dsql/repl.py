@@ -4,8 +4,8 @@ A statement may span lines and ends at a `;` outside strings and comments; `\\he
 `\\timing` and `\\q` are shell commands. Results print as rich tables; a SUBSCRIBE
 shows a live-updating table until Ctrl-C, and the shell goes on; errors print with a
 caret under the position and a hint, never a traceback; a statement whose new
-dataflow takes a while to hydrate shows a progress bar of its operator steps. Ctrl-C at the prompt drops
-the statement being typed, Ctrl-D leaves. History persists across runs in
+dataflow takes a while to hydrate shows a progress bar of its operator steps. Ctrl-C at
+the prompt drops the statement being typed, Ctrl-D leaves. History persists across runs in
 `~/.dsql_history` (or the file `DSQL_HISTORY` names); Tab completes keywords and the
 names of relations and columns.
 

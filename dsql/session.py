@@ -35,9 +35,7 @@ from dsql.planner.optimize import optimize
 from dsql.planner.plan import Column, Get, Plan, Query, walk
 from dsql.relation import Relation, _view_plan, typed_columns
 from dsql.render import Renderer
-
-# `repeat_rows`: only for dsql/fast_path.py (owned elsewhere), which imports it from here.
-from dsql.results import accumulate, present, reads_nothing, repeat_rows
+from dsql.results import accumulate, present, reads_nothing
 from dsql.runtime.collection import Collection, import_arrangement
 from dsql.runtime.dataflow import Worker, batch_schema
 from dsql.runtime.input import InputSession
@@ -404,7 +402,5 @@ def _make_kernel(kind: str, spark: Any, threshold: int | None, start: Any) -> An
 __all__ = [
     "Session",
     "default_kernel",
-    "present",
-    "repeat_rows",
     "sqlglot",
 ]

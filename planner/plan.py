@@ -27,10 +27,7 @@ from sqlglot import exp
 
 from dsql.errors import SchemaError
 from dsql.planner import types
-
-# `col`, `Outer` and `SubqueryExpr` live in `expr.py`; imported here too because
-# dsql/fast_path.py (owned elsewhere) still imports them from this module.
-from dsql.planner.expr import Outer, SubqueryExpr, check_refs, col, infer_type
+from dsql.planner.expr import check_refs, infer_type
 
 if TYPE_CHECKING:
     from dsql.planner.linear import JoinFunction
@@ -369,12 +366,9 @@ __all__ = [
     "Map",
     "Negate",
     "Order",
-    "Outer",
     "Plan",
     "Project",
     "Query",
-    "SubqueryExpr",
     "Union",
-    "col",
     "walk",
 ]
