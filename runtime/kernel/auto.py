@@ -44,7 +44,7 @@ from sqlglot import exp
 
 from dsql.runtime.kernel.base import Frame, Kernel, Pipeline, Prepared, Stage, Stored
 from dsql.runtime.kernel.driver import JoinShape, Selection
-from dsql.runtime.kernel.driver_reduce import ReduceShape
+from dsql.runtime.kernel.driver_reduce import ReduceRows
 from dsql.runtime.kernel.key_index import KeyIndex
 from dsql.runtime.kernel.local import LocalKernel
 from dsql.runtime.kernel.spark import SparkKernel
@@ -285,19 +285,9 @@ class AutoKernel(Kernel):
         return self.local.shift_time(frame, name, by, at_most)
 
     def reduce_small(
-        self,
-        inputs: Sequence[Frame],
-        delta: Frame | None,
-        pending: Frame | None,
-        outputs: Sequence[Frame],
-        frontier: Antichain,
-        shape: ReduceShape,
-        logic: Callable[[Frame], Frame],
+        self, rows: ReduceRows, logic: Callable[[Frame], Frame]
     ) -> tuple[Frame, Frame] | None:
-        given = [*inputs, *outputs, *(f for f in (delta, pending) if f is not None)]
-        if self._remote(given):
-            return None
-        return self.local.reduce_small(inputs, delta, pending, outputs, frontier, shape, logic)
+        return None if self._remote(rows.frames()) else self.local.reduce_small(rows, logic)
 
     def key_index(self, frame: Frame, keys: Sequence[str]) -> KeyIndex | None:
         return self.local.key_index(frame, keys) if isinstance(frame, pa.Table) else None

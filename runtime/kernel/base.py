@@ -44,7 +44,7 @@ from dsql.runtime.lattice import Antichain
 
 if TYPE_CHECKING:
     from dsql.runtime.kernel.driver import JoinShape, Selection
-    from dsql.runtime.kernel.driver_reduce import ReduceShape
+    from dsql.runtime.kernel.driver_reduce import ReduceRows
     from dsql.runtime.kernel.key_index import KeyIndex
 
 Frame = Any
@@ -201,14 +201,7 @@ class Kernel(ABC):
         return None
 
     def reduce_small(
-        self,
-        inputs: Sequence[Frame],
-        delta: Frame | None,
-        pending: Frame | None,
-        outputs: Sequence[Frame],
-        frontier: Antichain,
-        shape: ReduceShape,
-        logic: Callable[[Frame], Frame],
+        self, rows: ReduceRows, logic: Callable[[Frame], Frame]
     ) -> tuple[Frame, Frame] | None:
         """A general reduce step's output and pending candidates, computed in the driver
         when its rows are few (`kernel.driver_reduce`); None: run the step's query."""

@@ -30,6 +30,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -58,20 +59,35 @@ class ReduceShape:
     schema: pa.Schema
 
 
+@dataclass(frozen=True, slots=True)
+class ReduceRows:
+    """A general reduce step's rows: `inputs`, the affected keys' input rows (new ones
+    included); `delta`, the new input; `pending`, the candidates held back (keys, times);
+    `outputs`, the affected keys' rows of the output trace (inputs and outputs may hold
+    other keys' rows too); the frontier; the step's `ReduceShape`. Frames of any kernel."""
+
+    inputs: Sequence[Any]
+    delta: Any
+    pending: Any
+    outputs: Sequence[Any]
+    frontier: Antichain
+    shape: ReduceShape
+
+    def frames(self) -> list[Any]:
+        """Every frame given."""
+        extra = [f for f in (self.delta, self.pending) if f is not None]
+        return [*self.inputs, *self.outputs, *extra]
+
+
 def reduce_step(
-    inputs: Sequence[pa.Table],
-    delta: pa.Table | None,
-    pending: pa.Table | None,
-    outputs: Sequence[pa.Table],
-    frontier: Antichain,
-    shape: ReduceShape,
-    logic: Callable[[pa.Table], pa.Table],
+    rows: ReduceRows, logic: Callable[[pa.Table], pa.Table]
 ) -> tuple[pa.Table, pa.Table] | None:
     """The step's output and pending candidates (module docstring), or None when the
-    rows are not few or not of plain types (the general query runs instead).
-    `inputs`: the affected keys' input rows, new ones included; `outputs`: their rows of
-    the output trace (both may hold other keys' rows too); `logic`: the desired output
-    (keys, outputs, times, diff) of accumulated groups (keys, times, values, diff)."""
+    rows are not few or not of plain types (the general query runs instead). `rows`:
+    Arrow tables; `logic`: the desired output (keys, outputs, times, diff) of accumulated
+    groups (keys, times, values, diff)."""
+    inputs, delta, pending, outputs = rows.inputs, rows.delta, rows.pending, rows.outputs
+    frontier, shape = rows.frontier, rows.shape
     if sum(t.num_rows for t in (*inputs, *outputs)) > SMALL_ROWS:
         return None
     keys, vals, outs, d = shape.keys, shape.values, shape.outputs, shape.depth
@@ -139,15 +155,17 @@ def reduce_step(
                     for out, e in errors.get((key, moved), {}).items():
                         if e:
                             corrections[(*key, *out, *c)] += sign * e
-    rows = [(*r, total) for r, total in corrections.items() if total]
-    if any(not _INT64_MIN <= r[-1] <= _INT64_MAX for r in rows):
+    corrected = [(*r, total) for r, total in corrections.items() if total]
+    if any(not _INT64_MIN <= r[-1] <= _INT64_MAX for r in corrected):
         return None  # the query reports the overflow
     out_schema = pa.schema(
         [pa.field(f.name, f.type) for f in shape.schema]
         + [pa.field(t, pa.int64()) for t in (*times, DIFF)]
     )
     columns = out_schema.names
-    output = pa.Table.from_pylist([dict(zip(columns, r, strict=True)) for r in rows], out_schema)
+    output = pa.Table.from_pylist(
+        [dict(zip(columns, r, strict=True)) for r in corrected], out_schema
+    )
     kt = [*keys, *times]
     pend_schema = pa.schema([*fields[: len(keys)], *(pa.field(t, pa.int64()) for t in times)])
     pend = pa.Table.from_pylist([dict(zip(kt, r, strict=True)) for r in waiting], pend_schema)

@@ -22,7 +22,7 @@ from dsql.runtime.kernel import driver
 from dsql.runtime.kernel import key_index as _index
 from dsql.runtime.kernel.base import Kernel, Pipeline, Prepared, Stored
 from dsql.runtime.kernel.driver import JoinShape, Selection
-from dsql.runtime.kernel.driver_reduce import ReduceShape, reduce_step
+from dsql.runtime.kernel.driver_reduce import ReduceRows, reduce_step
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 
 
@@ -191,16 +191,9 @@ class LocalKernel(Kernel):
         return frame if at_most is None else frame.filter(pc.less_equal(frame[name], at_most))
 
     def reduce_small(
-        self,
-        inputs: Sequence[pa.Table],
-        delta: pa.Table | None,
-        pending: pa.Table | None,
-        outputs: Sequence[pa.Table],
-        frontier: Antichain,
-        shape: ReduceShape,
-        logic: Callable[[pa.Table], pa.Table],
+        self, rows: ReduceRows, logic: Callable[[pa.Table], pa.Table]
     ) -> tuple[pa.Table, pa.Table] | None:
-        return reduce_step(inputs, delta, pending, outputs, frontier, shape, logic)
+        return reduce_step(rows, logic)
 
     def key_index(self, frame: pa.Table, keys: Sequence[str]) -> _index.KeyIndex | None:
         if frame.num_rows < _index.INDEX_ROWS or not keys:

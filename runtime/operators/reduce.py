@@ -37,7 +37,7 @@ from dsql.runtime import relational as rel
 from dsql.runtime.arrangement import Arranged, TracedNode
 from dsql.runtime.dataflow import Batch, Round
 from dsql.runtime.kernel.base import Frame, Pipeline, Stage, Stored
-from dsql.runtime.kernel.driver_reduce import ReduceShape
+from dsql.runtime.kernel.driver_reduce import ReduceRows, ReduceShape
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 from dsql.runtime.operators.reduce_logic import ReduceLogic
 from dsql.runtime.operators.reduce_settled import SettledQueries, settled_inputs
@@ -323,9 +323,8 @@ class ReduceNode(TracedNode):
             return self.logic.desired(kernel, acc, keys, self.source_values, d, self.schema)
 
         delta = source.current.frame if source.current is not None else None
-        small = kernel.reduce_small(
-            inputs, delta, self._pending, outputs, frontier, self._shape, logic
-        )
+        rows = ReduceRows(inputs, delta, self._pending, outputs, frontier, self._shape)
+        small = kernel.reduce_small(rows, logic)
         if small is None:
             return None
         return kernel.materialize(small[0], keys), kernel.materialize(small[1], keys)
