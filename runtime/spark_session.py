@@ -406,6 +406,8 @@ def spark_settings(
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
+        # PostgreSQL's (and DuckDB's) `timestamp` has no time zone: so has Spark's, then.
+        "spark.sql.timestampType": "TIMESTAMP_NTZ",
     }
     cores = _local_cores(master)
     if cores is not None:

@@ -145,7 +145,8 @@ class SparkKernel(Kernel):
     def schema(self, frame: DataFrame) -> pa.Schema:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        return to_arrow_schema(frame.schema)
+        # Timestamps as `toArrow` gives them (UTC instants); no time zone fails for them.
+        return to_arrow_schema(frame.schema, timezone="UTC")
 
     def map_arrow(
         self, frame: DataFrame, function: Callable[[pa.Table], pa.Table], schema: pa.Schema
