@@ -26,7 +26,7 @@ nested, decimal and temporal types beyond `date32`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +66,11 @@ class Selection:
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def fit_int64(values: Iterable[int]) -> bool:
+    """Whether every value fits a BIGINT (else the engine's query reports an overflow)."""
+    return all(_INT64_MIN <= v <= _INT64_MAX for v in values)
 
 
 def plain(schema: pa.Schema, names: Sequence[str]) -> bool:
@@ -128,7 +133,7 @@ def consolidate(
             first[row] = i
             sums[row] = diff
     keep = [(i, sums[row]) for row, i in first.items() if sums[row] != 0]
-    if any(not _INT64_MIN <= d <= _INT64_MAX for _, d in keep):
+    if not fit_int64(d for _, d in keep):
         return None  # the query reports the overflow
     indices = pa.array([i for i, _ in keep], pa.int64())
     arrays = [v.take(indices) for v in values[: len(columns)]]
@@ -282,7 +287,7 @@ def join(left: pa.Table, right: pa.Table, shape: JoinShape) -> pa.Table | None:
     arrays = [a[n] for n in left_data] + [b[n] for n in right_values]
     arrays += [pc.max_element_wise(a[t], b[t]) for t in times]
     diffs = [x * y for x, y in zip(a[DIFF].to_pylist(), b[DIFF].to_pylist(), strict=True)]
-    if any(not _INT64_MIN <= d <= _INT64_MAX for d in diffs):
+    if not fit_int64(diffs):
         return None  # the query reports the overflow
     arrays.append(pa.array(diffs, pa.int64()))
     fields = [a.schema.field(n) for n in left_data] + [b.schema.field(n) for n in right_values]

@@ -43,7 +43,6 @@ SMALL_ROWS = 2_000
 SMALL_WORK = 200_000
 
 Time = tuple[int, ...]
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +122,6 @@ def reduce_step(
         for c in cands
         for v, total in _accumulate(history.get(key, ()), c).items()
     ]
-    names = [*keys, *times, *vals, DIFF]
     fields = [source.field(n) for n in (*keys, *vals)]
     acc_schema = pa.schema(
         [*fields[: len(keys)], *(pa.field(t, pa.int64()) for t in times)]
@@ -131,8 +129,7 @@ def reduce_step(
     )
     desired: list[tuple] = []
     if acc:  # the logic is never called on an empty group
-        table = pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in acc], acc_schema)
-        desired = _rows(logic(table), [*keys, *outs, *times, DIFF])
+        desired = _rows(logic(_table(acc, acc_schema)), [*keys, *outs, *times, DIFF])
 
     errors: dict[tuple, dict[tuple, int]] = defaultdict(lambda: defaultdict(int))
     for row in desired:
@@ -156,20 +153,21 @@ def reduce_step(
                         if e:
                             corrections[(*key, *out, *c)] += sign * e
     corrected = [(*r, total) for r, total in corrections.items() if total]
-    if any(not _INT64_MIN <= r[-1] <= _INT64_MAX for r in corrected):
+    if not driver.fit_int64(r[-1] for r in corrected):
         return None  # the query reports the overflow
     out_schema = pa.schema(
         [pa.field(f.name, f.type) for f in shape.schema]
         + [pa.field(t, pa.int64()) for t in (*times, DIFF)]
     )
-    columns = out_schema.names
-    output = pa.Table.from_pylist(
-        [dict(zip(columns, r, strict=True)) for r in corrected], out_schema
-    )
-    kt = [*keys, *times]
     pend_schema = pa.schema([*fields[: len(keys)], *(pa.field(t, pa.int64()) for t in times)])
-    pend = pa.Table.from_pylist([dict(zip(kt, r, strict=True)) for r in waiting], pend_schema)
-    return output, pend
+    return _table(corrected, out_schema), _table(waiting, pend_schema)
+
+
+def _table(rows: Sequence[tuple], schema: pa.Schema) -> pa.Table:
+    """Row tuples (in `schema`'s column order) as a table, built column by column."""
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
+    arrays = [pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)]
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def _rows(table: pa.Table, names: Sequence[str]) -> list[tuple]:

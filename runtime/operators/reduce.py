@@ -214,7 +214,7 @@ class ReduceNode(TracedNode):
         self._trace = Trace(self.kernel, self.columns, self.keys, self.depth)
         self._pending: Frame | None = None
         self._pending_lower = Antichain()
-        self._prepared: tuple[bool, Any, Any] | None = None
+        self._prepared: tuple[Any, Any] | None = None
         self._sql_logic: bool | None = None
         self._shape: ReduceShape | None = None
         self._settled: SettledQueries | None = None
@@ -274,7 +274,7 @@ class ReduceNode(TracedNode):
         }
         if self._prepared is None:  # rendered when first needed: the paths above need none
             self._prepared = self._prepare()
-        _, first, second = self._prepared
+        first, second = self._prepared
         if sql_logic:
             result, stored = kernel.run_pipeline(first, frames, self.keys)
         else:
@@ -349,24 +349,25 @@ class ReduceNode(TracedNode):
         self.current = Batch(output.frame, output.rows, output.table)
         return self.current
 
-    def _prepare(self) -> tuple[bool, Any, Any]:
-        """The step's queries, rendered once per shape: (SQL logic?, pipeline(s))."""
+    def _prepare(self) -> tuple[Any, Any]:
+        """The step's pipelines, rendered once per shape: with SQL logic one pipeline to
+        the corrections (and None); otherwise one to the accumulations and one from the
+        logic's `desired` to the corrections."""
         keys, vals, d, kernel = self.keys, self.source_values, self.depth, self.kernel
         desired = self.logic.query(keys, vals, d, kernel.dialect)
 
-        def build() -> tuple[bool, Any, Any]:
+        def build() -> tuple[Any, Any]:
             base, acc, tail, final = _queries(keys, vals, self.values, d, self.all_columns())
             prepare = kernel.prepare_pipeline
             if desired is not None:
                 stages = (*base, acc, Stage("desired", desired, store=False), *tail)
-                return True, prepare(Pipeline(stages, final)), None
-            first = prepare(Pipeline(base, acc.query))
-            return False, first, prepare(Pipeline((*base, *tail), final))
+                return prepare(Pipeline(stages, final)), None
+            return prepare(Pipeline(base, acc.query)), prepare(Pipeline((*base, *tail), final))
 
         if desired is None:
             return build()
         shape = (keys, vals, self.values, d, desired.sql(dialect=kernel.dialect))
-        return kernel.cached(("reduce", *shape), build)
+        return kernel.cached(("reduce-pipeline", *shape), build)
 
     def _split(self, stored: Stored) -> tuple[Stored, Stored]:
         """The step's result split into the output batch and the pending candidates."""
