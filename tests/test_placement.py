@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import dsql
 from dsql.cli import main as cli_main
+from dsql.runtime.kernel import driver
 from dsql.runtime.kernel.auto import AutoKernel
 
 pytestmark = pytest.mark.skipif(
@@ -184,6 +185,40 @@ def test_a_step_mixing_placements_runs_on_spark(spark) -> None:  # noqa: ANN001
     assert kernel.to_arrow(joined).to_pylist() == [{"k": 2, "v": 2, "w": 20}]
     stored = kernel.materialize(joined)
     assert kernel.placement(stored.frame) == "local" and stored.rows == 1
+
+
+def _rows(table: pa.Table) -> list[tuple]:
+    return sorted(map(tuple, (r.values() for r in table.to_pylist())), key=repr)
+
+
+def test_a_spark_batch_is_probed_by_a_key_filtered_read_into_the_driver(spark) -> None:  # noqa: ANN001
+    kernel = AutoKernel(threshold=2)
+    table = pa.table(
+        {
+            "k": pa.array([3, 1, None, 2, 1, 5, None], pa.int64()),
+            "s": ["a", "b", "c", "d", "b", "f", None],
+            "v": [1, 2, 3, 4, 5, 6, 7],
+        }
+    )
+    stored = kernel.materialize(kernel.from_arrow(table), ["k"])
+    assert kernel.placement(stored.frame) == "spark"
+    for probe in ([1], [None], [1, None, 7, 1], [], [4]):
+        keys = pa.table({"key": pa.array(probe, pa.int64())})
+        got = kernel.rows_with_keys(stored.frame, ["k"], keys, ["key"])
+        assert kernel.placement(got) == "local", probe
+        assert _rows(got) == _rows(driver.rows_with_keys(table, ["k"], keys, ["key"])), probe
+    text = kernel.materialize(kernel.from_arrow(table), ["s"])
+    probe = pa.table({"s": ["b", None, "zz"]})
+    got = kernel.rows_with_keys(text.frame, ["s"], probe)
+    assert _rows(got) == _rows(driver.rows_with_keys(table, ["s"], probe))
+    # Several keys: the read filters on the first, the driver on all of them.
+    both = kernel.materialize(kernel.from_arrow(table), ["k", "s"])
+    probe = pa.table({"k": pa.array([1, 3], pa.int64()), "s": ["b", "zz"]})
+    got = kernel.rows_with_keys(both.frame, ["k", "s"], probe)
+    assert _rows(got) == [(1, "b", 2), (1, "b", 5)]
+    # Too many keys for a literal filter: declined, so the caller joins on Spark.
+    many = pa.table({"key": pa.array(range(kernel.fetch_keys + 1), pa.int64())})
+    assert kernel.rows_with_keys(stored.frame, ["k"], many, ["key"]) is None
 
 
 def test_cli_auto_kernel_prints_what_local_prints(tmp_path, capsys, spark) -> None:  # noqa: ANN001

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from dsql.runtime.kernel.base import Frame, Kernel, Pipeline, Prepared, Stage, Stored
@@ -88,6 +89,10 @@ class AutoKernel(Kernel):
 
     dialect = LocalKernel.dialect
     name = "auto"
+
+    #: A Spark batch probed by at most this many distinct keys is read into the driver
+    #: by a key filter (`rows_with_keys`); more are joined on Spark.
+    fetch_keys = 10_000
 
     #: Arrow tables shipped to Spark recently, by identity (a trace batch is joined
     #: against many Spark batches; it is shipped once).
@@ -272,9 +277,25 @@ class AutoKernel(Kernel):
     def rows_with_keys(
         self, frame: Frame, keys: Sequence[str], probe: Frame, by: Sequence[str] | None = None
     ) -> Frame | None:
-        if self._remote((frame, probe)):
+        if not self._remote((frame, probe)):
+            return self.local.rows_with_keys(frame, keys, probe, by)
+        if not isinstance(probe, pa.Table) or not keys:
             return None
-        return self.local.rows_with_keys(frame, keys, probe, by)
+        return self._fetch(frame, list(keys), probe, list(by or keys))
+
+    def _fetch(self, frame: Frame, keys: list[str], probe: pa.Table, by: list[str]) -> Frame | None:
+        """The rows of Spark batch `frame` with the keys of the driver's `probe`, read into
+        the driver by one key-filtered job: a stored batch is key-sorted Parquet in small
+        row groups, so the read skips the groups that cannot match and a round over a big
+        arrangement costs one job per batch, not a join on Spark. None when the probe
+        holds more than `fetch_keys` keys or a key type without literals."""
+        values = probe[by[0]]
+        if pc.count_distinct(values, mode="all").as_py() > self.fetch_keys:
+            return None
+        fetched = self.remote.rows_with_key(frame, keys[0], values)
+        if fetched is None or len(keys) == 1:
+            return fetched
+        return self.local.rows_with_keys(fetched, keys, probe, by)  # exact on every key
 
     def key_union(self, frames: Sequence[Frame], keys: Sequence[str]) -> Frame | None:
         return None if self._remote(frames) else self.local.key_union(frames, keys)

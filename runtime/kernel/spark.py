@@ -9,9 +9,9 @@ arguments (Spark binds them as temporary views for the analysis only).
 
 - a small result (at most `small_rows`) is collected as Arrow and re-entered as a
   local relation: one job, and later joins broadcast it;
-- a large one is written as Parquet, sorted within files by the arrangement's keys,
-  in small row groups, and read back: compressed, with no plan behind it, and a
-  probe by key (`key IN (...)`) skips the row groups that cannot match.
+- a large one is written as Parquet, range-partitioned and sorted by the arrangement's
+  keys, in small row groups, and read back: compressed, with no plan behind it, and a
+  probe by key (`key IN (...)`) skips the files and row groups that cannot match.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from dsql.errors import ExecutionError, SchemaError
@@ -44,7 +45,7 @@ class SparkKernel(Kernel):
     name = "spark"
 
     #: Parquet row-group size for stored batches: small groups make key probes selective.
-    row_group_bytes = 4 * 1024 * 1024
+    row_group_bytes = 1024 * 1024
 
     def __init__(self, spark: SparkSession | None = None, small_rows: int | None = None) -> None:
         self._spark = spark
@@ -124,11 +125,32 @@ class SparkKernel(Kernel):
             self._root = tempfile.mkdtemp(prefix="dsql-traces-")
             atexit.register(shutil.rmtree, self._root, True)
         path = os.path.join(self._root, uuid.uuid4().hex)
-        ordered = frame.sortWithinPartitions(*keys) if keys else frame
+        # Range-partitioned, then sorted: each file holds one key range in row groups of
+        # ascending keys, so a probe's footer statistics rule out all but one group.
+        ordered = frame.repartitionByRange(*keys).sortWithinPartitions(*keys) if keys else frame
         ordered.write.option("parquet.block.size", self.row_group_bytes).parquet(path)
         stored = self.spark.read.parquet(path)
         self._paths[id(stored)] = path
         return Stored(stored, stored.count())
+
+    def rows_with_key(
+        self, frame: DataFrame, column: str, values: pa.ChunkedArray
+    ) -> pa.Table | None:
+        """The rows of `frame` whose `column` equals one of `values` (NULL equals NULL),
+        collected as Arrow by one job; None for a key type without plain literals. A
+        filter of the DataFrame API, not a query: on a stored batch Spark pushes it into
+        the Parquet scan, which skips every file and row group whose key range misses."""
+        if not (pa.types.is_integer(values.type) or pa.types.is_string(values.type)):
+            return None
+        from pyspark.sql.functions import col
+
+        distinct = pc.unique(values).to_pylist()
+        present = [v for v in distinct if v is not None]
+        key = col(column)
+        condition = key.isin(present) if len(present) != 1 else key == present[0]
+        if len(present) < len(distinct):
+            condition = condition | key.isNull()
+        return self.to_arrow(frame.filter(condition))
 
     def release(self, frame: DataFrame) -> None:
         path = self._paths.pop(id(frame), None)
