@@ -216,7 +216,11 @@ def test_a_spark_batch_is_probed_by_a_key_filtered_read_into_the_driver(spark) -
     probe = pa.table({"k": pa.array([1, 3], pa.int64()), "s": ["b", "zz"]})
     got = kernel.rows_with_keys(both.frame, ["k", "s"], probe)
     assert _rows(got) == [(1, "b", 2), (1, "b", 5)]
-    # Too many keys for a literal filter: declined, so the caller joins on Spark.
+    # More keys than literals: a semi-join with the shipped keys (and the NULL keys).
+    spread = pa.table({"key": pa.array([*range(kernel.remote.literal_keys), 5, None], pa.int64())})
+    got = kernel.rows_with_keys(stored.frame, ["k"], spread, ["key"])
+    assert _rows(got) == _rows(driver.rows_with_keys(table, ["k"], spread, ["key"]))
+    # More than `fetch_keys` keys: declined, so the caller joins on Spark.
     many = pa.table({"key": pa.array(range(kernel.fetch_keys + 1), pa.int64())})
     assert kernel.rows_with_keys(stored.frame, ["k"], many, ["key"]) is None
 

@@ -47,6 +47,9 @@ class SparkKernel(Kernel):
     #: Parquet row-group size for stored batches: small groups make key probes selective.
     row_group_bytes = 1024 * 1024
 
+    #: `rows_with_key` lists at most this many keys as literals of its filter.
+    literal_keys = 64
+
     def __init__(self, spark: SparkSession | None = None, small_rows: int | None = None) -> None:
         self._spark = spark
         if small_rows is not None:
@@ -142,15 +145,23 @@ class SparkKernel(Kernel):
         the Parquet scan, which skips every file and row group whose key range misses."""
         if not (pa.types.is_integer(values.type) or pa.types.is_string(values.type)):
             return None
-        from pyspark.sql.functions import col
+        from pyspark.sql.functions import broadcast, col
 
-        distinct = pc.unique(values).to_pylist()
-        present = [v for v in distinct if v is not None]
-        key = col(column)
-        condition = key.isin(present) if len(present) != 1 else key == present[0]
-        if len(present) < len(distinct):
-            condition = condition | key.isNull()
-        return self.to_arrow(frame.filter(condition))
+        distinct = pc.unique(values)
+        present = distinct.drop_null()
+        key, nulls = col(column), len(present) < len(distinct)
+        if len(present) <= self.literal_keys:
+            listed = present.to_pylist()
+            condition = key.isin(listed) if len(listed) != 1 else key == listed[0]
+            picked = frame.filter(condition | key.isNull() if nulls else condition)
+        else:  # a literal per key costs py4j calls: semi-join a shipped key list instead
+            low, high = pc.min_max(present).values()
+            keys = self.from_arrow(pa.table({column: present}))
+            picked = frame.filter(key.between(low.as_py(), high.as_py()))
+            picked = picked.join(broadcast(keys), on=column, how="left_semi")
+            if nulls:  # a join never matches NULL keys
+                picked = picked.unionByName(frame.filter(key.isNull()))
+        return self.to_arrow(picked)
 
     def release(self, frame: DataFrame) -> None:
         path = self._paths.pop(id(frame), None)
