@@ -191,8 +191,12 @@ def _rows(table: pa.Table) -> list[tuple]:
     return sorted(map(tuple, (r.values() for r in table.to_pylist())), key=repr)
 
 
-def test_a_spark_batch_is_probed_by_a_key_filtered_read_into_the_driver(spark) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("driver_reads", [True, False], ids=["pyarrow", "spark-job"])
+def test_a_spark_batch_is_probed_by_a_key_filtered_read_into_the_driver(  # noqa: ANN001
+    spark, driver_reads
+) -> None:
     kernel = AutoKernel(threshold=2)
+    kernel.remote.driver_reads = driver_reads
     table = pa.table(
         {
             "k": pa.array([3, 1, None, 2, 1, 5, None], pa.int64()),
