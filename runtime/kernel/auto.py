@@ -232,7 +232,10 @@ class AutoKernel(Kernel):
             if frame.num_rows <= self.threshold:
                 return self.local.materialize(frame, keys, estimate)
             _log.debug("placement: %d rows move to Spark", frame.num_rows)
-            shipped = self._spark().from_arrow(frame)  # not broadcast: it is the big side
+            written = self._spark().store_arrow(frame, keys)
+            if written is not None:
+                return written
+            shipped = self.remote.from_arrow(frame)  # not broadcast: it is the big side
             stored = self.remote.materialize(shipped, keys)
         else:
             stored = self.remote.materialize(frame, keys, estimate)

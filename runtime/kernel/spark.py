@@ -133,11 +133,35 @@ class SparkKernel(Kernel):
         except Exception as error:  # noqa: BLE001
             raise _engine_error(error) from error
 
-    def _write(self, frame: DataFrame, keys: Sequence[str]) -> Stored:
+    def store_arrow(self, table: pa.Table, keys: Sequence[str] = ()) -> Stored | None:
+        """`materialize` of a big Arrow table in the driver, when the driver writes files
+        Spark reads (a local master): sorted by `keys` and written by pyarrow in row
+        groups of about `row_group_bytes`, the layout `_write` gives, without shipping
+        the rows to Spark to write them. None where that does not hold, or for a type
+        whose Parquet form Spark may read differently."""
+        if not self._driver_sees_files() or not all(_read_alike(f.type) for f in table.schema):
+            return None
+        import pyarrow.parquet as pq
+
+        path = self._new_path()
+        os.makedirs(path)
+        ordered = table.sort_by([(k, "ascending") for k in keys]) if keys else table
+        per_row = max(ordered.nbytes // max(ordered.num_rows, 1), 1)
+        group = max(self.row_group_bytes // per_row, 1024)
+        pq.write_table(ordered, os.path.join(path, "part-00000.parquet"), row_group_size=group)
+        stored = self.spark.read.parquet(path)
+        self._paths[id(stored)] = path
+        return Stored(stored, ordered.num_rows)
+
+    def _new_path(self) -> str:
+        """A fresh directory name under this kernel's trace root (made on first use)."""
         if self._root is None:
             self._root = tempfile.mkdtemp(prefix="dsql-traces-")
             atexit.register(shutil.rmtree, self._root, True)
-        path = os.path.join(self._root, uuid.uuid4().hex)
+        return os.path.join(self._root, uuid.uuid4().hex)
+
+    def _write(self, frame: DataFrame, keys: Sequence[str]) -> Stored:
+        path = self._new_path()
         # Range-partitioned, then sorted: each file holds one key range in row groups of
         # ascending keys, so a probe's footer statistics rule out all but one group.
         ordered = frame.repartitionByRange(*keys).sortWithinPartitions(*keys) if keys else frame
