@@ -229,6 +229,25 @@ def test_a_spark_batch_is_probed_by_a_key_filtered_read_into_the_driver(  # noqa
     assert kernel.rows_with_keys(stored.frame, ["k"], many, ["key"]) is None
 
 
+def test_a_small_change_against_arrangements_on_spark_runs_no_spark_job(spark) -> None:  # noqa: ANN001
+    con = dsql.connect(kernel="auto", placement_threshold=50)
+    con.execute("CREATE TABLE t (k int, v int)")
+    con.execute("CREATE TABLE u (k int, w int)")
+    con.execute("CREATE MATERIALIZED VIEW j AS SELECT t.k, t.v, u.w FROM t JOIN u ON t.k = u.k")
+    con.execute("INSERT INTO t SELECT i, i FROM generate_series(1, 400) AS g(i)")
+    con.execute("INSERT INTO u SELECT i, 2 * i FROM generate_series(1, 400) AS g(i)")
+    con.execute("ADVANCE TO 1")
+    assert _where(con, "t") == "spark" and _where(con, "u") == "spark"
+    scheduler = spark.sparkContext._jsc.sc().dagScheduler()  # noqa: SLF001 - its job counter
+    jobs = scheduler.numTotalJobs()
+    con.execute("INSERT INTO u VALUES (7, 70)")
+    con.execute("INSERT INTO t VALUES (9, 90)")
+    con.execute("ADVANCE TO 2")
+    assert scheduler.numTotalJobs() == jobs  # the probes read the stored batches' files
+    got = con.execute("SELECT * FROM j WHERE k IN (7, 9)").fetchall()
+    assert sorted(got) == [(7, 7, 14), (7, 7, 70), (9, 9, 18), (9, 90, 18)]
+
+
 def test_cli_auto_kernel_prints_what_local_prints(tmp_path, capsys, spark) -> None:  # noqa: ANN001
     script = tmp_path / "s.sql"
     script.write_text(
