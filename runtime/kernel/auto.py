@@ -9,9 +9,12 @@ DataFrames). A frame's type says where it lives, so no operator knows about plac
   (`createDataFrame` from Arrow, marked for broadcast: they are the small side);
 - `materialize` (an arrangement's batch, a trace merge, a reduce's output) decides:
   at most `threshold` rows stay (or come back) in the driver as Arrow, more move to
-  Spark, where they are stored as key-sorted Parquet. A trace that grows past the
+  Spark, where they are stored as key-sorted Parquet (written by the driver when the
+  rows are in the driver and it shares Spark's disk). A trace that grows past the
   threshold therefore moves to Spark at its next merge, like Spark's own
-  `autoBroadcastJoinThreshold`, but counted in rows.
+  `autoBroadcastJoinThreshold`, but counted in rows;
+- a few keys' rows of a Spark batch, for a small delta's join or reduce, are read into
+  the driver (`rows_with_keys`), and the step runs there.
 
 Spark starts only when a step first needs it, and says so once (`notice`).
 
@@ -288,10 +291,11 @@ class AutoKernel(Kernel):
 
     def _fetch(self, frame: Frame, keys: list[str], probe: pa.Table, by: list[str]) -> Frame | None:
         """The rows of Spark batch `frame` with the keys of the driver's `probe`, read into
-        the driver by one key-filtered job: a stored batch is key-sorted Parquet in small
-        row groups, so the read skips the groups that cannot match and a round over a big
-        arrangement costs one job per batch, not a join on Spark. None when the probe
-        holds more than `fetch_keys` keys or a key type without literals."""
+        the driver (`SparkKernel.rows_with_key`: a stored batch is key-sorted Parquet in
+        small row groups, and the read takes only the groups that can match), so a small
+        change to a big arrangement is joined or reduced in the driver, not on Spark.
+        None when the probe holds more than `fetch_keys` keys or a key type without
+        literals."""
         values = probe[by[0]]
         if pc.count_distinct(values, mode="all").as_py() > self.fetch_keys:
             return None
