@@ -98,6 +98,10 @@ def make_kernel(name: str) -> Any:
         from dsql.runtime.kernel.local import LocalKernel
 
         return LocalKernel()
+    if name == "auto":
+        from dsql.runtime.kernel.auto import AutoKernel
+
+        return AutoKernel(notice=None)
     from dsql.runtime.kernel.spark import SparkKernel
 
     return SparkKernel()
@@ -324,7 +328,7 @@ def update_results(text_section: str, title: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kernel", choices=("local", "spark"), default="local")
+    ap.add_argument("--kernel", choices=("local", "auto", "spark"), default="local")
     ap.add_argument("--only", choices=("reach", "closure"), default=None)
     ap.add_argument("--reach-nodes", type=int, default=10_000)
     ap.add_argument("--reach-edges", type=int, default=20_000)

@@ -56,7 +56,7 @@ def connect(
     """A connection to a new dsql session.
 
     `kernel`: "auto" (the default, or `$DSQL_KERNEL`): each relation in-process (DuckDB)
-    while it has at most `placement_threshold` rows (default 100,000), on Spark once it
+    while it has at most `placement_threshold` rows (default 1,000,000), on Spark once it
     outgrows that, Spark started only then; "local": always in-process; "spark": every
     step on Spark. `spark` adopts an existing SparkSession (the Spark kernel unless a
     kernel is named); `master` and `spark_conf` configure the one dsql starts.

@@ -57,8 +57,10 @@ from dsql.runtime.lattice import Antichain
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-#: The default placement threshold, in rows (at most this many stay in-process).
-DEFAULT_THRESHOLD = 100_000
+#: The default placement threshold, in rows (at most this many stay in-process). At
+#: 100,000 the 640k-row traces of a 2,000-edge transitive closure moved to Spark mid-loop,
+#: and its hydration took 98 s instead of 2 s (`benchmarks/recursion.py --kernel auto`).
+DEFAULT_THRESHOLD = 1_000_000
 
 _log = logging.getLogger("dsql")
 
