@@ -122,14 +122,21 @@ class SparkKernel(Kernel):
             if estimate is not None and estimate <= self.small_rows:
                 table = frame.toArrow()
                 return Stored(self.from_arrow(table), table.num_rows, table)
-            frame = frame.persist()
-            head = frame.limit(self.small_rows + 1).toArrow()
-            if head.num_rows <= self.small_rows:
-                frame.unpersist(blocking=False)
-                return Stored(self.from_arrow(head), head.num_rows, head)
+            frame = frame.persist()  # read more than once: head, range bounds, rows
+            if estimate is None:  # no idea of the size: look at the head first
+                head = frame.limit(self.small_rows + 1).toArrow()
+                if head.num_rows <= self.small_rows:
+                    frame.unpersist(blocking=False)
+                    return Stored(self.from_arrow(head), head.num_rows, head)
             stored = self._write(frame, keys)
             frame.unpersist(blocking=False)
-            return stored
+            if stored.rows > self.small_rows:
+                return stored
+            # Smaller than its estimate (updates cancelled): back to a local relation.
+            table = self._read_in_driver(stored.frame)
+            table = self.to_arrow(stored.frame) if table is None else table
+            self.release(stored.frame)
+            return Stored(self.from_arrow(table), table.num_rows, table)
         except Exception as error:  # noqa: BLE001
             raise _engine_error(error) from error
 
@@ -201,12 +208,13 @@ class SparkKernel(Kernel):
         return self.to_arrow(picked)
 
     def _read_in_driver(
-        self, frame: DataFrame, column: str, values: pa.ChunkedArray
+        self, frame: DataFrame, column: str | None = None, values: pa.ChunkedArray | None = None
     ) -> pa.Table | None:
-        """`rows_with_key` of a stored batch without a job, when the driver sees the
-        batch's files (a local master): pyarrow reads only the row groups whose key
-        statistics admit a probed value (a few milliseconds where a Spark job costs
-        tens). None for other frames and masters, or types pyarrow reads differently."""
+        """A stored batch's rows (with `column` in `values`, when given) read without a
+        job, when the driver sees the batch's files (a local master): pyarrow reads only
+        the row groups whose key statistics admit a probed value (a few milliseconds where
+        a Spark job costs tens). None for other frames and masters, or types pyarrow reads
+        differently."""
         path = self._paths.get(id(frame))
         if path is None or not self._driver_sees_files():
             return None
@@ -218,6 +226,8 @@ class SparkKernel(Kernel):
         if not all(_read_alike(f.type) for f in schema):
             return None
         try:
+            if column is None or values is None:
+                return dataset.to_table().cast(schema)
             wanted = pc.unique(values).cast(dataset.schema.field(column).type)
             condition = pc.is_in(ds.field(column), value_set=wanted, skip_nulls=False)
             return dataset.to_table(filter=condition).cast(schema)
