@@ -229,6 +229,32 @@ def test_a_spark_batch_is_probed_by_a_key_filtered_read_into_the_driver(  # noqa
     assert kernel.rows_with_keys(stored.frame, ["k"], many, ["key"]) is None
 
 
+def test_a_big_batch_in_the_driver_is_stored_for_spark_with_every_value_intact(spark) -> None:  # noqa: ANN001
+    import datetime
+    import decimal
+
+    kernel = AutoKernel(threshold=2)
+    table = pa.table(
+        {
+            "k": pa.array([3, 1, None, 2], pa.int32()),
+            "s": ["c", None, "a", "b"],
+            "x": [1.5, None, -0.0, 2.25],
+            "m": pa.array([decimal.Decimal("1.10"), None, decimal.Decimal("-3.00"), None]),
+            "d": [datetime.date(2020, 1, 1), None, datetime.date(1999, 12, 31), None],
+            "b": [True, None, False, True],
+        }
+    )
+    stamped = table.append_column(
+        "ts", pa.array([datetime.datetime(2020, 1, 1, 12, 30)] * 4, pa.timestamp("us"))
+    )
+    for rows in (table, stamped):  # written by the driver; by Spark (timestamps)
+        stored = kernel.materialize(rows, ["k"])
+        assert kernel.placement(stored.frame) == "spark" and stored.rows == 4
+        back = kernel.to_arrow(stored.frame)
+        assert back.schema.names == rows.schema.names and back.schema.types == rows.schema.types
+        assert _rows(back) == _rows(rows)
+
+
 def test_a_small_change_against_arrangements_on_spark_runs_no_spark_job(spark) -> None:  # noqa: ANN001
     con = dsql.connect(kernel="auto", placement_threshold=50)
     con.execute("CREATE TABLE t (k int, v int)")
