@@ -181,9 +181,10 @@ class SparkKernel(Kernel):
         self, frame: DataFrame, column: str, values: pa.ChunkedArray
     ) -> pa.Table | None:
         """The rows of `frame` whose `column` equals one of `values` (NULL equals NULL),
-        collected as Arrow by one job; None for a key type without plain literals. A
-        filter of the DataFrame API, not a query: on a stored batch Spark pushes it into
-        the Parquet scan, which skips every file and row group whose key range misses."""
+        as Arrow in the driver; None for a key type without plain literals. A stored batch
+        is read by the driver itself where it can (`_read_in_driver`); otherwise one job
+        runs a filter of the DataFrame API, not a query: on a stored batch Spark pushes it
+        into the Parquet scan, which skips every file and row group whose key range misses."""
         if not (pa.types.is_integer(values.type) or pa.types.is_string(values.type)):
             return None
         read = self._read_in_driver(frame, column, values)
