@@ -187,6 +187,11 @@ def test_a_step_mixing_placements_runs_on_spark(spark) -> None:  # noqa: ANN001
     assert kernel.placement(stored.frame) == "local" and stored.rows == 1
 
 
+def _spark_jobs(spark) -> int:  # noqa: ANN001
+    """The jobs the session has run so far (its DAG scheduler's counter)."""
+    return spark.sparkContext._jsc.sc().dagScheduler().numTotalJobs()  # noqa: SLF001
+
+
 def _rows(table: pa.Table) -> list[tuple]:
     return sorted(map(tuple, (r.values() for r in table.to_pylist())), key=repr)
 
@@ -206,11 +211,13 @@ def test_a_spark_batch_is_probed_by_a_key_filtered_read_into_the_driver(  # noqa
     )
     stored = kernel.materialize(kernel.from_arrow(table), ["k"])
     assert kernel.placement(stored.frame) == "spark"
+    jobs = _spark_jobs(spark)
     for probe in ([1], [None], [1, None, 7, 1], [], [4]):
         keys = pa.table({"key": pa.array(probe, pa.int64())})
         got = kernel.rows_with_keys(stored.frame, ["k"], keys, ["key"])
         assert kernel.placement(got) == "local", probe
         assert _rows(got) == _rows(driver.rows_with_keys(table, ["k"], keys, ["key"])), probe
+    assert (_spark_jobs(spark) == jobs) is driver_reads  # pyarrow read the files, or Spark
     text = kernel.materialize(kernel.from_arrow(table), ["s"])
     probe = pa.table({"s": ["b", None, "zz"]})
     got = kernel.rows_with_keys(text.frame, ["s"], probe)
@@ -264,12 +271,11 @@ def test_a_small_change_against_arrangements_on_spark_runs_no_spark_job(spark) -
     con.execute("INSERT INTO u SELECT i, 2 * i FROM generate_series(1, 400) AS g(i)")
     con.execute("ADVANCE TO 1")
     assert _where(con, "t") == "spark" and _where(con, "u") == "spark"
-    scheduler = spark.sparkContext._jsc.sc().dagScheduler()  # noqa: SLF001 - its job counter
-    jobs = scheduler.numTotalJobs()
+    jobs = _spark_jobs(spark)
     con.execute("INSERT INTO u VALUES (7, 70)")
     con.execute("INSERT INTO t VALUES (9, 90)")
     con.execute("ADVANCE TO 2")
-    assert scheduler.numTotalJobs() == jobs  # the probes read the stored batches' files
+    assert _spark_jobs(spark) == jobs  # the probes read the stored batches' files
     got = con.execute("SELECT * FROM j WHERE k IN (7, 9)").fetchall()
     assert sorted(got) == [(7, 7, 14), (7, 7, 70), (9, 9, 18), (9, 90, 18)]
 

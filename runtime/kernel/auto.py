@@ -298,10 +298,10 @@ class AutoKernel(Kernel):
         change to a big arrangement is joined or reduced in the driver, not on Spark.
         None when the probe holds more than `fetch_keys` keys or a key type without
         literals."""
-        values = probe[by[0]]
-        if pc.count_distinct(values, mode="all").as_py() > self.fetch_keys:
+        distinct = pc.unique(probe[by[0]])
+        if len(distinct) > self.fetch_keys:
             return None
-        fetched = self.remote.rows_with_key(frame, keys[0], values)
+        fetched = self.remote.rows_with_key(frame, keys[0], distinct)
         if fetched is None or len(keys) == 1:
             return fetched
         return self.local.rows_with_keys(fetched, keys, probe, by)  # exact on every key

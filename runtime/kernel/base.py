@@ -186,8 +186,9 @@ class Kernel(ABC):
         self, frame: Frame, keys: Sequence[str], probe: Frame, by: Sequence[str] | None = None
     ) -> Frame | None:
         """The rows of `frame` whose `keys` equal the `by` columns (default: `keys`) of
-        some row of `probe` (NULL equals NULL), without a query, when the kernel can do
-        that exactly; None: it cannot."""
+        some row of `probe` (NULL equals NULL), when the kernel can pick them exactly
+        without a query over the whole frame (an index; a key-filtered read of a stored
+        batch); None: it cannot."""
         return None
 
     def key_union(self, frames: Sequence[Frame], keys: Sequence[str]) -> Frame | None:

@@ -60,8 +60,9 @@ class SparkKernel(Kernel):
         if small_rows is not None:
             self.small_rows = small_rows
         self._paths: dict[int, str] = {}
-        #: Per stored batch read in the driver: its Parquet dataset and Arrow schema.
-        self._datasets: dict[str, tuple[Any, pa.Schema]] = {}
+        #: Per stored batch read in the driver: its Parquet dataset and Arrow schema (None:
+        #: not readable there).
+        self._datasets: dict[str, tuple[Any, pa.Schema] | None] = {}
         #: Whether the driver reads probed rows of stored batches itself (None: decided
         #: on first use, yes under a local master).
         self.driver_reads: bool | None = None
@@ -156,9 +157,7 @@ class SparkKernel(Kernel):
         per_row = max(ordered.nbytes // max(ordered.num_rows, 1), 1)
         group = max(self.row_group_bytes // per_row, 1024)
         pq.write_table(ordered, os.path.join(path, "part-00000.parquet"), row_group_size=group)
-        stored = self.spark.read.parquet(path)
-        self._paths[id(stored)] = path
-        return Stored(stored, ordered.num_rows)
+        return self._read_back(path, ordered.num_rows)
 
     def _new_path(self) -> str:
         """A fresh directory name under this kernel's trace root (made on first use)."""
@@ -173,45 +172,47 @@ class SparkKernel(Kernel):
         # ascending keys, so a probe's footer statistics rule out all but one group.
         ordered = frame.repartitionByRange(*keys).sortWithinPartitions(*keys) if keys else frame
         ordered.write.option("parquet.block.size", self.row_group_bytes).parquet(path)
+        return self._read_back(path)
+
+    def _read_back(self, path: str, rows: int | None = None) -> Stored:
+        """The batch written at `path` as a frame with no plan behind it, its files owned
+        (deleted on `release`); `rows`: its row count when known (else counted)."""
         stored = self.spark.read.parquet(path)
         self._paths[id(stored)] = path
-        return Stored(stored, stored.count())
+        return Stored(stored, stored.count() if rows is None else rows)
 
-    def rows_with_key(
-        self, frame: DataFrame, column: str, values: pa.ChunkedArray
-    ) -> pa.Table | None:
-        """The rows of `frame` whose `column` equals one of `values` (NULL equals NULL),
-        as Arrow in the driver; None for a key type without plain literals. A stored batch
+    def rows_with_key(self, frame: DataFrame, column: str, keys: pa.Array) -> pa.Table | None:
+        """The rows of `frame` whose `column` equals one of the distinct `keys` (NULL equals
+        NULL), as Arrow in the driver; None for a key type without plain literals. A stored batch
         is read by the driver itself where it can (`_read_in_driver`); otherwise one job
         runs a filter of the DataFrame API, not a query: on a stored batch Spark pushes it
         into the Parquet scan, which skips every file and row group whose key range misses."""
-        if not (pa.types.is_integer(values.type) or pa.types.is_string(values.type)):
+        if not (pa.types.is_integer(keys.type) or pa.types.is_string(keys.type)):
             return None
-        read = self._read_in_driver(frame, column, values)
+        read = self._read_in_driver(frame, column, keys)
         if read is not None:
             return read
         from pyspark.sql.functions import broadcast, col
 
-        distinct = pc.unique(values)
-        present = distinct.drop_null()
-        key, nulls = col(column), len(present) < len(distinct)
+        present = keys.drop_null()
+        key, nulls = col(column), len(present) < len(keys)
         if len(present) <= self.literal_keys:
             listed = present.to_pylist()
             condition = key.isin(listed) if len(listed) != 1 else key == listed[0]
             picked = frame.filter(condition | key.isNull() if nulls else condition)
         else:  # a literal per key costs py4j calls: semi-join a shipped key list instead
             low, high = pc.min_max(present).values()
-            keys = self.from_arrow(pa.table({column: present}))
+            shipped = self.from_arrow(pa.table({column: present}))
             picked = frame.filter(key.between(low.as_py(), high.as_py()))
-            picked = picked.join(broadcast(keys), on=column, how="left_semi")
+            picked = picked.join(broadcast(shipped), on=column, how="left_semi")
             if nulls:  # a join never matches NULL keys
                 picked = picked.unionByName(frame.filter(key.isNull()))
         return self.to_arrow(picked)
 
     def _read_in_driver(
-        self, frame: DataFrame, column: str | None = None, values: pa.ChunkedArray | None = None
+        self, frame: DataFrame, column: str | None = None, keys: pa.Array | None = None
     ) -> pa.Table | None:
-        """A stored batch's rows (with `column` in `values`, when given) read without a
+        """A stored batch's rows (with `column` in `keys`, when given) read without a
         job, when the driver sees the batch's files (a local master): pyarrow reads only
         the row groups whose key statistics admit a probed value (a few milliseconds where
         a Spark job costs tens). None for other frames and masters, or types pyarrow reads
@@ -219,21 +220,29 @@ class SparkKernel(Kernel):
         path = self._paths.get(id(frame))
         if path is None or not self._driver_sees_files():
             return None
-        import pyarrow.dataset as ds
-
         if path not in self._datasets:
-            self._datasets[path] = (ds.dataset(path, format="parquet"), self.schema(frame))
-        dataset, schema = self._datasets[path]
-        if not all(_read_alike(f.type) for f in schema):
+            self._datasets[path] = self._dataset(path, frame)
+        if self._datasets[path] is None:
             return None
+        dataset, schema = self._datasets[path]
         try:
-            if column is None or values is None:
+            if column is None or keys is None:
                 return dataset.to_table().cast(schema)
-            wanted = pc.unique(values).cast(dataset.schema.field(column).type)
-            condition = pc.is_in(ds.field(column), value_set=wanted, skip_nulls=False)
+            wanted = keys.cast(dataset.schema.field(column).type)
+            condition = pc.is_in(pc.field(column), value_set=wanted, skip_nulls=False)
             return dataset.to_table(filter=condition).cast(schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, KeyError):
             return None
+
+    def _dataset(self, path: str, frame: DataFrame) -> tuple[Any, pa.Schema] | None:
+        """The stored batch at `path` as a pyarrow dataset, with the Arrow schema Spark
+        gives it; None when a column's type is one pyarrow may read differently."""
+        import pyarrow.dataset as ds
+
+        schema = self.schema(frame)
+        if not all(_read_alike(f.type) for f in schema):
+            return None
+        return ds.dataset(path, format="parquet"), schema
 
     def _driver_sees_files(self) -> bool:
         """Whether the driver reads the files executors write: a local master's are its own."""
