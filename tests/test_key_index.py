@@ -142,3 +142,25 @@ test_reachability_indexed = _indexed("test_reachability_indexed", REACH, 8)
 test_closure_indexed = _indexed("test_closure_indexed", CLOSURE, 8)
 test_components_indexed = _indexed("test_components_indexed", COMPONENTS, 6)
 test_non_monotonic_indexed = _indexed("test_non_monotonic_indexed", NON_MONOTONIC, 6)
+
+
+def test_one_probe_packed_once_serves_every_batch() -> None:
+    # Non-negative keys pack the same way in every batch: the probe is packed once and
+    # reused, yet each batch still answers with exactly its own rows, and an index whose
+    # key types do not compare with the probe still declines.
+    probe = pa.table({"a": pa.array([1, 5, 2], pa.int64()), "b": pa.array([2, 0, 9], pa.int64())})
+    batches = [
+        pa.table({"x": [1, 1, 5, 3], "y": [2, 3, 0, 2], "v": [10, 11, 12, 13]}),
+        pa.table({"x": [2, 5, 1], "y": [9, 0, 2], "v": [20, 21, 22]}),
+    ]
+    for batch in batches:
+        index = KeyIndex.build(batch, ("x", "y"))
+        assert index is not None and index.packing
+        expected = driver.rows_with_keys(batch, ("x", "y"), probe, ("a", "b"))
+        assert index.rows(probe, ("a", "b")).to_pylist() == expected.to_pylist()
+    dates = pa.table(
+        {"x": pa.array([1, 2], pa.date32()), "y": pa.array([2, 9], pa.int64()), "v": [1, 2]}
+    )
+    index = KeyIndex.build(dates, ("x", "y"))
+    assert index is not None
+    assert index.rows(probe, ("a", "b")) is None

@@ -1,11 +1,12 @@
-"""Both forms of reduce's general step against the oracle.
+"""The three forms of reduce's general step against the oracle.
 
-A reduce step over few rows of plain types runs in the driver
-(`kernel.driver_reduce`); otherwise it is one relational pipeline
-(`reduce._queries`), which is what bigger steps and the Spark kernel run. The suite's
-data is small, so the other tests mostly take the driver's form: here the same
-pipelines (several times per batch, deletes, loops, a Python logic) run with the
-driver's form switched off, and with it on, each checked against the oracle.
+A reduce step over few rows of plain types runs in Python in the driver
+(`kernel.driver_reduce`); over more rows whose times form one chain per key, as
+vectorized array operations (`kernel.chain_reduce`); otherwise it is one relational
+pipeline (`reduce._queries`), which is what the Spark kernel runs. The suite's data is
+small, so the other tests mostly take the Python form: here the same pipelines
+(several times per batch, deletes, loops, a Python logic) run with each form forced,
+each checked against the oracle.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ from test_runtime_oracle import (
 )
 
 from dsql.runtime.collection import Collection
-from dsql.runtime.kernel.local import LocalKernel
+from dsql.runtime.kernel import chain_reduce
 from dsql.runtime.kernel import driver_reduce as reduce_small
+from dsql.runtime.kernel.local import LocalKernel
 
 # --- a Python logic: the slow path, over each group as an Arrow table ----------------------
 
@@ -62,17 +64,31 @@ PYTHON = Pipeline((KV,), _python, _python_expected, (st.tuples(NULLABLE_KEY, VAL
 
 
 @contextmanager
-def general_step_only() -> Iterator[None]:
-    """Every reduce step as the relational pipeline, however few its rows."""
-    saved = reduce_small.SMALL_ROWS
-    reduce_small.SMALL_ROWS = -1
+def _limits(python_rows: int, chain_from: int, chain_to: int) -> Iterator[None]:
+    saved = reduce_small.SMALL_ROWS, chain_reduce.MIN_ROWS, chain_reduce.MAX_ROWS
+    reduce_small.SMALL_ROWS, chain_reduce.MIN_ROWS, chain_reduce.MAX_ROWS = (
+        python_rows,
+        chain_from,
+        chain_to,
+    )
     try:
         yield
     finally:
-        reduce_small.SMALL_ROWS = saved
+        reduce_small.SMALL_ROWS, chain_reduce.MIN_ROWS, chain_reduce.MAX_ROWS = saved
 
 
-def _both(name: str, pipeline: Pipeline, examples: int) -> tuple[Any, Any]:
+def general_step_only() -> Any:
+    """Every reduce step as the relational pipeline, however few its rows."""
+    return _limits(-1, -1, -1)
+
+
+def chain_step_first() -> Any:
+    """Every reduce step as the chain step when its times form chains, however few its
+    rows (else the pipeline)."""
+    return _limits(-1, -1, 10**9)
+
+
+def _forms(name: str, pipeline: Pipeline, examples: int) -> tuple[Any, Any, Any]:
     strategy = histories(pipeline.rows, nonnegative=pipeline.nonnegative)
 
     @settings(LOCAL, max_examples=examples)
@@ -86,18 +102,29 @@ def _both(name: str, pipeline: Pipeline, examples: int) -> tuple[Any, Any]:
     def small(history: History) -> None:
         check_history(LocalKernel(), pipeline, history)
 
+    @settings(LOCAL, max_examples=examples)
+    @given(history=strategy)
+    def chain(history: History) -> None:
+        with chain_step_first():
+            check_history(LocalKernel(), pipeline, history)
+
     general.__name__ = general.__qualname__ = f"test_{name}_general_step"
     small.__name__ = small.__qualname__ = f"test_{name}_driver_step"
-    return general, small
+    chain.__name__ = chain.__qualname__ = f"test_{name}_chain_step"
+    return general, small, chain
 
 
-test_reduce_general_step, test_reduce_driver_step = _both("reduce", REDUCE, 20)
-test_count_general_step, test_count_driver_step = _both("count", COUNT, 10)
-test_distinct_general_step, test_distinct_driver_step = _both("distinct", DISTINCT, 10)
-test_threshold_general_step, test_threshold_driver_step = _both("threshold", THRESHOLD, 10)
-test_python_general_step, test_python_driver_step = _both("python_logic", PYTHON, 15)
-test_reach_general_step, test_reach_driver_step = _both("reach", REACH, 6)
-test_closure_general_step, test_closure_driver_step = _both("closure", CLOSURE, 6)
-test_components_general_step, test_components_driver_step = _both("components", COMPONENTS, 5)
-test_min_loop_general_step, test_min_loop_driver_step = _both("non_monotonic", NON_MONOTONIC, 5)
-test_parity_general_step, test_parity_driver_step = _both("parity", EVEN_ODD, 5)
+for _name, _pipeline, _examples in (
+    ("reduce", REDUCE, 20),
+    ("count", COUNT, 10),
+    ("distinct", DISTINCT, 10),
+    ("threshold", THRESHOLD, 10),
+    ("python_logic", PYTHON, 15),
+    ("reach", REACH, 6),
+    ("closure", CLOSURE, 6),
+    ("components", COMPONENTS, 5),
+    ("non_monotonic", NON_MONOTONIC, 5),
+    ("parity", EVEN_ODD, 5),
+):
+    for _test in _forms(_name, _pipeline, _examples):
+        globals()[_test.__name__] = _test

@@ -205,7 +205,8 @@ class Kernel(ABC):
         self, rows: ReduceRows, logic: Callable[[Frame], Frame]
     ) -> tuple[Frame, Frame] | None:
         """A general reduce step's output and pending candidates, computed in the driver
-        when its rows are few (`kernel.driver_reduce`); None: run the step's query."""
+        when its rows are few (`kernel.driver_reduce`) or its times form one chain per
+        key (`kernel.chain_reduce`); None: run the step's query."""
         return None
 
     def key_index(self, frame: Frame, keys: Sequence[str]) -> KeyIndex | None:

@@ -8,8 +8,10 @@ finds each probed key's run of rows by binary search, so its cost grows with the
 and the rows it returns, not with the batch (3 ms for `is_in` over 1M rows; a few
 microseconds this way).
 
-Keys with several integer columns and no NULL are packed into one int64 (each column
-less its least value, shifted) when their ranges fit in 62 bits. Other keys with several
+Keys with several integer columns and no NULL are packed into one int64: non-negative
+values get `62 // columns` bits each, the same packing in every batch, so a trace packs a
+probe once for all its batches; other values are packed each column less its least
+value, shifted, when their ranges fit in 62 bits. Other keys with several
 columns are indexed on their first integer column: the rows it picks are then cut
 exactly to the probe's whole keys (`driver.rows_with_keys`, over the rows picked).
 NULL matches NULL, as in the engines' `IS NOT DISTINCT FROM`.
@@ -113,6 +115,20 @@ class KeyIndex:
 
     def _packed_rows(self, probe: pa.Table, by: tuple[str, ...]) -> pa.Table | None:
         """`rows` for a packed index: probe keys with a NULL or out of range match nothing."""
+        global _last_probe
+        memo, shape = _last_probe, (by, self.packing, self.table.select(self.keys).schema)
+        if memo is not None and memo[0] is probe and memo[1] == shape:
+            return self._take(memo[2], False)
+        wanted = self._packed_probe(probe, by)
+        if wanted is None:
+            return None
+        if self.packing == _canonical(len(self.keys)):
+            _last_probe = (probe, shape, wanted)
+        return self._take(wanted, False)
+
+    def _packed_probe(self, probe: pa.Table, by: tuple[str, ...]) -> np.ndarray | None:
+        """The probe's keys packed as the index's are, distinct and sorted (None: the
+        types do not compare exactly)."""
         packed = np.zeros(probe.num_rows, np.int64)
         keep = np.ones(probe.num_rows, bool)
         for name, key, (low, high, shift) in zip(by, self.keys, self.packing, strict=True):
@@ -124,7 +140,7 @@ class KeyIndex:
             data = values.fill_null(low).to_numpy()
             keep &= (data >= low) & (data <= high)
             packed |= (np.clip(data, low, high) - low) << shift
-        return self._take(np.unique(packed[keep]), False)
+        return np.unique(packed[keep])
 
     def _take(self, wanted: np.ndarray, nulls: bool) -> pa.Table:
         """The rows whose indexed key is in `wanted` (sorted, distinct), and the rows with
@@ -162,6 +178,13 @@ def _packed(
     if any(c.null_count for c in columns):
         return None
     data = [c.to_numpy() for c in columns]
+    canonical = _canonical(len(keys))
+    limit = canonical[0][1]
+    if all(int(v.min()) >= 0 and int(v.max()) <= limit for v in data):
+        packed = np.zeros(table.num_rows, np.int64)
+        for values, (_, _, at) in zip(data, canonical, strict=True):
+            packed |= values << at
+        return packed, canonical
     packing, shift = [], 0
     for values in reversed(data):
         low, high = int(values.min()), int(values.max())
@@ -174,3 +197,15 @@ def _packed(
     for values, (low, _, at) in zip(data, packing, strict=True):
         packed |= (values - low) << at
     return packed, tuple(packing)
+
+
+#: The last probe packed for a canonically packed index (module docstring): the probe, its
+#: columns and packing, its packed distinct keys. A trace probes each batch with one probe.
+_last_probe: tuple[pa.Table, tuple, np.ndarray] | None = None
+
+
+def _canonical(columns: int) -> tuple[tuple[int, int, int], ...]:
+    """The packing of `columns` non-negative key columns that needs no table's ranges:
+    each column gets `62 // columns` bits."""
+    bits = 62 // columns
+    return tuple((0, (1 << bits) - 1, (columns - 1 - i) * bits) for i in range(columns))

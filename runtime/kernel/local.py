@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from dsql.errors import ExecutionError, SchemaError
 from dsql.runtime.dataflow import canceled
-from dsql.runtime.kernel import driver
+from dsql.runtime.kernel import chain_reduce, driver
 from dsql.runtime.kernel import key_index as _index
 from dsql.runtime.kernel.base import Kernel, Pipeline, Prepared, Stored
 from dsql.runtime.kernel.driver import JoinShape, Selection
@@ -193,6 +193,11 @@ class LocalKernel(Kernel):
     def reduce_small(
         self, rows: ReduceRows, logic: Callable[[pa.Table], pa.Table]
     ) -> tuple[pa.Table, pa.Table] | None:
+        total = sum(t.num_rows for t in (*rows.inputs, *rows.outputs))
+        if chain_reduce.MIN_ROWS < total <= chain_reduce.MAX_ROWS:
+            result = chain_reduce.chain_step(rows, logic)
+            if result is not None:
+                return result
         return reduce_step(rows, logic)
 
     def key_index(self, frame: pa.Table, keys: Sequence[str]) -> _index.KeyIndex | None:

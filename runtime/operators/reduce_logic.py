@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp, parse_one
@@ -66,6 +67,14 @@ class ReduceLogic:
 
         shape = (rel.fingerprint(self), tuple(keys), tuple(values), depth)
         return kernel.query(kernel.cached(("reduce-logic", *shape), prepare), {_ACC: acc})
+
+    def in_arrow(
+        self, acc: pa.Table, keys: Sequence[str], values: Sequence[str], depth: int
+    ) -> pa.Table | None:
+        """The desired output for accumulated groups already in the driver, computed by
+        Arrow with the rows (not the types) `query` gives; None when the logic has no
+        such form (the caller runs `desired`)."""
+        return None
 
     def output_schema(self, source: Arranged) -> pa.Schema:
         """Key columns, then output columns (by evaluating over an empty group)."""
@@ -192,6 +201,11 @@ def _rewrite(e: exp.Expression) -> exp.Expression | None:
 class Distinct(ReduceLogic):
     """Each present row once (`count > 0`)."""
 
+    def in_arrow(self, acc, keys, values, depth):  # type: ignore[override]
+        present = acc.filter(pc.greater(acc[DIFF], 0))
+        ones = pa.array(np.ones(present.num_rows, np.int64))
+        return present.select([*keys, *values, *time_columns(depth)]).append_column(DIFF, ones)
+
     def query(self, keys, values, depth, dialect):  # type: ignore[override]
         cols = [rel.col(c) for c in (*keys, *values, *time_columns(depth))]
         return rel.select(
@@ -234,6 +248,11 @@ class Count(ReduceLogic):
     """Each row with its multiplicity as a column `count` (diff 1)."""
 
     column: str = "count"
+
+    def in_arrow(self, acc, keys, values, depth):  # type: ignore[override]
+        rows = acc.select([*keys, *values, *time_columns(depth)])
+        ones = pa.array(np.ones(acc.num_rows, np.int64))
+        return rows.append_column(self.column, acc[DIFF]).append_column(DIFF, ones)
 
     def query(self, keys, values, depth, dialect):  # type: ignore[override]
         cols = [rel.col(c) for c in (*keys, *values, *time_columns(depth))]

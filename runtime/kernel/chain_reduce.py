@@ -1,0 +1,413 @@
+"""The general reduce step when every key's interesting times form one chain, in numpy.
+
+Inside a loop, a round of one outer time `t` gives every new update and pending
+candidate a time `(t, i)`: only the last coordinate differs. When, besides, every
+time in the affected keys' input and output histories is `<= t` in the other
+coordinates, the grid of interesting times (`reduce`'s module docstring) has one value
+in each coordinate but the last, so per key it is a chain: `(t, j)` for the key's
+last-coordinate values `j` at or beyond its least new one. On a chain the general
+step is, per key `k`:
+
+1. candidates: the chain's points; those the frontier has not passed stay pending;
+2. at a ready candidate `c`: `E(c) = logic(input accumulated at c) - output
+   accumulated at c`, where an accumulation at `c` is a running sum along the chain;
+3. the correction at `c`: `E(c) - E(predecessor of c on the chain)` (the Möbius
+   inversion over one coordinate).
+
+The same holds with one time coordinate (no loop) and several times per batch. Here
+every step is a vectorized array operation over the rows (dense key, value and time
+codes, sorts, running sums, binary searches), so a step's cost grows with its rows,
+without the dozen statements of the relational pipeline or the per-row Python of
+`driver_reduce.reduce_step`; one statement remains, the logic over the accumulated
+groups.
+
+Invariant: when `chain_step` returns a result, it equals `driver_reduce.reduce_step`'s
+(and the general pipeline's) on the same rows; it returns None, never an
+approximation, when the times do not form chains, a type is not plain, or a sum could
+overflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dsql.runtime.kernel import driver
+from dsql.runtime.kernel.driver_reduce import ReduceRows, ReduceShape
+from dsql.runtime.lattice import DIFF, Antichain, time_columns
+
+#: Steps over more input and output rows than this run here rather than in Python
+#: (`driver_reduce`), whose per-row work is cheaper only for a few hundred rows.
+MIN_ROWS = 400
+#: At most this many input and output rows are handled here (beyond: the pipeline).
+MAX_ROWS = 4_000_000
+#: At most this many (accumulated group, candidate) pairs are formed here.
+MAX_PAIRS = 4_000_000
+
+#: Diffs whose absolute values sum below this cannot overflow an int64 running sum.
+_SAFE_TOTAL = float(2**61)
+
+
+def chain_step(
+    rows: ReduceRows, logic: Callable[[pa.Table], pa.Table]
+) -> tuple[pa.Table, pa.Table] | None:
+    """The step's output and pending candidates (module docstring), or None when the
+    times do not form one chain per key, or the rows are not of plain types. `rows`:
+    Arrow tables; `logic`: the desired output (keys, outputs, times, diff) of
+    accumulated groups (keys, times, values, diff)."""
+    shape = rows.shape
+    keys, vals, outs, d = shape.keys, shape.values, shape.outputs, shape.depth
+    if not (driver.plain(shape.source, [*keys, *vals]) and driver.plain(shape.schema, outs)):
+        return None
+    times = time_columns(d)
+    new = [t for t in (rows.delta, rows.pending) if t is not None and t.num_rows]
+    history = [t for t in rows.inputs if t.num_rows]
+    current = [t for t in rows.outputs if t.num_rows]
+    if not new or not _same_types([*new, *history], keys) or not _same_types(current, keys):
+        return None
+    prefix = _shared_prefix(new, times[:-1])
+    if prefix is None or not all(_at_most(t, times[:-1], prefix) for t in (*history, *current)):
+        return None
+    if _magnitude(history) + _magnitude(current) >= _SAFE_TOTAL:
+        return None
+    last = times[-1]
+
+    # Dense key codes over the new, history and output rows together.
+    parts = (new, history, current)
+    key_columns = [_concat([t.column(k) for p in parts for t in p]) for k in keys]
+    kid, first = _dense(_codes(key_columns, sum(t.num_rows for p in parts for t in p)))
+    key_values = [c.take(first) for c in key_columns]
+    sizes = [sum(t.num_rows for t in p) for p in parts]
+    new_kid, hist_kid, out_kid = np.split(kid, np.cumsum(sizes)[:-1])
+    nkeys = len(first)
+    affected = np.zeros(nkeys, bool)
+    affected[new_kid] = True
+
+    new_j = _ints(new, last)
+    hist_j, hist_diff = _ints(history, last), _ints(history, DIFF)
+    out_j, out_diff = _ints(current, last), _ints(current, DIFF)
+    hist_keep, out_keep = affected[hist_kid], affected[out_kid]
+    hist_kid, hist_j, hist_diff = hist_kid[hist_keep], hist_j[hist_keep], hist_diff[hist_keep]
+    out_kid, out_j, out_diff = out_kid[out_keep], out_j[out_keep], out_diff[out_keep]
+
+    # The chains: per key, its last-coordinate values at or beyond its least new one.
+    low = np.full(nkeys, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(low, new_kid, new_j)
+    stamps = np.unique(np.concatenate((new_j, hist_j, out_j)))
+    span = len(stamps)
+    on_grid = hist_j >= low[hist_kid]
+    grid = np.unique(
+        np.concatenate(
+            (
+                new_kid * span + np.searchsorted(stamps, new_j),
+                hist_kid[on_grid] * span + np.searchsorted(stamps, hist_j[on_grid]),
+            )
+        )
+    )
+    grid_kid, grid_j = grid // span, stamps[grid % span]
+    bound = _first_unready(rows.frontier, prefix)
+    ready = np.ones(len(grid), bool) if bound is None else grid_j < bound
+    stamp_of = _stamps(times, prefix)
+    waiting = _build(
+        [
+            *_fields(shape.source, keys, [c.take(pa.array(grid_kid[~ready])) for c in key_values]),
+            *stamp_of(grid_j[~ready]),
+        ]
+    )
+    cand = grid[ready]
+    cand_kid, cand_j = grid_kid[ready], grid_j[ready]
+    per_key = np.bincount(cand_kid, minlength=nkeys)
+    key_start = np.concatenate(([0], np.cumsum(per_key)[:-1]))
+    chain = _Chain(cand, cand_kid, per_key, key_start, span, stamps)
+
+    # The input accumulated at every ready candidate, per (key, value).
+    hist_rows = _filter(history, hist_keep)
+    value_columns = [_concat([t.column(v) for t in hist_rows]) for v in vals]
+    vid, vfirst = _dense(_codes(value_columns, len(hist_kid)))
+    groups = chain.accumulate(hist_kid, vid, hist_j, hist_diff)
+    if groups is None:
+        return None
+    acc_kid, acc_vid, acc_c, acc = groups
+    acc_table = _build(
+        [
+            *_fields(shape.source, keys, [c.take(pa.array(acc_kid)) for c in key_values]),
+            *stamp_of(cand_j[acc_c]),
+            *_fields(
+                shape.source, vals, [c.take(pa.array(vfirst[acc_vid])) for c in value_columns]
+            ),
+            (pa.field(DIFF, pa.int64()), pa.array(acc, pa.int64())),
+        ]
+    )
+    if acc_table.num_rows == 0:  # the logic is never called on an empty group
+        desired = _empty_desired(shape, times)
+    else:
+        desired = logic(acc_table)
+        if not isinstance(desired, pa.Table):
+            return None
+
+    # Output codes over the output trace's rows and the desired rows together.
+    out_rows = _filter(current, out_keep)
+    want_kid = _lookup(key_values, [desired.column(k) for k in keys], nkeys)
+    out_columns = [
+        _concat([*(t.column(o) for t in out_rows), desired.column(o)], shape.schema.field(o).type)
+        for o in outs
+    ]
+    oid, ofirst = _dense(_codes(out_columns, len(out_kid) + desired.num_rows))
+    out_oid, want_oid = oid[: len(out_kid)], oid[len(out_kid) :]
+    want_diff = desired.column(DIFF).to_numpy().astype(np.int64)
+    if want_kid is None or _magnitude([desired]) + _magnitude(current) >= _SAFE_TOTAL:
+        return None
+    want_c = chain.position(want_kid, desired.column(last).to_numpy())
+    if want_c is None:
+        return None
+    held = chain.accumulate(out_kid, out_oid, out_j, out_diff)
+    if held is None:
+        return None
+    held_kid, held_oid, held_c, held_acc = held
+
+    # E at each (candidate, output value); the correction: E(c) - E(predecessor of c).
+    width = max(len(ofirst), 1)
+    err_c, err_o, err = _sum_by(
+        np.concatenate((want_c, held_c)),
+        np.concatenate((want_oid, held_oid)),
+        np.concatenate((want_diff, -held_acc)),
+        width,
+    )
+    successor = err_c + 1
+    has_next = successor < len(cand)
+    has_next[has_next] = cand_kid[successor[has_next]] == cand_kid[err_c[has_next]]
+    fix_c, fix_o, fix = _sum_by(
+        np.concatenate((err_c, successor[has_next])),
+        np.concatenate((err_o, err_o[has_next])),
+        np.concatenate((err, -err[has_next])),
+        width,
+    )
+    output = _build(
+        [
+            *_fields(shape.schema, keys, [c.take(pa.array(cand_kid[fix_c])) for c in key_values]),
+            *_fields(shape.schema, outs, [c.take(pa.array(ofirst[fix_o])) for c in out_columns]),
+            *stamp_of(cand_j[fix_c]),
+            (pa.field(DIFF, pa.int64()), pa.array(fix, pa.int64())),
+        ]
+    )
+    return output, waiting
+
+
+class _Chain:
+    """The ready candidates, sorted by key then time: `cand` their codes (key times the
+    number of distinct stamps, plus the stamp's rank), `kid` their keys, and per key
+    the count and the position of its first candidate."""
+
+    def __init__(
+        self,
+        cand: np.ndarray,
+        kid: np.ndarray,
+        per_key: np.ndarray,
+        key_start: np.ndarray,
+        span: int,
+        stamps: np.ndarray,
+    ) -> None:
+        self.cand, self.kid, self.per_key, self.key_start = cand, kid, per_key, key_start
+        self.span, self.stamps = span, stamps
+
+    def accumulate(
+        self, kid: np.ndarray, vid: np.ndarray, stamp: np.ndarray, diff: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """Per (key, value) group of the rows and per ready candidate of its key, the
+        rows' diffs accumulated at the candidate (non-zero sums only): keys, values,
+        candidate positions, sums. None when the pairs would be too many."""
+        width = int(vid.max()) + 1 if len(vid) else 1
+        group, gfirst = _dense(kid * width + vid)
+        gkid, gvid = kid[gfirst], vid[gfirst]
+        rank = np.searchsorted(self.stamps, stamp)
+        order = np.lexsort((rank, group))
+        running = np.concatenate(([0], np.cumsum(diff[order])))
+        sorted_codes = group[order] * self.span + rank[order]
+        count = self.per_key[gkid]
+        pairs = int(count.sum())
+        if pairs > MAX_PAIRS:
+            return None
+        pair_group = np.repeat(np.arange(len(gfirst)), count)
+        offset = np.arange(pairs) - np.repeat(np.cumsum(count) - count, count)
+        pair_c = self.key_start[gkid][pair_group] + offset
+        pair_rank = self.cand[pair_c] % self.span
+        start = np.searchsorted(sorted_codes, np.arange(len(gfirst)) * self.span)
+        end = np.searchsorted(sorted_codes, pair_group * self.span + pair_rank, "right")
+        sums = running[end] - running[start[pair_group]]
+        keep = sums != 0
+        return gkid[pair_group][keep], gvid[pair_group][keep], pair_c[keep], sums[keep]
+
+    def position(self, kid: np.ndarray, stamp: np.ndarray) -> np.ndarray | None:
+        """The candidate position of each (key, stamp); None when one is not a candidate."""
+        rank = np.searchsorted(self.stamps, stamp)
+        rank = np.minimum(rank, self.span - 1)
+        codes = kid * self.span + rank
+        at = np.minimum(np.searchsorted(self.cand, codes), max(len(self.cand) - 1, 0))
+        if len(codes) and (not len(self.cand) or np.any(self.cand[at] != codes)):
+            return None
+        if len(codes) and np.any(self.stamps[rank] != stamp):
+            return None
+        return at
+
+
+def _sum_by(
+    cand: np.ndarray, oid: np.ndarray, diff: np.ndarray, width: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The diffs summed per (candidate, output value), zero sums dropped."""
+    if len(cand) == 0:
+        empty = np.empty(0, np.int64)
+        return empty, empty, empty
+    codes = cand * width + oid
+    order = np.argsort(codes, kind="stable")
+    codes, diff = codes[order], diff[order]
+    starts = np.flatnonzero(np.concatenate(([True], codes[1:] != codes[:-1])))
+    sums = np.add.reduceat(diff, starts)
+    codes = codes[starts]
+    keep = sums != 0
+    return codes[keep] // width, codes[keep] % width, sums[keep]
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def _same_types(tables: Sequence[pa.Table], names: Sequence[str]) -> bool:
+    """Whether the named columns have one type across the tables."""
+    return all(len({t.schema.field(n).type for t in tables}) <= 1 for n in names)
+
+
+def _shared_prefix(tables: Sequence[pa.Table], names: Sequence[str]) -> tuple[int, ...] | None:
+    """The one value each named time column takes in every row of the tables (None: a
+    column takes several)."""
+    prefix = []
+    for name in names:
+        values = _concat([t.column(name) for t in tables])
+        low, high = pc.min_max(values).values()
+        if low.as_py() is None or low.as_py() != high.as_py():
+            return None
+        prefix.append(int(low.as_py()))
+    return tuple(prefix)
+
+
+def _at_most(table: pa.Table, names: Sequence[str], prefix: tuple[int, ...]) -> bool:
+    """Whether every row's named time columns are `<=` `prefix`."""
+    for name, bound in zip(names, prefix, strict=True):
+        high = pc.max(table.column(name)).as_py()
+        if high is not None and high > bound:
+            return False
+    return True
+
+
+def _magnitude(tables: Sequence[pa.Table]) -> float:
+    """The sum of the absolute diffs of the tables (a bound on every running sum)."""
+    total = 0.0
+    for t in tables:
+        diffs = t.column(DIFF).to_numpy().astype(np.float64)
+        total += float(np.abs(diffs).sum())
+    return total
+
+
+def _concat(
+    chunks: Sequence[pa.ChunkedArray | pa.Array], type: pa.DataType | None = None
+) -> pa.Array:
+    """The columns end to end, as one array (of `type` when given)."""
+    arrays = [
+        piece for c in chunks for piece in (c.chunks if isinstance(c, pa.ChunkedArray) else [c])
+    ]
+    if type is not None:
+        arrays = [a if a.type == type else a.cast(type) for a in arrays]
+    if not arrays:
+        return pa.array([], type or pa.null())
+    return pa.concat_arrays(arrays)
+
+
+def _ints(tables: Sequence[pa.Table], name: str) -> np.ndarray:
+    """An int64 column of the tables, end to end."""
+    if not tables:
+        return np.empty(0, np.int64)
+    return np.concatenate([t.column(name).to_numpy().astype(np.int64) for t in tables])
+
+
+def _codes(columns: Sequence[pa.Array], rows: int) -> np.ndarray:
+    """One int64 per row, equal exactly when the rows' values are (NULL equals NULL)."""
+    code = np.zeros(rows, np.int64)
+    for column in columns:
+        encoded = pc.dictionary_encode(column, null_encoding="encode")
+        size = max(len(encoded.dictionary), 1)
+        index = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        if len(code) and int(code.max()) >= (2**62) // size:
+            code = _dense(code)[0]
+        code = code * size + index
+    return code
+
+
+def _dense(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes renumbered 0..n-1 in sorted order, and the first row of each."""
+    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    return inverse.astype(np.int64).reshape(-1), first.astype(np.int64)
+
+
+def _lookup(
+    key_values: Sequence[pa.Array], wanted: Sequence[pa.ChunkedArray], nkeys: int
+) -> np.ndarray | None:
+    """The key code of each wanted key (the position of its values in `key_values`, whose
+    rows are distinct); None when one is not there."""
+    rows = len(wanted[0]) if wanted else 0
+    if not key_values:  # no key columns: the one key
+        return np.zeros(rows, np.int64) if nkeys == 1 else None
+    columns = [_concat([k, w], k.type) for k, w in zip(key_values, wanted, strict=True)]
+    code = _codes(columns, nkeys + rows)
+    known = np.full(int(code.max()) + 1, -1, np.int64)
+    known[code[:nkeys]] = np.arange(nkeys)
+    found = known[code[nkeys:]]
+    return None if np.any(found < 0) else found
+
+
+def _filter(tables: Sequence[pa.Table], keep: np.ndarray) -> list[pa.Table]:
+    """The tables' rows where `keep` (a mask over the rows end to end) holds."""
+    out, at = [], 0
+    for t in tables:
+        out.append(t.filter(pa.array(keep[at : at + t.num_rows])))
+        at += t.num_rows
+    return out
+
+
+def _first_unready(frontier: Antichain, prefix: tuple[int, ...]) -> int | None:
+    """The least last coordinate `j` with `(prefix, j)` beyond the frontier (None: none)."""
+    bounds = [e[-1] for e in frontier if all(a <= b for a, b in zip(e[:-1], prefix, strict=True))]
+    return min(bounds) if bounds else None
+
+
+def _stamps(times: Sequence[str], prefix: tuple[int, ...]) -> Callable[[np.ndarray], list]:
+    """The time columns of rows at `(prefix, last)`, from the `last` values."""
+
+    def columns(last: np.ndarray) -> list[tuple[pa.Field, pa.Array]]:
+        fixed = [
+            (pa.field(t, pa.int64()), pa.array(np.full(len(last), p, np.int64)))
+            for t, p in zip(times[:-1], prefix, strict=True)
+        ]
+        return [*fixed, (pa.field(times[-1], pa.int64()), pa.array(last, pa.int64()))]
+
+    return columns
+
+
+def _fields(
+    schema: pa.Schema, names: Sequence[str], arrays: Sequence[pa.Array]
+) -> list[tuple[pa.Field, pa.Array]]:
+    """Each named column of `schema`'s type (nullable), with its values."""
+    return [(pa.field(n, schema.field(n).type), a) for n, a in zip(names, arrays, strict=True)]
+
+
+def _build(columns: Sequence[tuple[pa.Field, pa.Array]]) -> pa.Table:
+    """A table of the columns, each cast to its field's type."""
+    arrays = [a if a.type == f.type else a.cast(f.type) for f, a in columns]
+    return pa.Table.from_arrays(arrays, schema=pa.schema([f for f, _ in columns]))
+
+
+def _empty_desired(shape: ReduceShape, times: Sequence[str]) -> pa.Table:
+    """The logic's result over no groups: no rows."""
+    fields = [pa.field(f.name, f.type) for f in shape.schema]
+    fields += [pa.field(t, pa.int64()) for t in (*times, DIFF)]
+    return pa.schema(fields).empty_table()
