@@ -320,10 +320,6 @@ class ReduceNode(TracedNode):
             )
 
         def logic(acc: Frame) -> Frame:
-            if isinstance(acc, pa.Table):
-                desired = self.logic.in_arrow(acc, keys, self.source_values, d)
-                if desired is not None:
-                    return desired
             return self.logic.desired(kernel, acc, keys, self.source_values, d, self.schema)
 
         delta = source.current.frame if source.current is not None else None

@@ -56,8 +56,12 @@ class ReduceLogic:
         depth: int,
         schema: pa.Schema,
     ) -> Frame:
-        """The desired output for the accumulated groups in `acc` (by default: `query`,
-        rendered once per shape)."""
+        """The desired output for the accumulated groups in `acc` (by default: `in_arrow`
+        for groups already in the driver, else `query`, rendered once per shape)."""
+        if isinstance(acc, pa.Table) and acc.num_rows:
+            fast = self.in_arrow(acc, keys, values, depth)
+            if fast is not None:
+                return fast
 
         def prepare() -> Prepared:
             query = self.query(keys, values, depth, kernel.dialect)

@@ -98,11 +98,10 @@ def settled_inputs(
 @dataclass(frozen=True, slots=True)
 class SettledQueries:
     """A settled step's queries, rendered once per reduce: all of it as one pipeline
-    (`inp` and `outp` to the corrections), the logic alone (`acc` to `desired`), and
-    the subtraction alone (`desired` and `outp` to the corrections)."""
+    (`inp` and `outp` to the corrections), and the subtraction alone (`desired` and
+    `outp` to the corrections; the logic alone is `ReduceLogic.desired`)."""
 
     pipeline: Any
-    desired: Prepared
     final: Prepared
 
     @classmethod
@@ -127,7 +126,7 @@ class SettledQueries:
             )
             stages = (Stage("acc", acc), Stage("desired", desired, store=False))
             pipeline = kernel.prepare_pipeline(Pipeline(stages, final))
-            return cls(pipeline, kernel.prepare(desired), kernel.prepare(final))
+            return cls(pipeline, kernel.prepare(final))
 
         shape = (keys, vals, node.values, d, desired.sql(dialect=kernel.dialect))
         result: SettledQueries = kernel.cached(("reduce-settled", *shape), build)
@@ -144,7 +143,7 @@ class SettledQueries:
                 for frame in stored:
                     kernel.release(frame)
             return result
-        desired = kernel.query(self.desired, {"acc": acc})
+        desired = node.logic.desired(kernel, acc, keys, node.source_values, d, node.schema)
         outp = frames["outp"]
         done = kernel.consolidate_small([desired, outp], node.columns, d, signs=(1, -1))
         if done is not None:
