@@ -144,8 +144,14 @@ class Trace:
     def _combine(self, batches: list[TraceBatch]) -> TraceBatch:
         kernel, frontier = self.kernel, self._compaction
         frames = [b.frame for b in batches]
+        estimate = sum(b.rows for b in batches)
         frame = kernel.consolidate_small(frames, self.columns, self.depth, frontier or None)
+        stored = None
         if frame is None:
+            stored = kernel.merge(
+                frames, self.columns, self.keys, self.depth, frontier or None, estimate
+            )
+        if frame is None and stored is None:
             names = {f"b{i}": f for i, f in enumerate(frames)}
             union = rel.union_all(list(names), (*self.columns, *time_columns(self.depth), DIFF))
             if frontier:
@@ -153,8 +159,8 @@ class Trace:
             else:
                 query = rel.consolidate(union, self.columns, self.depth)
             frame = kernel.query(query, names)
-        estimate = sum(b.rows for b in batches)
-        stored = kernel.materialize(frame, self.keys, estimate)
+        if stored is None:
+            stored = kernel.materialize(frame, self.keys, estimate)
         for b in batches:
             self.kernel.release(b.frame)
         return TraceBatch(stored.frame, stored.rows, self._compaction)

@@ -249,6 +249,24 @@ class AutoKernel(Kernel):
         self.remote.release(stored.frame)  # small: it comes back to the driver
         return self.local.materialize(stored.table, keys)
 
+    def merge(
+        self,
+        frames: Sequence[Frame],
+        columns: Sequence[str],
+        keys: Sequence[str],
+        depth: int,
+        frontier: Antichain | None,
+        estimate: int | None = None,
+    ) -> Stored | None:
+        if not self._remote(frames):
+            return None
+        shipped = [self._ship(frame) for frame in frames]
+        stored = self._spark().merge(shipped, columns, keys, depth, frontier, estimate)
+        if stored is None or stored.table is None:
+            return stored
+        self.remote.release(stored.frame)  # small: it comes back to the driver
+        return self.local.materialize(stored.table, keys)
+
     def release(self, frame: Frame) -> None:
         if not isinstance(frame, pa.Table):
             self.remote.release(frame)

@@ -271,6 +271,21 @@ class Kernel(ABC):
         where the engine can use that); `estimate` is a hint at the row count.
         """
 
+    def merge(
+        self,
+        frames: Sequence[Frame],
+        columns: Sequence[str],
+        keys: Sequence[str],
+        depth: int,
+        frontier: Antichain | None,
+        estimate: int | None = None,
+    ) -> Stored | None:
+        """Trace batches merged into one stored batch: their union, times advanced to
+        `frontier` (when given) and consolidated (`relational.advance`), stored as
+        `materialize(..., keys, estimate)` stores it; done natively where the kernel can do
+        it more cheaply than that query then `materialize` (None: run those)."""
+        return None
+
     @abstractmethod
     def release(self, frame: Frame) -> None:
         """Free storage held by a frame returned from `materialize`."""

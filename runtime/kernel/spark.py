@@ -12,6 +12,12 @@ arguments (Spark binds them as temporary views for the analysis only).
 - a large one is written as Parquet, range-partitioned and sorted by the arrangement's
   keys, in small row groups, and read back: compressed, with no plan behind it, and a
   probe by key (`key IN (...)`) skips the files and row groups that cannot match.
+  Under a local master its row count comes from the files' footers, not a job.
+
+A trace merge (`merge`) range-partitions the union of the batches by key before it
+consolidates: the consolidation's groups are finer than the keys, so Spark needs no
+exchange of its own for them, and the result is written in that partitioning. One
+shuffle per merge, not two, and nothing cached.
 
 A probe of a stored batch by a few keys from the driver (`rows_with_key`, the auto
 kernel's join and reduce over a big arrangement) is one such filtered read, collected
@@ -35,7 +41,9 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from dsql.errors import ExecutionError, SchemaError
+from dsql.runtime import relational as rel
 from dsql.runtime.kernel.base import Frame, Kernel, Prepared, Stored
+from dsql.runtime.lattice import Antichain
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -119,18 +127,55 @@ class SparkKernel(Kernel):
     def materialize(
         self, frame: DataFrame, keys: Sequence[str] = (), estimate: int | None = None
     ) -> Stored:
+        return self._materialize(frame, keys, estimate)
+
+    def merge(
+        self,
+        frames: Sequence[Frame],
+        columns: Sequence[str],
+        keys: Sequence[str],
+        depth: int,
+        frontier: Antichain | None,
+        estimate: int | None = None,
+    ) -> Stored | None:
+        """One shuffle: the union range-partitioned by `keys` first, so the consolidation
+        (whose groups are finer than the keys) needs no exchange of its own, and the
+        result is written in that partitioning (`_write`) without a second one."""
+        if not keys or (estimate is not None and estimate <= self.small_rows):
+            return None
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        if frontier:
+            query = rel.advance("u", columns, depth, frontier)
+        else:
+            query = rel.consolidate("u", columns, depth)
+        prepared = self.cached(("merge", rel.fingerprint(query)), lambda: self.prepare(query))
+        merged = self.run(prepared, {"u": union.repartitionByRange(*keys)})
+        return self._materialize(merged, keys, estimate, partitioned=True)
+
+    def _materialize(
+        self,
+        frame: DataFrame,
+        keys: Sequence[str],
+        estimate: int | None,
+        partitioned: bool = False,
+    ) -> Stored:
+        """`materialize`; `partitioned`: `frame` is range-partitioned by `keys` already."""
         try:
             if estimate is not None and estimate <= self.small_rows:
                 table = frame.toArrow()
                 return Stored(self.from_arrow(table), table.num_rows, table)
-            frame = frame.persist()  # read more than once: head, range bounds, rows
+            if not partitioned:  # read more than once: head, range bounds, rows
+                frame = frame.persist()
             if estimate is None:  # no idea of the size: look at the head first
                 head = frame.limit(self.small_rows + 1).toArrow()
                 if head.num_rows <= self.small_rows:
                     frame.unpersist(blocking=False)
                     return Stored(self.from_arrow(head), head.num_rows, head)
-            stored = self._write(frame, keys)
-            frame.unpersist(blocking=False)
+            stored = self._write(frame, keys, partitioned)
+            if not partitioned:
+                frame.unpersist(blocking=False)
             if stored.rows > self.small_rows:
                 return stored
             # Smaller than its estimate (updates cancelled): back to a local relation.
@@ -166,11 +211,13 @@ class SparkKernel(Kernel):
             atexit.register(shutil.rmtree, self._root, True)
         return os.path.join(self._root, uuid.uuid4().hex)
 
-    def _write(self, frame: DataFrame, keys: Sequence[str]) -> Stored:
+    def _write(self, frame: DataFrame, keys: Sequence[str], partitioned: bool = False) -> Stored:
         path = self._new_path()
         # Range-partitioned, then sorted: each file holds one key range in row groups of
         # ascending keys, so a probe's footer statistics rule out all but one group.
-        ordered = frame.repartitionByRange(*keys).sortWithinPartitions(*keys) if keys else frame
+        if keys and not partitioned:
+            frame = frame.repartitionByRange(*keys)
+        ordered = frame.sortWithinPartitions(*keys) if keys else frame
         ordered.write.option("parquet.block.size", self.row_group_bytes).parquet(path)
         return self._read_back(path)
 
@@ -179,6 +226,10 @@ class SparkKernel(Kernel):
         (deleted on `release`); `rows`: its row count when known (else counted)."""
         stored = self.spark.read.parquet(path)
         self._paths[id(stored)] = path
+        if rows is None and self._driver_sees_files():  # the files' footers say: no job
+            import pyarrow.dataset as ds
+
+            rows = ds.dataset(path, format="parquet").count_rows()
         return Stored(stored, stored.count() if rows is None else rows)
 
     def rows_with_key(self, frame: DataFrame, column: str, keys: pa.Array) -> pa.Table | None:
