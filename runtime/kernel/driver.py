@@ -38,8 +38,10 @@ from dsql.runtime.lattice import DIFF, Antichain, advance_by, time_columns
 #: At most this many rows are consolidated in Python, or joined in the driver.
 SMALL_ROWS = 256
 #: At most this many rows are consolidated in the driver (by Arrow's hash aggregation
-#: beyond `SMALL_ROWS`); beyond it, the query.
-DRIVER_ROWS = 100_000
+#: beyond `SMALL_ROWS`); beyond it, the query. Arrow's aggregation is the faster of the
+#: two at every size measured (8 against 14 ms for 100k rows, 180 against 280 ms for
+#: 1.5M); the bound keeps bigger merges in the engine, which can spill.
+DRIVER_ROWS = 2_000_000
 
 #: Types whose values Python compares exactly as the engines do, and which every kernel
 #: passes through a projection unchanged.

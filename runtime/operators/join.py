@@ -26,11 +26,11 @@ from dsql.runtime import relational as rel
 from dsql.runtime.arrangement import Arranged
 from dsql.runtime.dataflow import Batch, Node, Round, schema_key
 from dsql.runtime.kernel.base import Frame, Prepared
-from dsql.runtime.kernel.driver import DRIVER_ROWS, JoinShape
+from dsql.runtime.kernel.driver import JoinShape
 
 #: A delta of at most this many rows reads only its keys' rows of the other side's
 #: history, when the kernel can pick them by index (`Arranged.history_with_keys`).
-PROBE_ROWS = DRIVER_ROWS
+PROBE_ROWS = 100_000
 
 
 class JoinNode(Node):
