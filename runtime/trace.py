@@ -11,6 +11,9 @@ small:
 - *geometric merging*: after a batch is added, while the newest batch is at least
   half the size of the one before it, the two merge (compacting as they do). So
   batch sizes at least double going back in time and there are O(log n) batches.
+  Batches that can share no time (a loop's iterations) and whose times the frontier
+  leaves as they are have nothing to consolidate: their merge is their concatenation,
+  and their key indexes merge too rather than being built again.
 
 A batch is also an index: readers that hold a few keys (a join's delta, a reduce's
 affected keys) take just those keys' rows with `rows_with_keys`, through an index the
@@ -42,6 +45,10 @@ class TraceBatch:
     #: Its index by the trace's keys (`Kernel.key_index`), once built; `indexed`: asked.
     index: Any = None
     indexed: bool = False
+    #: Per time coordinate, the least and greatest value of its rows, once asked (None:
+    #: the kernel does not say).
+    ranges: tuple[tuple[int, int], ...] | None = None
+    ranged: bool = False
 
 
 class Trace:
@@ -79,8 +86,7 @@ class Trace:
         without a query (the caller then reads `frames()`)."""
         kernel, picked = self.kernel, []
         for batch in self.batches:
-            if not batch.indexed:
-                batch.index, batch.indexed = kernel.key_index(batch.frame, self.keys), True
+            self._index(batch)
             rows = None
             if batch.index is not None:
                 rows = batch.index.rows(probe, by)
@@ -91,6 +97,12 @@ class Trace:
             if kernel.rows(rows) != 0:
                 picked.append(rows)
         return picked
+
+    def _index(self, batch: TraceBatch) -> Any:
+        """The batch's index by the trace's keys, built when first asked (None: none)."""
+        if not batch.indexed:
+            batch.index, batch.indexed = self.kernel.key_index(batch.frame, self.keys), True
+        return batch.index
 
     def hold(self, frontier: Antichain) -> int:
         """Register a reader that may read at times beyond `frontier`; returns its id."""
@@ -145,6 +157,17 @@ class Trace:
         kernel, frontier = self.kernel, self._compaction
         frames = [b.frame for b in batches]
         estimate = sum(b.rows for b in batches)
+        if self._apart(batches, frontier):  # nothing to consolidate: the union is the merge
+            stored = kernel.materialize(kernel.union(frames), self.keys, estimate)
+            merged = TraceBatch(stored.frame, stored.rows, self._compaction)
+            if any(b.index is not None for b in batches):  # probed before: it will be again
+                parts = [self._index(b) for b in batches]
+                if all(p is not None for p in parts):
+                    merged.index = kernel.key_index(stored.frame, self.keys, parts)
+                    merged.indexed = True
+            for b in batches:
+                kernel.release(b.frame)
+            return merged
         frame = kernel.consolidate_small(frames, self.columns, self.depth, frontier or None)
         stored = None
         if frame is None:
@@ -164,6 +187,38 @@ class Trace:
         for b in batches:
             self.kernel.release(b.frame)
         return TraceBatch(stored.frame, stored.rows, self._compaction)
+
+    def _apart(self, batches: list[TraceBatch], frontier: Antichain) -> bool:
+        """Whether merging the batches would consolidate nothing: each is consolidated (the
+        trace's invariant), no two can share a time (in some coordinate their ranges do
+        not meet; a loop's batches of different iterations), and `frontier` advances none
+        of their times (each is beyond it: `advance_by` leaves it)."""
+        ranges = []
+        for b in batches:
+            if not b.ranged:
+                b.ranges, b.ranged = self._ranges(b.frame), True
+            if b.ranges is None:
+                return False
+            lows = [low for low, _ in b.ranges]
+            if frontier and not any(
+                all(low >= f for low, f in zip(lows, e, strict=True)) for e in frontier
+            ):
+                return False
+            ranges.append(b.ranges)
+        return all(
+            any(x[1] < y[0] or y[1] < x[0] for x, y in zip(a, b, strict=True))
+            for i, a in enumerate(ranges)
+            for b in ranges[i + 1 :]
+        )
+
+    def _ranges(self, frame: Frame) -> tuple[tuple[int, int], ...] | None:
+        ranges = []
+        for name in time_columns(self.depth):
+            bounds = self.kernel.bounds(frame, name)
+            if bounds is None or bounds[0] is None:
+                return None
+            ranges.append((int(bounds[0]), int(bounds[1])))
+        return tuple(ranges)
 
     def release(self) -> None:
         """Free every batch (the arrangement is dropped)."""

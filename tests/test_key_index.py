@@ -111,6 +111,44 @@ def test_trace_size_counts_its_indexes() -> None:
     assert trace.nbytes() == before + 16 * n
 
 
+def test_trace_concatenates_batches_that_share_no_time_and_keeps_their_index() -> None:
+    from dsql.runtime.lattice import Antichain
+    from dsql.runtime.trace import Trace
+
+    kernel, n = LocalKernel(), key_index.INDEX_ROWS
+    schema = pa.schema(
+        [("k", pa.int64()), ("__time__", pa.int64()), ("__time1__", pa.int64())]
+        + [("__diff__", pa.int64())]
+    )
+
+    def batch(inner: int, diff: int) -> pa.Table:
+        return pa.table(
+            {
+                "k": list(range(n)),
+                "__time__": [0] * n,
+                "__time1__": [inner] * n,
+                "__diff__": [diff] * n,
+            },
+            schema=schema,
+        )
+
+    trace = Trace(kernel, ("k",), ("k",), 2)
+    trace.insert(batch(0, 1), n)
+    assert trace.rows_with_keys(pa.table({"k": [5]}), ("k",)) is not None  # indexed
+    trace.insert(batch(1, -1), n)  # iteration 1 retracts iteration 0: nothing to sum yet
+    assert len(trace.batches) == 1 and trace.rows == 2 * n
+    merged = trace.batches[0]
+    assert merged.indexed and merged.index is not None
+    picked = trace.rows_with_keys(pa.table({"k": [5]}), ("k",))
+    assert picked is not None
+    assert sorted(picked[0].column("__diff__").to_pylist()) == [-1, 1]
+    # Once readers have passed both iterations, a merge advances and cancels them.
+    trace.advance(Antichain([(0, 2)]))
+    trace.insert(batch(2, 1), n)
+    assert len(trace.batches) == 1 and trace.rows == n
+    assert set(trace.batches[0].frame.column("__time1__").to_pylist()) == {2}
+
+
 @contextmanager
 def index_everything() -> Iterator[None]:
     """Every trace batch indexed, however small."""
@@ -164,3 +202,24 @@ def test_one_probe_packed_once_serves_every_batch() -> None:
     index = KeyIndex.build(dates, ("x", "y"))
     assert index is not None
     assert index.rows(probe, ("a", "b")) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=_tables(), cut=st.floats(0, 1))
+def test_a_merged_index_picks_what_a_built_one_picks(case: Any, cut: float) -> None:
+    # A trace merge whose batches share no time concatenates them, and their indexes
+    # merge (sorted runs) instead of being built again.
+    table, keys, probe, by = case
+    at = int(cut * table.num_rows)
+    parts = [KeyIndex.build(table.slice(0, at), keys), KeyIndex.build(table.slice(at), keys)]
+    assert parts[0] is not None and parts[1] is not None
+    merged = KeyIndex.merged(table, parts)
+    if merged is None:  # only parts packed differently (ranges of negative keys) decline
+        assert parts[0].packing != parts[1].packing
+        return
+    built = KeyIndex.build(table, keys)
+    assert built is not None
+    got, want = merged.rows(probe, by), built.rows(probe, by)
+    assert (got is None) == (want is None)
+    if got is not None:
+        assert got.to_pylist() == want.to_pylist()

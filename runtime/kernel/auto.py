@@ -337,8 +337,12 @@ class AutoKernel(Kernel):
     ) -> tuple[Frame, Frame] | None:
         return None if self._remote(rows.frames()) else self.local.reduce_small(rows, logic)
 
-    def key_index(self, frame: Frame, keys: Sequence[str]) -> KeyIndex | None:
-        return self.local.key_index(frame, keys) if isinstance(frame, pa.Table) else None
+    def key_index(
+        self, frame: Frame, keys: Sequence[str], parts: Sequence[KeyIndex] = ()
+    ) -> KeyIndex | None:
+        if not isinstance(frame, pa.Table):
+            return None
+        return self.local.key_index(frame, keys, parts)
 
     def project_small(self, frame: Frame, selection: Selection) -> Frame | None:
         if not isinstance(frame, pa.Table):

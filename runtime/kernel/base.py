@@ -209,9 +209,13 @@ class Kernel(ABC):
         key (`kernel.chain_reduce`); None: run the step's query."""
         return None
 
-    def key_index(self, frame: Frame, keys: Sequence[str]) -> KeyIndex | None:
+    def key_index(
+        self, frame: Frame, keys: Sequence[str], parts: Sequence[KeyIndex] = ()
+    ) -> KeyIndex | None:
         """An index of a stored trace batch by `keys` (`kernel.key_index`), for lookups
-        that cost what they return; None when the kernel keeps none for this frame."""
+        that cost what they return; None when the kernel keeps none for this frame.
+        `parts`: the indexes of frames whose union, in order, is `frame` (merged rather
+        than built again)."""
         return None
 
     def prepare_many(self, branches: Sequence[Any], depth: int) -> Any:

@@ -93,6 +93,25 @@ class KeyIndex:
             order = order[np.isin(order, nulls, assume_unique=True, invert=True)]
         return cls(table, keys, column, data[order], order, nulls)
 
+    @classmethod
+    def merged(cls, table: pa.Table, parts: Sequence[KeyIndex]) -> KeyIndex | None:
+        """The index of `table`, the rows of the parts' tables end to end, from the
+        parts' indexes: their sorted keys are runs that a stable sort merges in linear
+        time. None when the parts are not indexed alike (column, packing)."""
+        first = parts[0]
+        alike = all(
+            p.keys == first.keys and p.column == first.column and p.packing == first.packing
+            for p in parts
+        )
+        if not alike or sum(p.table.num_rows for p in parts) != table.num_rows:
+            return None
+        offsets = np.cumsum([0] + [p.table.num_rows for p in parts[:-1]])
+        keys = np.concatenate([p.sorted_keys for p in parts])
+        order = np.concatenate([p.order + at for p, at in zip(parts, offsets, strict=True)])
+        nulls = np.concatenate([p.nulls + at for p, at in zip(parts, offsets, strict=True)])
+        by = np.argsort(keys, kind="stable")
+        return cls(table, first.keys, first.column, keys[by], order[by], nulls, first.packing)
+
     @property
     def nbytes(self) -> int:
         """The bytes the index holds beside its table."""

@@ -200,10 +200,13 @@ class LocalKernel(Kernel):
                 return result
         return reduce_step(rows, logic)
 
-    def key_index(self, frame: pa.Table, keys: Sequence[str]) -> _index.KeyIndex | None:
+    def key_index(
+        self, frame: pa.Table, keys: Sequence[str], parts: Sequence[_index.KeyIndex] = ()
+    ) -> _index.KeyIndex | None:
         if frame.num_rows < _index.INDEX_ROWS or not keys:
             return None
-        return _index.KeyIndex.build(frame, keys)
+        merged = _index.KeyIndex.merged(frame, parts) if parts else None
+        return merged if merged is not None else _index.KeyIndex.build(frame, keys)
 
     def project_small(self, frame: pa.Table, selection: Selection) -> pa.Table | None:
         return driver.project(frame, selection)
