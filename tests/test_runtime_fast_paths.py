@@ -246,6 +246,37 @@ def test_driver_consolidation_equals_the_query(
     assert sorted(map(str, fast.to_pylist())) == sorted(map(str, slow.to_pylist()))
 
 
+JOIN_KEYS = st.sampled_from([("i",), ("s",), ("i", "s"), ("b", "d"), ()])
+
+
+@settings(LOCAL, max_examples=80)
+@given(left=_tables(), right=_tables(), keys=JOIN_KEYS, arrays=st.booleans())
+def test_driver_join_equals_the_query(
+    left: list[pa.Table], right: list[pa.Table], keys: tuple[str, ...], arrays: bool
+) -> None:
+    """Both of the driver's joins (Python's dict for a few rows, array operations for
+    more: `arrays` forces them) against DuckDB's `relational.join_on_keys`, NULL keys
+    matching NULL."""
+    kernel = LocalKernel()
+    l_table = pa.concat_tables(left)
+    r_table = pa.concat_tables(right).rename_columns(
+        ["ri", "rs", "rb", "rd", "__time__", "__time1__", "__diff__"]
+    )
+    pairs = tuple((k, "r" + k) for k in keys)
+    shape = driver.JoinShape(pairs, ("i", "s", "b", "d"), ("ri", "rs"), 2)
+    small = driver.SMALL_ROWS
+    try:
+        driver.SMALL_ROWS = -1 if arrays else small
+        fast = driver.join(l_table, r_table, shape)
+    finally:
+        driver.SMALL_ROWS = small
+    assert fast is not None
+    query = rel.join_on_keys("l", "r", pairs, ("i", "s", "b", "d"), ("ri", "rs"), 2)
+    slow = kernel.query(query, {"l": l_table, "r": r_table})
+    assert fast.schema.names == slow.schema.names
+    assert sorted(map(str, fast.to_pylist())) == sorted(map(str, slow.to_pylist()))
+
+
 def test_driver_declines_what_it_cannot_match() -> None:
     floats = pa.table({"x": [0.0, -0.0], "__time__": [1, 1], "__diff__": [1, 1]})
     assert driver.consolidate([floats], ("x",), 1, None) is None

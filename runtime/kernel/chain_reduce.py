@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dsql.runtime.kernel import driver
+from dsql.runtime.kernel.driver import dense_codes, row_codes
 from dsql.runtime.kernel.driver_reduce import ReduceRows, ReduceShape
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 
@@ -79,7 +80,7 @@ def chain_step(
     # Dense key codes over the new, history and output rows together.
     parts = (new, history, current)
     key_columns = [_concat([t.column(k) for p in parts for t in p]) for k in keys]
-    kid, first = _dense(_codes(key_columns, sum(t.num_rows for p in parts for t in p)))
+    kid, first = dense_codes(row_codes(key_columns, sum(t.num_rows for p in parts for t in p)))
     key_values = [c.take(first) for c in key_columns]
     sizes = [sum(t.num_rows for t in p) for p in parts]
     new_kid, hist_kid, out_kid = np.split(kid, np.cumsum(sizes)[:-1])
@@ -127,7 +128,7 @@ def chain_step(
     # The input accumulated at every ready candidate, per (key, value).
     hist_rows = _filter(history, hist_keep)
     value_columns = [_concat([t.column(v) for t in hist_rows]) for v in vals]
-    vid, vfirst = _dense(_codes(value_columns, len(hist_kid)))
+    vid, vfirst = dense_codes(row_codes(value_columns, len(hist_kid)))
     groups = chain.accumulate(hist_kid, vid, hist_j, hist_diff)
     if groups is None:
         return None
@@ -156,7 +157,7 @@ def chain_step(
         _concat([*(t.column(o) for t in out_rows), desired.column(o)], shape.schema.field(o).type)
         for o in outs
     ]
-    oid, ofirst = _dense(_codes(out_columns, len(out_kid) + desired.num_rows))
+    oid, ofirst = dense_codes(row_codes(out_columns, len(out_kid) + desired.num_rows))
     out_oid, want_oid = oid[: len(out_kid)], oid[len(out_kid) :]
     want_diff = desired.column(DIFF).to_numpy().astype(np.int64)
     if want_kid is None or _magnitude([desired]) + _magnitude(current) >= _SAFE_TOTAL:
@@ -221,7 +222,7 @@ class _Chain:
         rows' diffs accumulated at the candidate (non-zero sums only): keys, values,
         candidate positions, sums. None when the pairs would be too many."""
         width = int(vid.max()) + 1 if len(vid) else 1
-        group, gfirst = _dense(kid * width + vid)
+        group, gfirst = dense_codes(kid * width + vid)
         gkid, gvid = kid[gfirst], vid[gfirst]
         rank = np.searchsorted(self.stamps, stamp)
         order = np.lexsort((rank, group))
@@ -331,25 +332,6 @@ def _ints(tables: Sequence[pa.Table], name: str) -> np.ndarray:
     return np.concatenate([t.column(name).to_numpy().astype(np.int64) for t in tables])
 
 
-def _codes(columns: Sequence[pa.Array], rows: int) -> np.ndarray:
-    """One int64 per row, equal exactly when the rows' values are (NULL equals NULL)."""
-    code = np.zeros(rows, np.int64)
-    for column in columns:
-        encoded = pc.dictionary_encode(column, null_encoding="encode")
-        size = max(len(encoded.dictionary), 1)
-        index = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        if len(code) and int(code.max()) >= (2**62) // size:
-            code = _dense(code)[0]
-        code = code * size + index
-    return code
-
-
-def _dense(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Codes renumbered 0..n-1 in sorted order, and the first row of each."""
-    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
-    return inverse.astype(np.int64).reshape(-1), first.astype(np.int64)
-
-
 def _lookup(
     key_values: Sequence[pa.Array], wanted: Sequence[pa.ChunkedArray], nkeys: int
 ) -> np.ndarray | None:
@@ -359,7 +341,7 @@ def _lookup(
     if not key_values:  # no key columns: the one key
         return np.zeros(rows, np.int64) if nkeys == 1 else None
     columns = [_concat([k, w], k.type) for k, w in zip(key_values, wanted, strict=True)]
-    code = _codes(columns, nkeys + rows)
+    code = row_codes(columns, nkeys + rows)
     known = np.full(int(code.max()) + 1, -1, np.int64)
     known[code[:nkeys]] = np.arange(nkeys)
     found = known[code[nkeys:]]
