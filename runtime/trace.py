@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsql.runtime import relational as rel
-from dsql.runtime.kernel.base import Frame, Kernel
+from dsql.runtime.kernel.base import Frame, Kernel, Stored
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 
 
@@ -154,27 +154,36 @@ class Trace:
             self.batches = [self._combine(self.batches)]
 
     def _combine(self, batches: list[TraceBatch]) -> TraceBatch:
-        kernel, frontier = self.kernel, self._compaction
-        frames = [b.frame for b in batches]
+        """The batches merged into one, advanced to the compaction frontier."""
         estimate = sum(b.rows for b in batches)
-        if self._apart(batches, frontier):  # nothing to consolidate: the union is the merge
-            stored = kernel.materialize(kernel.union(frames), self.keys, estimate)
-            merged = TraceBatch(stored.frame, stored.rows, self._compaction)
-            if any(b.index is not None for b in batches):  # probed before: it will be again
-                parts = [self._index(b) for b in batches]
-                if all(p is not None for p in parts):
-                    merged.index = kernel.key_index(stored.frame, self.keys, parts)
-                    merged.indexed = True
-            for b in batches:
-                kernel.release(b.frame)
-            return merged
+        apart = self._apart(batches, self._compaction)
+        stored = self._concatenated(batches, estimate) if apart else self._merged(batches, estimate)
+        merged = TraceBatch(stored.frame, stored.rows, self._compaction)
+        if apart and any(b.index is not None for b in batches):  # probed, it will be again
+            parts = [self._index(b) for b in batches]
+            if all(p is not None for p in parts):
+                merged.index = self.kernel.key_index(stored.frame, self.keys, parts)
+                merged.indexed = True
+        for b in batches:
+            self.kernel.release(b.frame)
+        return merged
+
+    def _concatenated(self, batches: list[TraceBatch], estimate: int) -> Stored:
+        """The batches' union, stored: nothing in it to consolidate (`_apart`)."""
+        frames = [b.frame for b in batches]
+        return self.kernel.materialize(self.kernel.union(frames), self.keys, estimate)
+
+    def _merged(self, batches: list[TraceBatch], estimate: int) -> Stored:
+        """The batches' union advanced to the compaction frontier and consolidated, stored:
+        in the driver when small, by the kernel's own merge, or by the query."""
+        kernel, frontier, frames = self.kernel, self._compaction, [b.frame for b in batches]
         frame = kernel.consolidate_small(frames, self.columns, self.depth, frontier or None)
-        stored = None
         if frame is None:
             stored = kernel.merge(
                 frames, self.columns, self.keys, self.depth, frontier or None, estimate
             )
-        if frame is None and stored is None:
+            if stored is not None:
+                return stored
             names = {f"b{i}": f for i, f in enumerate(frames)}
             union = rel.union_all(list(names), (*self.columns, *time_columns(self.depth), DIFF))
             if frontier:
@@ -182,11 +191,7 @@ class Trace:
             else:
                 query = rel.consolidate(union, self.columns, self.depth)
             frame = kernel.query(query, names)
-        if stored is None:
-            stored = kernel.materialize(frame, self.keys, estimate)
-        for b in batches:
-            self.kernel.release(b.frame)
-        return TraceBatch(stored.frame, stored.rows, self._compaction)
+        return kernel.materialize(frame, self.keys, estimate)
 
     def _apart(self, batches: list[TraceBatch], frontier: Antichain) -> bool:
         """Whether merging the batches would consolidate nothing: each is consolidated (the

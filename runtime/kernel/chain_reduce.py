@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dsql.runtime.kernel import driver
-from dsql.runtime.kernel.driver import dense_codes, row_codes
+from dsql.runtime.kernel.driver import concat_columns, dense_codes, row_codes
 from dsql.runtime.kernel.driver_reduce import ReduceRows, ReduceShape
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 
@@ -73,13 +73,14 @@ def chain_step(
     prefix = _shared_prefix(new, times[:-1])
     if prefix is None or not all(_at_most(t, times[:-1], prefix) for t in (*history, *current)):
         return None
-    if _magnitude(history) + _magnitude(current) >= _SAFE_TOTAL:
+    held_total = _magnitude(current)
+    if _magnitude(history) + held_total >= _SAFE_TOTAL:
         return None
     last = times[-1]
 
     # Dense key codes over the new, history and output rows together.
     parts = (new, history, current)
-    key_columns = [_concat([t.column(k) for p in parts for t in p]) for k in keys]
+    key_columns = [concat_columns([t.column(k) for p in parts for t in p]) for k in keys]
     kid, first = dense_codes(row_codes(key_columns, sum(t.num_rows for p in parts for t in p)))
     key_values = [c.take(first) for c in key_columns]
     sizes = [sum(t.num_rows for t in p) for p in parts]
@@ -123,11 +124,11 @@ def chain_step(
     cand_kid, cand_j = grid_kid[ready], grid_j[ready]
     per_key = np.bincount(cand_kid, minlength=nkeys)
     key_start = np.concatenate(([0], np.cumsum(per_key)[:-1]))
-    chain = _Chain(cand, cand_kid, per_key, key_start, span, stamps)
+    chain = _Chain(cand, per_key, key_start, span, stamps)
 
     # The input accumulated at every ready candidate, per (key, value).
     hist_rows = _filter(history, hist_keep)
-    value_columns = [_concat([t.column(v) for t in hist_rows]) for v in vals]
+    value_columns = [concat_columns([t.column(v) for t in hist_rows]) for v in vals]
     vid, vfirst = dense_codes(row_codes(value_columns, len(hist_kid)))
     groups = chain.accumulate(hist_kid, vid, hist_j, hist_diff)
     if groups is None:
@@ -154,13 +155,15 @@ def chain_step(
     out_rows = _filter(current, out_keep)
     want_kid = _lookup(key_values, [desired.column(k) for k in keys], nkeys)
     out_columns = [
-        _concat([*(t.column(o) for t in out_rows), desired.column(o)], shape.schema.field(o).type)
+        concat_columns(
+            [*(t.column(o) for t in out_rows), desired.column(o)], shape.schema.field(o).type
+        )
         for o in outs
     ]
     oid, ofirst = dense_codes(row_codes(out_columns, len(out_kid) + desired.num_rows))
     out_oid, want_oid = oid[: len(out_kid)], oid[len(out_kid) :]
     want_diff = desired.column(DIFF).to_numpy().astype(np.int64)
-    if want_kid is None or _magnitude([desired]) + _magnitude(current) >= _SAFE_TOTAL:
+    if want_kid is None or _magnitude([desired]) + held_total >= _SAFE_TOTAL:
         return None
     want_c = chain.position(want_kid, desired.column(last).to_numpy())
     if want_c is None:
@@ -200,19 +203,18 @@ def chain_step(
 
 class _Chain:
     """The ready candidates, sorted by key then time: `cand` their codes (key times the
-    number of distinct stamps, plus the stamp's rank), `kid` their keys, and per key
-    the count and the position of its first candidate."""
+    number of distinct stamps, plus the stamp's rank), and per key the count and the
+    position of its first candidate."""
 
     def __init__(
         self,
         cand: np.ndarray,
-        kid: np.ndarray,
         per_key: np.ndarray,
         key_start: np.ndarray,
         span: int,
         stamps: np.ndarray,
     ) -> None:
-        self.cand, self.kid, self.per_key, self.key_start = cand, kid, per_key, key_start
+        self.cand, self.per_key, self.key_start = cand, per_key, key_start
         self.span, self.stamps = span, stamps
 
     def accumulate(
@@ -285,7 +287,7 @@ def _shared_prefix(tables: Sequence[pa.Table], names: Sequence[str]) -> tuple[in
     column takes several)."""
     prefix = []
     for name in names:
-        values = _concat([t.column(name) for t in tables])
+        values = concat_columns([t.column(name) for t in tables])
         low, high = pc.min_max(values).values()
         if low.as_py() is None or low.as_py() != high.as_py():
             return None
@@ -311,20 +313,6 @@ def _magnitude(tables: Sequence[pa.Table]) -> float:
     return total
 
 
-def _concat(
-    chunks: Sequence[pa.ChunkedArray | pa.Array], type: pa.DataType | None = None
-) -> pa.Array:
-    """The columns end to end, as one array (of `type` when given)."""
-    arrays = [
-        piece for c in chunks for piece in (c.chunks if isinstance(c, pa.ChunkedArray) else [c])
-    ]
-    if type is not None:
-        arrays = [a if a.type == type else a.cast(type) for a in arrays]
-    if not arrays:
-        return pa.array([], type or pa.null())
-    return pa.concat_arrays(arrays)
-
-
 def _ints(tables: Sequence[pa.Table], name: str) -> np.ndarray:
     """An int64 column of the tables, end to end."""
     if not tables:
@@ -340,7 +328,7 @@ def _lookup(
     rows = len(wanted[0]) if wanted else 0
     if not key_values:  # no key columns: the one key
         return np.zeros(rows, np.int64) if nkeys == 1 else None
-    columns = [_concat([k, w], k.type) for k, w in zip(key_values, wanted, strict=True)]
+    columns = [concat_columns([k, w], k.type) for k, w in zip(key_values, wanted, strict=True)]
     code = row_codes(columns, nkeys + rows)
     known = np.full(int(code.max()) + 1, -1, np.int64)
     known[code[:nkeys]] = np.arange(nkeys)

@@ -268,10 +268,8 @@ def join(left: pa.Table, right: pa.Table, shape: JoinShape) -> pa.Table | None:
     values, the later of the two times, the product of the diffs; NULL keys match), or
     None when a side is not small and plain once the other is cut to the small side's
     keys."""
-    pairs, right_values = shape.pairs, shape.right_values
-    times = time_columns(shape.depth)
-    left_data = list(shape.left_columns)
-    if not (plain(left.schema, left_data) and plain(right.schema, right_values)):
+    pairs = shape.pairs
+    if not (plain(left.schema, shape.left_columns) and plain(right.schema, shape.right_values)):
         return None
     lkeys, rkeys = [a for a, _ in pairs], [b for _, b in pairs]
     if pairs and left.num_rows <= SMALL_ROWS:  # cut the other side to the small side's keys
@@ -282,8 +280,17 @@ def join(left: pa.Table, right: pa.Table, shape: JoinShape) -> pa.Table | None:
         left = left if cut is None else cut
     if not plain(right.schema, rkeys):
         return None
-    if max(left.num_rows, right.num_rows) > SMALL_ROWS:
-        return _join_arrays(left, right, shape)
+    if max(left.num_rows, right.num_rows) <= SMALL_ROWS:
+        matched = _matches_in_python(left, right, lkeys, rkeys)
+    else:
+        matched = _matches_by_codes(left, right, lkeys, rkeys)
+    return None if matched is None else _joined(left, right, *matched, shape)
+
+
+def _matches_in_python(
+    left: pa.Table, right: pa.Table, lkeys: Sequence[str], rkeys: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The matching (left row, right row) pairs, by a dict of the right's keys."""
     index: dict[tuple, list[int]] = {}
     for j, key in enumerate(zip(*(right[k].to_pylist() for k in rkeys), strict=True)):
         index.setdefault(key, []).append(j)
@@ -296,31 +303,22 @@ def join(left: pa.Table, right: pa.Table, shape: JoinShape) -> pa.Table | None:
         for j in index.get(key, ()):
             lefts.append(i)
             rights.append(j)
-    a = left.take(pa.array(lefts, pa.int64()))
-    b = right.take(pa.array(rights, pa.int64()))
-    arrays = [a[n] for n in left_data] + [b[n] for n in right_values]
-    arrays += [pc.max_element_wise(a[t], b[t]) for t in times]
-    diffs = [x * y for x, y in zip(a[DIFF].to_pylist(), b[DIFF].to_pylist(), strict=True)]
-    if not fit_int64(diffs):
-        return None  # the query reports the overflow
-    arrays.append(pa.array(diffs, pa.int64()))
-    fields = [a.schema.field(n) for n in left_data] + [b.schema.field(n) for n in right_values]
-    fields += [pa.field(t, pa.int64()) for t in (*times, DIFF)]
-    return pa.Table.from_arrays(arrays, schema=_nullable_schema(pa.schema(fields)))
+    return np.array(lefts, np.int64), np.array(rights, np.int64)
 
 
-def _join_arrays(left: pa.Table, right: pa.Table, shape: JoinShape) -> pa.Table | None:
-    """`join` by array operations: both sides' keys coded together (`row_codes`), the
-    right's codes sorted, each left row's run of matches found by binary search and laid
-    end to end. None beyond `JOIN_ROWS`, or when a diff product could overflow."""
+def _matches_by_codes(
+    left: pa.Table, right: pa.Table, lkeys: Sequence[str], rkeys: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The matching (left row, right row) pairs by array operations: both sides' keys
+    coded together (`row_codes`), the right's codes sorted, each left row's run of
+    matches found by binary search and laid end to end. None beyond `JOIN_ROWS`."""
     if max(left.num_rows, right.num_rows) > JOIN_ROWS:
         return None
-    lkeys, rkeys = [a for a, _ in shape.pairs], [b for _, b in shape.pairs]
     columns = []
     for lk, rk in zip(lkeys, rkeys, strict=True):
         if left.schema.field(lk).type != right.schema.field(rk).type:
             return None
-        columns.append(_chunks([left[lk], right[rk]]))
+        columns.append(concat_columns([left[lk], right[rk]]))
     code = row_codes(columns, left.num_rows + right.num_rows)
     lcode, rcode = code[: left.num_rows], code[left.num_rows :]
     order = np.argsort(rcode, kind="stable")
@@ -332,12 +330,18 @@ def _join_arrays(left: pa.Table, right: pa.Table, shape: JoinShape) -> pa.Table 
         return None
     lefts = np.repeat(np.arange(left.num_rows), count)
     within = np.arange(pairs) - np.repeat(np.cumsum(count) - count, count)
-    rights = order[np.repeat(low, count) + within]
+    return lefts, order[np.repeat(low, count) + within]
+
+
+def _joined(
+    left: pa.Table, right: pa.Table, lefts: np.ndarray, rights: np.ndarray, shape: JoinShape
+) -> pa.Table | None:
+    """The output rows of the matched pairs; None when a diff product could overflow."""
     ldiff = left[DIFF].to_numpy().astype(np.int64)[lefts]
     rdiff = right[DIFF].to_numpy().astype(np.int64)[rights]
-    if pairs and float(np.abs(ldiff.astype(np.float64) * rdiff).max()) >= 2.0**62:
+    if len(lefts) and float(np.abs(ldiff.astype(np.float64) * rdiff).max()) >= 2.0**62:
         return None  # the query reports the overflow
-    a, b = left.take(pa.array(lefts)), right.take(pa.array(rights))
+    a, b = left.take(pa.array(lefts, pa.int64())), right.take(pa.array(rights, pa.int64()))
     times = time_columns(shape.depth)
     data, values = list(shape.left_columns), list(shape.right_values)
     arrays = [a[n] for n in data] + [b[n] for n in values]
@@ -348,11 +352,18 @@ def _join_arrays(left: pa.Table, right: pa.Table, shape: JoinShape) -> pa.Table 
     return pa.Table.from_arrays(arrays, schema=_nullable_schema(pa.schema(fields)))
 
 
-def _chunks(columns: Sequence[pa.ChunkedArray | pa.Array]) -> pa.Array:
-    """The columns end to end, as one array."""
-    return pa.concat_arrays(
-        [c for col in columns for c in (col.chunks if isinstance(col, pa.ChunkedArray) else [col])]
-    )
+def concat_columns(
+    columns: Sequence[pa.ChunkedArray | pa.Array], type: pa.DataType | None = None
+) -> pa.Array:
+    """The columns end to end, as one array (cast to `type` when given)."""
+    arrays = [
+        piece for c in columns for piece in (c.chunks if isinstance(c, pa.ChunkedArray) else [c])
+    ]
+    if type is not None:
+        arrays = [a if a.type == type else a.cast(type) for a in arrays]
+    if not arrays:
+        return pa.array([], type or pa.null())
+    return pa.concat_arrays(arrays)
 
 
 def row_codes(columns: Sequence[pa.Array], rows: int) -> np.ndarray:

@@ -135,7 +135,8 @@ class KeyIndex:
     def _packed_rows(self, probe: pa.Table, by: tuple[str, ...]) -> pa.Table | None:
         """`rows` for a packed index: probe keys with a NULL or out of range match nothing."""
         global _last_probe
-        memo, shape = _last_probe, (by, self.packing, self.table.select(self.keys).schema)
+        types = tuple(self.table.schema.field(k).type for k in self.keys)
+        memo, shape = _last_probe, (by, self.packing, types)
         if memo is not None and memo[0] is probe and memo[1] == shape:
             return self._take(memo[2], False)
         wanted = self._packed_probe(probe, by)
@@ -219,7 +220,8 @@ def _packed(
 
 
 #: The last probe packed for a canonically packed index (module docstring): the probe, its
-#: columns and packing, its packed distinct keys. A trace probes each batch with one probe.
+#: columns with the index's packing and key types, its packed distinct keys. A trace
+#: probes each of its batches with one probe.
 _last_probe: tuple[pa.Table, tuple, np.ndarray] | None = None
 
 
