@@ -213,21 +213,27 @@ def _tables(draw: Any) -> list[pa.Table]:
 FRONTIERS = st.sampled_from([None, Antichain([(2, 1)]), Antichain([(3, 0), (1, 2)])])
 
 
-@settings(LOCAL, max_examples=80)
-@given(tables=_tables(), frontier=FRONTIERS, negate_last=st.booleans(), hashed=st.booleans())
+@settings(LOCAL, max_examples=150)
+@given(
+    tables=_tables(),
+    frontier=FRONTIERS,
+    negate_last=st.booleans(),
+    way=st.sampled_from(["python", "codes", "arrow"]),
+)
 def test_driver_consolidation_equals_the_query(
-    tables: list[pa.Table], frontier: Antichain | None, negate_last: bool, hashed: bool
+    tables: list[pa.Table], frontier: Antichain | None, negate_last: bool, way: str
 ) -> None:
-    """Both of the driver's ways (Python's sums for a few rows, Arrow's hash aggregation
-    for more: `hashed` forces it) against DuckDB's query."""
+    """Each of the driver's three ways (Python's sums for a few rows, sums per row code
+    for more, Arrow's hash aggregation beyond: `way` forces one) against DuckDB's query."""
     kernel, columns = LocalKernel(), ("i", "s", "b", "d")
     signs = [1] * (len(tables) - 1) + [-1 if negate_last else 1]
-    small = driver.SMALL_ROWS
+    bounds = driver.PYTHON_ROWS, driver.ARRAY_ROWS
     try:
-        driver.SMALL_ROWS = 0 if hashed else small
+        driver.PYTHON_ROWS = bounds[0] if way == "python" else 0
+        driver.ARRAY_ROWS = 0 if way == "arrow" else bounds[1]
         fast = driver.consolidate(tables, columns, 2, frontier, signs)
     finally:
-        driver.SMALL_ROWS = small
+        driver.PYTHON_ROWS, driver.ARRAY_ROWS = bounds
     assert fast is not None
     names = {f"b{i}": t for i, t in enumerate(tables)}
     parts = []

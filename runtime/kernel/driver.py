@@ -39,10 +39,17 @@ import pyarrow.compute as pc
 
 from dsql.runtime.lattice import DIFF, Antichain, advance_by, time_columns
 
-#: At most this many rows are consolidated in Python, or joined in the driver.
+#: At most this many rows are joined in Python in the driver.
 SMALL_ROWS = 256
+#: At most this many rows are consolidated by Python's sums; beyond it, by array
+#: operations up to `ARRAY_ROWS` rows, then by Arrow's hash aggregation. Measured on
+#: one integer column and two times: Python's 0.06 ms against 0.08 at 30 rows, 0.09
+#: against 0.08 at 100; array operations 0.10 against Arrow's 0.17 ms at 1,000, 0.43
+#: against 0.50 at 10,000, 2.0 against 2.4 at 50,000, and Arrow ahead at 200,000.
+PYTHON_ROWS = 64
+ARRAY_ROWS = 50_000
 #: At most this many rows are consolidated in the driver (by Arrow's hash aggregation
-#: beyond `SMALL_ROWS`); beyond it, the query. Arrow's aggregation is the faster of the
+#: beyond `ARRAY_ROWS`); beyond it, the query. Arrow's aggregation is the faster of the
 #: two at every size measured (8 against 14 ms for 100k rows, 180 against 280 ms for
 #: 1.5M); the bound keeps bigger merges in the engine, which can spill.
 DRIVER_ROWS = 2_000_000
@@ -102,8 +109,8 @@ def consolidate(
     small and plain (see module docstring).
 
     Output columns: `columns`, the time columns, `__diff__`, all nullable, as the
-    kernel's query gives them. Up to `SMALL_ROWS` rows the sums are Python's (cheapest
-    for a round's few rows), beyond it Arrow's hash aggregation.
+    kernel's query gives them. The sums are Python's for a few rows, per row code up to
+    `ARRAY_ROWS` rows (`_by_codes`), and Arrow's hash aggregation beyond.
     """
     signed = [(t, sign) for t, sign in zip(tables, signs or [1] * len(tables), strict=True)]
     parts = [(t, sign) for t, sign in signed if t.num_rows]
@@ -124,9 +131,25 @@ def consolidate(
         pa.chunked_array([c for t, _ in parts for c in t.column(n).chunks], schema.field(n).type)
         for n in names[:-1]
     ]
-    if rows > SMALL_ROWS:
-        signed_diffs = [_signed(t.column(DIFF), sign) for t, sign in parts]
+    if rows <= PYTHON_ROWS:
+        return _in_python(values, parts, columns, depth, frontier, schema)
+    signed_diffs = [_signed(t.column(DIFF), sign) for t, sign in parts]
+    if rows > ARRAY_ROWS:
         return _grouped(values, signed_diffs, columns, depth, frontier, schema)
+    diffs = np.concatenate([d.to_numpy() for d in signed_diffs])
+    return _by_codes(values, diffs, columns, depth, frontier, schema)
+
+
+def _in_python(
+    values: list[pa.ChunkedArray],
+    parts: list[tuple[pa.Table, int]],
+    columns: Sequence[str],
+    depth: int,
+    frontier: Antichain | None,
+    schema: pa.Schema,
+) -> pa.Table | None:
+    """`consolidate` by Python's sums (for up to `PYTHON_ROWS` rows), the first row of
+    each non-zero sum kept in input order; None when a sum overflows."""
     diffs = [d * sign for t, sign in parts for d in t.column(DIFF).to_pylist()]
     if len(diffs) == 1 and not frontier:  # one row: it stays unless its diff is zero
         if diffs[0] == 0:
@@ -157,6 +180,42 @@ def consolidate(
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def _by_codes(
+    values: list[pa.ChunkedArray],
+    diffs: np.ndarray,
+    columns: Sequence[str],
+    depth: int,
+    frontier: Antichain | None,
+    schema: pa.Schema,
+) -> pa.Table | None:
+    """`consolidate` by array operations (for up to `ARRAY_ROWS` rows): one code per
+    (row, time) (`row_codes`, NULL equal to NULL), numbered by hashing, the diffs
+    summed per number, the first row of each non-zero sum kept in input order; None
+    when a sum could overflow."""
+    bound = int(np.abs(diffs).max()) if len(diffs) else 0
+    if bound * len(diffs) > _INT64_MAX:
+        return None
+    data, stamps = values[: len(columns)], values[len(columns) :]
+    if frontier:  # `lattice.advance_by`: per coordinate, the least over the frontier
+        raw = [s.to_numpy().astype(np.int64) for s in stamps]
+        stamps = [
+            pa.array(np.min([np.maximum(r, f[k]) for f in frontier], axis=0), pa.int64())
+            for k, r in enumerate(raw)
+        ]
+    codes = row_codes([*data, *stamps], len(diffs))
+    # Hashing numbers the codes in order of first appearance: a row starts a group when
+    # its number exceeds every number before it.
+    group = pc.dictionary_encode(pa.array(codes)).indices.to_numpy().astype(np.intp)
+    sums = np.zeros(int(group.max()) + 1, np.int64)
+    np.add.at(sums, group, diffs)
+    starts = np.ones(len(group), bool)
+    starts[1:] = group[1:] > np.maximum.accumulate(group)[:-1]
+    keep = sums != 0
+    rows = pa.array(np.flatnonzero(starts)[keep], pa.int64())
+    arrays = [c.take(rows) for c in [*data, *stamps]]
+    return pa.Table.from_arrays([*arrays, pa.array(sums[keep], pa.int64())], schema=schema)
+
+
 def _grouped(
     values: list[pa.ChunkedArray],
     diffs: list[pa.ChunkedArray],
@@ -165,7 +224,7 @@ def _grouped(
     frontier: Antichain | None,
     schema: pa.Schema,
 ) -> pa.Table | None:
-    """`consolidate` by Arrow's hash aggregation (for more than `SMALL_ROWS` rows): NULLs
+    """`consolidate` by Arrow's hash aggregation (for more than `ARRAY_ROWS` rows): NULLs
     group together, as in the engine; None when a sum could overflow (the query reports
     that)."""
     diff = pa.chunked_array([c for d in diffs for c in d.chunks], pa.int64())
@@ -280,6 +339,7 @@ def join(left: pa.Table, right: pa.Table, shape: JoinShape) -> pa.Table | None:
         left = left if cut is None else cut
     if not plain(right.schema, rkeys):
         return None
+    matched: tuple[np.ndarray, np.ndarray] | None
     if max(left.num_rows, right.num_rows) <= SMALL_ROWS:
         matched = _matches_in_python(left, right, lkeys, rkeys)
     else:
