@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dsql.runtime.kernel import driver
-from dsql.runtime.kernel.driver import concat_columns, dense_codes, row_codes
+from dsql.runtime.kernel.driver import concat_columns, dense_codes, distinct_sorted, row_codes
 from dsql.runtime.kernel.driver_reduce import ReduceRows, ReduceShape
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 
@@ -99,10 +99,10 @@ def chain_step(
     # The chains: per key, its last-coordinate values at or beyond its least new one.
     low = np.full(nkeys, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(low, new_kid, new_j)
-    stamps = np.unique(np.concatenate((new_j, hist_j, out_j)))
+    stamps = distinct_sorted(np.concatenate((new_j, hist_j, out_j)))
     span = len(stamps)
     on_grid = hist_j >= low[hist_kid]
-    grid = np.unique(
+    grid = distinct_sorted(
         np.concatenate(
             (
                 new_kid * span + np.searchsorted(stamps, new_j),
@@ -227,9 +227,10 @@ class _Chain:
         group, gfirst = dense_codes(kid * width + vid)
         gkid, gvid = kid[gfirst], vid[gfirst]
         rank = np.searchsorted(self.stamps, stamp)
-        order = np.lexsort((rank, group))
+        codes = group * self.span + rank
+        order = np.argsort(codes)
         running = np.concatenate(([0], np.cumsum(diff[order])))
-        sorted_codes = group[order] * self.span + rank[order]
+        sorted_codes = codes[order]
         count = self.per_key[gkid]
         pairs = int(count.sum())
         if pairs > MAX_PAIRS:
@@ -265,7 +266,7 @@ def _sum_by(
         empty = np.empty(0, np.int64)
         return empty, empty, empty
     codes = cand * width + oid
-    order = np.argsort(codes, kind="stable")
+    order = np.argsort(codes)
     codes, diff = codes[order], diff[order]
     starts = np.flatnonzero(np.concatenate(([True], codes[1:] != codes[:-1])))
     sums = np.add.reduceat(diff, starts)

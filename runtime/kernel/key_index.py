@@ -79,7 +79,7 @@ class KeyIndex:
         packed = _packed(table, keys)
         if packed is not None:
             data, packing = packed
-            order = np.argsort(data, kind="stable")
+            order = np.argsort(data)
             return cls(table, keys, -1, data[order], order, np.empty(0, np.int64), packing)
         column = next((i for i, k in enumerate(keys) if _indexable(table.schema.field(k).type)), -1)
         if column < 0:
@@ -88,7 +88,7 @@ class KeyIndex:
         valid = values.is_valid()
         nulls = np.flatnonzero(~valid.to_numpy(zero_copy_only=False))
         data = values.fill_null(0).to_numpy()
-        order = np.argsort(data, kind="stable")
+        order = np.argsort(data)
         if len(nulls):
             order = order[np.isin(order, nulls, assume_unique=True, invert=True)]
         return cls(table, keys, column, data[order], order, nulls)
@@ -109,7 +109,7 @@ class KeyIndex:
         keys = np.concatenate([p.sorted_keys for p in parts])
         order = np.concatenate([p.order + at for p, at in zip(parts, offsets, strict=True)])
         nulls = np.concatenate([p.nulls + at for p, at in zip(parts, offsets, strict=True)])
-        by = np.argsort(keys, kind="stable")
+        by = np.argsort(keys, kind="stable")  # linear over sorted runs (timsort)
         return cls(table, first.keys, first.column, keys[by], order[by], nulls, first.packing)
 
     @property
@@ -127,7 +127,8 @@ class KeyIndex:
         if not _comparable(probed.type, self.table.schema.field(self.keys[self.column]).type):
             return None
         values = _as_int64(probed)
-        picked = self._take(np.unique(values.drop_null().to_numpy()), values.null_count > 0)
+        wanted = driver.distinct_sorted(values.drop_null().to_numpy())
+        picked = self._take(wanted, values.null_count > 0)
         if len(self.keys) == 1 or picked.num_rows == 0:
             return picked
         return driver.rows_with_keys(picked, self.keys, probe, by)
@@ -160,7 +161,7 @@ class KeyIndex:
             data = values.fill_null(low).to_numpy()
             keep &= (data >= low) & (data <= high)
             packed |= (np.clip(data, low, high) - low) << shift
-        return np.unique(packed[keep])
+        return driver.distinct_sorted(packed[keep])
 
     def _take(self, wanted: np.ndarray, nulls: bool) -> pa.Table:
         """The rows whose indexed key is in `wanted` (sorted, distinct), and the rows with
