@@ -226,7 +226,8 @@ class FeedbackNode(Node):
 
     def _in_driver(self, deltas: list[tuple[int, Frame]]) -> Stored | None:
         """`_query`'s result computed without a query (`Kernel.shift_time`, then
-        `Kernel.consolidate_small`) when the kernel can, else None."""
+        `Kernel.consolidate_small`) when the kernel can, else None. The result's batch
+        alone, from an arrangement, is consolidated already: shifted, it stays so."""
         kernel, loop, last = self.kernel, self.variable.loop, time_columns(self.depth)[-1]
         bound = loop.limit if loop.on_limit == "return" else None
         moved = []
@@ -235,6 +236,8 @@ class FeedbackNode(Node):
             if shifted is None:
                 return None
             moved.append(shifted)
+        if len(deltas) == 1 and deltas[0][0] == 0 and isinstance(self.inputs[0], Arranged):
+            return kernel.materialize(moved[0])
         signs = [1 if i == 0 else -1 for i, _ in deltas]
         frame = kernel.consolidate_small(moved, self.columns, self.depth, None, signs)
         return None if frame is None else kernel.materialize(frame)
