@@ -126,6 +126,8 @@ class ArrangeNode(TracedNode):
                     lambda inner: rel.consolidate(inner, columns, depth), "arrange-linear"
                 )
                 frame = kernel.query(fused, {"src": delta.frame})
+        elif delta.consolidated:
+            frame = delta.frame
         else:
             frame = kernel.consolidate_small([delta.frame], columns, depth)
             if frame is None:
@@ -134,7 +136,7 @@ class ArrangeNode(TracedNode):
         if stored.rows == 0:
             kernel.release(stored.frame)
             return None
-        self.current = Batch(stored.frame, stored.rows, stored.table)
+        self.current = Batch(stored.frame, stored.rows, stored.table, consolidated=True)
         return self.current
 
     def describe(self) -> str:

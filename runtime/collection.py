@@ -145,7 +145,9 @@ class LinearNode(Node):
             return Batch(delta.frame, delta.rows, delta.table)
         renamed = self.renamed(delta.frame)
         if renamed is not None:
-            return Batch(renamed, self.kernel.rows(renamed))
+            # Keeping every column keeps distinct rows distinct.
+            kept = delta.consolidated and self._keeps_every_column()
+            return Batch(renamed, self.kernel.rows(renamed), consolidated=kept)
         shared = siblings.batched(self, rnd, delta.frame)
         if shared is not None:  # computed with the other readers of the batch, one query
             return Batch(shared, self.kernel.rows(shared))
@@ -178,6 +180,12 @@ class LinearNode(Node):
         (`Kernel.project_small`); else None."""
         selection = self._selected()
         return None if selection is None else self.kernel.project_small(frame, selection)
+
+    def _keeps_every_column(self) -> bool:
+        """Whether the chain's selection outputs every input column (under some name)."""
+        selection = self._selected()
+        kept = set() if selection is None else {source for _, source in selection.renames}
+        return kept >= set(self.inputs[0].columns)
 
     def _selected(self) -> Selection | None:
         if self._selection is False:

@@ -65,6 +65,9 @@ class Batch:
     deferred: Any = None
     #: The sole reader (a linear node) whose query the producer already applied to `frame`.
     applied: Any = None
+    #: Whether the updates are known consolidated (no two share a row and a time, no diff
+    #: is 0), as an arrangement's batches are: a reader that would consolidate need not.
+    consolidated: bool = False
 
 
 @dataclass(slots=True)

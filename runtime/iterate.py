@@ -78,7 +78,8 @@ class EnterNode(Node):
         if table is not None:
             table = _round_zero_table(table, self.depth)
         name = time_columns(self.depth)[-1]
-        return Batch(self.kernel.append_time(delta.frame, name, 0), delta.rows, table)
+        frame = self.kernel.append_time(delta.frame, name, 0)
+        return Batch(frame, delta.rows, table, consolidated=delta.consolidated)
 
     def describe(self) -> str:
         return "Enter"
@@ -203,7 +204,7 @@ class FeedbackNode(Node):
             last = self._max_round(stored.frame, stored.table, times[-1])
             if last > loop.limit:
                 raise loop.limit_error(last)
-        self.variable.incoming = Batch(stored.frame, stored.rows, stored.table)
+        self.variable.incoming = Batch(stored.frame, stored.rows, stored.table, consolidated=True)
         return None
 
     def _query(self, present: tuple[int, ...]) -> exp.Query:

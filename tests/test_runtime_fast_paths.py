@@ -50,6 +50,8 @@ def _grouped(a: Collection) -> dict[str, Collection]:
         # an arrangement by a renamed key with NULLs dropped (no query), then a reduce
         "renamed": a.map("s AS name", "v").filter("name IS NOT NULL").count(),
         "of_reduce": by_two.map("n", "t").reduce(["n"], aggregates=["sum(t) AS total"]),
+        # every column of an arrangement's batch kept: its arrangement need not consolidate
+        "all_kept": by_two.map("t AS total", "n", "s", "k").count(),
     }
 
 
@@ -62,6 +64,7 @@ def _grouped_expected(inputs: list[Multiset], t: int) -> dict[str, Multiset]:
         "by_text": oracle.reduce(a, [1], [("max", 2), ("min", 0)]),
         "renamed": oracle.count(renamed),
         "of_reduce": oracle.reduce(oracle.map(by_two, lambda r: (r[2], r[3])), [0], [("sum", 1)]),
+        "all_kept": oracle.count(oracle.map(by_two, lambda r: (r[3], r[2], r[1], r[0]))),
     }
 
 

@@ -346,7 +346,7 @@ class ReduceNode(TracedNode):
         if output.rows == 0:
             kernel.release(output.frame)
             return None
-        self.current = Batch(output.frame, output.rows, output.table)
+        self.current = Batch(output.frame, output.rows, output.table, consolidated=True)
         return self.current
 
     def _prepare(self) -> tuple[Any, Any]:
