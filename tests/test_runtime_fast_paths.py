@@ -255,6 +255,37 @@ def test_driver_consolidation_equals_the_query(
     assert sorted(map(str, fast.to_pylist())) == sorted(map(str, slow.to_pylist()))
 
 
+@settings(LOCAL, max_examples=80)
+@given(inp=_tables(), outp=_tables())
+def test_driver_distinct_step_equals_accumulate_then_subtract(
+    inp: list[pa.Table], outp: list[pa.Table]
+) -> None:
+    """A settled distinct step in one grouping (`driver.distinct_step`) against its
+    three steps: accumulate the input, keep the present rows once, subtract the output."""
+    from dsql.runtime.operators.reduce_logic import Distinct
+
+    columns = ("i", "s", "b", "d")
+
+    def at_one_time(tables: list[pa.Table]) -> pa.Table:
+        table = pa.concat_tables(tables)
+        for name in ("__time__", "__time1__"):
+            at = table.schema.get_field_index(name)
+            table = table.set_column(at, name, pa.array([3] * table.num_rows, pa.int64()))
+        return table
+
+    new, old = at_one_time(inp), at_one_time(outp)
+    fast = driver.distinct_step(new, old, columns, 2)
+    if new.num_rows == 0:
+        assert fast is None
+        return
+    acc = driver.consolidate([new], columns, 2, None)
+    assert fast is not None and acc is not None
+    desired = Distinct().in_arrow(acc, columns, (), 2)
+    slow = driver.consolidate([desired, old], columns, 2, None, signs=(1, -1))
+    assert slow is not None and fast.schema == slow.schema
+    assert sorted(map(str, fast.to_pylist())) == sorted(map(str, slow.to_pylist()))
+
+
 JOIN_KEYS = st.sampled_from([("i",), ("s",), ("i", "s"), ("b", "d"), ()])
 
 

@@ -202,18 +202,59 @@ def _by_codes(
             pa.array(np.min([np.maximum(r, f[k]) for f in frontier], axis=0), pa.int64())
             for k, r in enumerate(raw)
         ]
-    codes = row_codes([*data, *stamps], len(diffs))
-    # Hashing numbers the codes in order of first appearance: a row starts a group when
-    # its number exceeds every number before it.
-    group = pc.dictionary_encode(pa.array(codes)).indices.to_numpy().astype(np.intp)
+    group = _groups(row_codes([*data, *stamps], len(diffs)))
     sums = np.zeros(int(group.max()) + 1, np.int64)
     np.add.at(sums, group, diffs)
-    starts = np.ones(len(group), bool)
-    starts[1:] = group[1:] > np.maximum.accumulate(group)[:-1]
     keep = sums != 0
-    rows = pa.array(np.flatnonzero(starts)[keep], pa.int64())
+    rows = pa.array(np.flatnonzero(_first_of_groups(group))[keep], pa.int64())
     arrays = [c.take(rows) for c in [*data, *stamps]]
     return pa.Table.from_arrays([*arrays, pa.array(sums[keep], pa.int64())], schema=schema)
+
+
+def distinct_step(
+    inp: pa.Table, outp: pa.Table, columns: Sequence[str], depth: int
+) -> pa.Table | None:
+    """A settled distinct step in one grouping: per row of `columns` (all of `inp`'s
+    and `outp`'s updates at one time), the row once if its `inp` diffs sum above zero,
+    less its `outp` diffs, non-zero corrections only, the first row of each in input
+    order (as `consolidate` of the distinct rows and the negated `outp` gives them);
+    None when it is not small and plain, or a sum could overflow."""
+    times = time_columns(depth)
+    names = [*columns, *times, DIFF]
+    schema = _output_schema(inp.schema, names)
+    if schema is None or not plain(schema, columns) or inp.num_rows == 0:
+        return None
+    if _output_schema(outp.schema, names) != schema:
+        return None
+    rows = inp.num_rows + outp.num_rows
+    if rows > DRIVER_ROWS:
+        return None
+    diffs = np.concatenate([t.column(DIFF).to_numpy().astype(np.int64) for t in (inp, outp)])
+    if int(np.abs(diffs).max()) * rows > _INT64_MAX:
+        return None
+    values = [concat_columns([inp[n], outp[n]], schema.field(n).type) for n in names[:-1]]
+    group = _groups(row_codes(values[: len(columns)], rows))
+    count, held = (np.zeros(int(group.max()) + 1, np.int64) for _ in range(2))
+    np.add.at(count, group[: inp.num_rows], diffs[: inp.num_rows])
+    np.add.at(held, group[inp.num_rows :], diffs[inp.num_rows :])
+    fix = (count > 0).astype(np.int64) - held
+    keep = fix != 0
+    at = pa.array(np.flatnonzero(_first_of_groups(group))[keep], pa.int64())
+    arrays = [c.take(at) for c in values]
+    return pa.Table.from_arrays([*arrays, pa.array(fix[keep], pa.int64())], schema=schema)
+
+
+def _groups(codes: np.ndarray) -> np.ndarray:
+    """Codes numbered by hashing, in order of first appearance."""
+    return pc.dictionary_encode(pa.array(codes)).indices.to_numpy().astype(np.intp)
+
+
+def _first_of_groups(group: np.ndarray) -> np.ndarray:
+    """Per row, whether it is its group's first (`_groups` numbers groups in order of
+    first appearance: a row starts one when its number exceeds every number before)."""
+    starts = np.ones(len(group), bool)
+    starts[1:] = group[1:] > np.maximum.accumulate(group)[:-1]
+    return starts
 
 
 def _grouped(

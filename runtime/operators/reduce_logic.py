@@ -28,6 +28,7 @@ from sqlglot import exp, parse_one
 from dsql.errors import SchemaError
 from dsql.runtime import relational as rel
 from dsql.runtime.dataflow import schema_key
+from dsql.runtime.kernel import driver
 from dsql.runtime.kernel.base import Frame, Kernel, Prepared
 from dsql.runtime.lattice import DIFF, time_columns
 
@@ -78,6 +79,15 @@ class ReduceLogic:
         """The desired output for accumulated groups already in the driver, computed by
         Arrow with the rows (not the types) `query` gives; None when the logic has no
         such form (the caller runs `desired`)."""
+        return None
+
+    def settled_in_arrow(
+        self, inp: pa.Table, outp: pa.Table, columns: Sequence[str], depth: int
+    ) -> pa.Table | None:
+        """A settled step's corrections (`reduce_settled`: the input and output rows of
+        the affected keys, all at the step's time) computed in the driver in one pass,
+        or None when the logic has no such form (the step accumulates, applies
+        `desired`, and subtracts)."""
         return None
 
     def output_schema(self, source: Arranged) -> pa.Schema:
@@ -204,6 +214,9 @@ def _rewrite(e: exp.Expression) -> exp.Expression | None:
 @dataclass(frozen=True)
 class Distinct(ReduceLogic):
     """Each present row once (`count > 0`)."""
+
+    def settled_in_arrow(self, inp, outp, columns, depth):  # type: ignore[override]
+        return driver.distinct_step(inp, outp, columns, depth)
 
     def in_arrow(self, acc, keys, values, depth):  # type: ignore[override]
         present = acc.filter(pc.greater(acc[DIFF], 0))

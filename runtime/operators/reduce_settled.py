@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from sqlglot import exp, parse_one
 
 from dsql.runtime.dataflow import Round
@@ -135,7 +136,12 @@ class SettledQueries:
     def run(self, node: ReduceNode, frames: dict[str, Frame]) -> Frame:
         """The step's output (the corrections at `t`) from `settled_inputs`' frames."""
         kernel, keys, d = node.kernel, node.keys, node.depth
-        acc = kernel.consolidate_small([frames["inp"]], [*keys, *node.source_values], d)
+        inp, outp = frames["inp"], frames["outp"]
+        if isinstance(inp, pa.Table) and isinstance(outp, pa.Table):
+            done = node.logic.settled_in_arrow(inp, outp, node.columns, d)
+            if done is not None:
+                return done
+        acc = kernel.consolidate_small([inp], [*keys, *node.source_values], d)
         if acc is None:
             result, stored = kernel.run_pipeline(self.pipeline, frames, keys)
             if stored:
@@ -144,7 +150,6 @@ class SettledQueries:
                     kernel.release(frame)
             return result
         desired = node.logic.desired(kernel, acc, keys, node.source_values, d, node.schema)
-        outp = frames["outp"]
         done = kernel.consolidate_small([desired, outp], node.columns, d, signs=(1, -1))
         if done is not None:
             return done
