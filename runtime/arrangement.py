@@ -54,6 +54,11 @@ class Arranged(Node):
             picked.append(rows)
         return picked
 
+    def history_upper(self) -> tuple[int, ...] | None:
+        """Per time coordinate, the greatest value in `history()` (None: not known
+        without reading it; `()`: no history)."""
+        return None
+
     @property
     def trace(self) -> Trace:
         raise NotImplementedError
@@ -83,6 +88,9 @@ class TracedNode(Arranged):
 
     def history_with_keys(self, probe: Frame, by: Sequence[str]) -> list[Frame] | None:
         return self._trace.rows_with_keys(probe, by)
+
+    def history_upper(self) -> tuple[int, ...] | None:
+        return self._trace.upper()
 
     def finish(self, rnd: Round) -> None:
         self._trace.advance(rnd.compaction_frontier)

@@ -98,6 +98,27 @@ class Trace:
                 picked.append(rows)
         return picked
 
+    def upper(self) -> tuple[int, ...] | None:
+        """Per time coordinate, the greatest value in any batch (`()`: no batch; None:
+        the kernel does not say)."""
+        highs: list[int] = []
+        for batch in self.batches:
+            ranges = self._batch_ranges(batch)
+            if ranges is None:
+                return None
+            highs = (
+                [h for _, h in ranges]
+                if not highs
+                else [max(a, h) for a, (_, h) in zip(highs, ranges, strict=True)]
+            )
+        return tuple(highs)
+
+    def _batch_ranges(self, batch: TraceBatch) -> tuple[tuple[int, int], ...] | None:
+        """The batch's time ranges (`TraceBatch.ranges`), asked of the kernel once."""
+        if not batch.ranged:
+            batch.ranges, batch.ranged = self._ranges(batch.frame), True
+        return batch.ranges
+
     def _index(self, batch: TraceBatch) -> Any:
         """The batch's index by the trace's keys, built when first asked (None: none)."""
         if not batch.indexed:
@@ -200,16 +221,15 @@ class Trace:
         of their times (each is beyond it: `advance_by` leaves it)."""
         ranges = []
         for b in batches:
-            if not b.ranged:
-                b.ranges, b.ranged = self._ranges(b.frame), True
-            if b.ranges is None:
+            batch_ranges = self._batch_ranges(b)
+            if batch_ranges is None:
                 return False
-            lows = [low for low, _ in b.ranges]
+            lows = [low for low, _ in batch_ranges]
             if frontier and not any(
                 all(low >= f for low, f in zip(lows, e, strict=True)) for e in frontier
             ):
                 return False
-            ranges.append(b.ranges)
+            ranges.append(batch_ranges)
         return all(
             any(x[1] < y[0] or y[1] < x[0] for x, y in zip(a, b, strict=True))
             for i, a in enumerate(ranges)

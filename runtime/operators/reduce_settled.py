@@ -73,15 +73,18 @@ def settled_inputs(
     if not rnd.frontier.complete(tuple(stamp)):
         return None
     frames: dict[str, Frame] = {}
-    for table, parts in (("inp", [*history, delta]), ("outp", outputs)):
+    sides = (("inp", [*history, delta], source), ("outp", outputs, node))
+    for table, parts, arranged in sides:
+        # A trace's batches know their times' ranges: when none is later than the stamp,
+        # no frame of it needs its own check (the delta is at the stamp).
+        upper = arranged.history_upper()
+        known = upper is not None and all(u <= s for u, s in zip(upper, stamp, strict=False))
         kept = []
         for frame in parts:
             if kernel.rows(frame) == 0:
                 continue
-            for name, at in zip(names, stamp, strict=True):
-                bounds = kernel.bounds(frame, name)
-                if bounds is None or bounds[1] > at:
-                    return None
+            if not known and not _at_most(kernel, frame, names, stamp):
+                return None
             rows = frame if cut else kernel.rows_with_keys(frame, node.keys, delta)
             if rows is None:
                 return None
@@ -94,6 +97,15 @@ def settled_inputs(
             frame = kernel.set_time(frame, name, at)
         frames[table] = frame
     return frames
+
+
+def _at_most(kernel: Any, frame: Frame, names: Sequence[str], stamp: Sequence[int]) -> bool:
+    """Whether every time of `frame` is at most `stamp`, coordinate by coordinate."""
+    for name, at in zip(names, stamp, strict=True):
+        bounds = kernel.bounds(frame, name)
+        if bounds is None or bounds[1] > at:
+            return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
