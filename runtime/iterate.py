@@ -94,6 +94,8 @@ class EnterArrangedNode(Arranged):
         self.keys = source.keys
         self._step = 0
         self._lifted: dict[int, Frame] = {}
+        #: The outer round's batch and its index: every inner step probes it.
+        self._current_index: tuple[Frame, Any] | None = None
         super().__init__(source.worker, (source,), source.schema, loop.depth, scope=loop)
 
     @property
@@ -116,12 +118,22 @@ class EnterArrangedNode(Arranged):
     def history_with_keys(self, probe: Frame, by: Sequence[str]) -> list[Frame] | None:
         picked = self.source.history_with_keys(probe, by)
         if picked is not None and self._step > 0 and self.source.current is not None:
-            rows = self.kernel.rows_with_keys(self.source.current.frame, self.keys, probe, by)
+            rows = self._current_rows(self.source.current.frame, probe, by)
             picked = None if rows is None else [*picked, rows]
         if picked is None:
             return None
         name = time_columns(self.depth)[-1]
         return [self.kernel.append_time(f, name, 0) for f in picked]
+
+    def _current_rows(self, frame: Frame, probe: Frame, by: Sequence[str]) -> Frame | None:
+        """The rows of the outer round's batch `frame` with the keys of `probe`, through
+        an index built at the first inner step that asks (the outer trace indexes the
+        batch only once it holds it, after the round)."""
+        if self._current_index is None or self._current_index[0] is not frame:
+            self._current_index = (frame, self.kernel.key_index(frame, self.keys))
+        index = self._current_index[1]
+        rows = index.rows(probe, by) if index is not None else None
+        return rows if rows is not None else self.kernel.rows_with_keys(frame, self.keys, probe, by)
 
     def step(self, rnd: Round) -> Batch | None:
         self._step = rnd.number
@@ -130,6 +142,7 @@ class EnterArrangedNode(Arranged):
             # The outer trace changes only between parent rounds: forget stale frames.
             live = {id(f) for f in self.source.history()}
             self._lifted = {k: v for k, v in self._lifted.items() if k in live}
+            self._current_index = None
             outer = self.source.current
             if outer is not None:
                 table = None if outer.table is None else _round_zero_table(outer.table, self.depth)
