@@ -372,10 +372,11 @@ def join(left: pa.Table, right: pa.Table, shape: JoinShape) -> pa.Table | None:
     if not (plain(left.schema, shape.left_columns) and plain(right.schema, shape.right_values)):
         return None
     lkeys, rkeys = [a for a, _ in pairs], [b for _, b in pairs]
-    if pairs and left.num_rows <= SMALL_ROWS:  # cut the other side to the small side's keys
+    # A big side is cut to a small side's keys (two small sides are matched as they are).
+    if pairs and left.num_rows <= SMALL_ROWS < right.num_rows:
         cut = rows_with_keys(right, rkeys, left, lkeys)
         right = right if cut is None else cut
-    elif pairs and right.num_rows <= SMALL_ROWS:
+    elif pairs and right.num_rows <= SMALL_ROWS < left.num_rows:
         cut = rows_with_keys(left, lkeys, right, rkeys)
         left = left if cut is None else cut
     if not plain(right.schema, rkeys):
