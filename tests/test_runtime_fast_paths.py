@@ -260,8 +260,9 @@ def test_driver_consolidation_equals_the_query(
 def test_driver_distinct_step_equals_accumulate_then_subtract(
     inp: list[pa.Table], outp: list[pa.Table]
 ) -> None:
-    """A settled distinct step in one grouping (`driver.distinct_step`) against its
-    three steps: accumulate the input, keep the present rows once, subtract the output."""
+    """A settled distinct step in one grouping (`driver.distinct_step`, over rows at any
+    times up to the step's) against its three steps over the rows at the step's time:
+    accumulate the input, keep the present rows once, subtract the output."""
     from dsql.runtime.operators.reduce_logic import Distinct
 
     columns = ("i", "s", "b", "d")
@@ -273,8 +274,8 @@ def test_driver_distinct_step_equals_accumulate_then_subtract(
             table = table.set_column(at, name, pa.array([3] * table.num_rows, pa.int64()))
         return table
 
+    fast = driver.distinct_step(inp, outp, columns, (3, 3))
     new, old = at_one_time(inp), at_one_time(outp)
-    fast = driver.distinct_step(new, old, columns, 2)
     if new.num_rows == 0:
         assert fast is None
         return

@@ -212,35 +212,42 @@ def _by_codes(
 
 
 def distinct_step(
-    inp: pa.Table, outp: pa.Table, columns: Sequence[str], depth: int
+    inp: Sequence[pa.Table],
+    outp: Sequence[pa.Table],
+    columns: Sequence[str],
+    stamp: tuple[int, ...],
 ) -> pa.Table | None:
-    """A settled distinct step in one grouping: per row of `columns` (all of `inp`'s
-    and `outp`'s updates at one time), the row once if its `inp` diffs sum above zero,
-    less its `outp` diffs, non-zero corrections only, the first row of each in input
-    order (as `consolidate` of the distinct rows and the negated `outp` gives them);
-    None when it is not small and plain, or a sum could overflow."""
-    times = time_columns(depth)
+    """A settled distinct step in one grouping: per row of `columns` (over all of the
+    `inp` and `outp` tables' updates, whatever their times), the row once if its `inp`
+    diffs sum above zero, less its `outp` diffs, non-zero corrections only, at time
+    `stamp`, the first row of each in input order (as `consolidate` of the distinct
+    rows and the negated `outp` at `stamp` gives them); None when it is not small and
+    plain, or a sum could overflow."""
+    times = time_columns(len(stamp))
     names = [*columns, *times, DIFF]
-    schema = _output_schema(inp.schema, names)
-    if schema is None or not plain(schema, columns) or inp.num_rows == 0:
+    tables = [t for t in (*inp, *outp) if t.num_rows]
+    rows = sum(t.num_rows for t in tables)
+    new = sum(t.num_rows for t in inp)
+    if not new or rows > DRIVER_ROWS:
         return None
-    if _output_schema(outp.schema, names) != schema:
+    schema = _output_schema(tables[0].schema, names)
+    if schema is None or not plain(schema, columns):
         return None
-    rows = inp.num_rows + outp.num_rows
-    if rows > DRIVER_ROWS:
+    if any(_output_schema(t.schema, names) != schema for t in tables[1:]):
         return None
-    diffs = np.concatenate([t.column(DIFF).to_numpy().astype(np.int64) for t in (inp, outp)])
+    diffs = np.concatenate([t.column(DIFF).to_numpy().astype(np.int64) for t in tables])
     if int(np.abs(diffs).max()) * rows > _INT64_MAX:
         return None
-    values = [concat_columns([inp[n], outp[n]], schema.field(n).type) for n in names[:-1]]
-    group = _groups(row_codes(values[: len(columns)], rows))
+    values = [concat_columns([t[n] for t in tables], schema.field(n).type) for n in columns]
+    group = _groups(row_codes(values, rows))
     count, held = (np.zeros(int(group.max()) + 1, np.int64) for _ in range(2))
-    np.add.at(count, group[: inp.num_rows], diffs[: inp.num_rows])
-    np.add.at(held, group[inp.num_rows :], diffs[inp.num_rows :])
+    np.add.at(count, group[:new], diffs[:new])
+    np.add.at(held, group[new:], diffs[new:])
     fix = (count > 0).astype(np.int64) - held
     keep = fix != 0
     at = pa.array(np.flatnonzero(_first_of_groups(group))[keep], pa.int64())
     arrays = [c.take(at) for c in values]
+    arrays += [pa.array(np.full(len(at), s, np.int64)) for s in stamp]
     return pa.Table.from_arrays([*arrays, pa.array(fix[keep], pa.int64())], schema=schema)
 
 

@@ -250,7 +250,7 @@ class ReduceNode(TracedNode):
             # One time, nothing later: the output is the logic over the keys' histories.
             if self._settled is None:
                 self._settled = SettledQueries.build(self)
-            output = kernel.materialize(self._settled.run(self, settled), self.keys)
+            output = kernel.materialize(self._settled.run(self, source, settled), self.keys)
             return self._finish_step(output, None, [])
         small = self._in_driver(input_frames, source, outputs, rnd.frontier)
         if small is not None:

@@ -82,12 +82,16 @@ class ReduceLogic:
         return None
 
     def settled_in_arrow(
-        self, inp: pa.Table, outp: pa.Table, columns: Sequence[str], depth: int
+        self,
+        inp: Sequence[pa.Table],
+        outp: Sequence[pa.Table],
+        columns: Sequence[str],
+        stamp: tuple[int, ...],
     ) -> pa.Table | None:
-        """A settled step's corrections (`reduce_settled`: the input and output rows of
-        the affected keys, all at the step's time) computed in the driver in one pass,
-        or None when the logic has no such form (the step accumulates, applies
-        `desired`, and subtracts)."""
+        """A settled step's corrections at its time `stamp` (`reduce_settled`: from the
+        affected keys' input and output rows, at times up to the stamp) computed in the
+        driver in one pass, or None when the logic has no such form (the step
+        accumulates, applies `desired`, and subtracts)."""
         return None
 
     def output_schema(self, source: Arranged) -> pa.Schema:
@@ -215,8 +219,8 @@ def _rewrite(e: exp.Expression) -> exp.Expression | None:
 class Distinct(ReduceLogic):
     """Each present row once (`count > 0`)."""
 
-    def settled_in_arrow(self, inp, outp, columns, depth):  # type: ignore[override]
-        return driver.distinct_step(inp, outp, columns, depth)
+    def settled_in_arrow(self, inp, outp, columns, stamp):  # type: ignore[override]
+        return driver.distinct_step(inp, outp, columns, stamp)
 
     def in_arrow(self, acc, keys, values, depth):  # type: ignore[override]
         present = acc.filter(pc.greater(acc[DIFF], 0))

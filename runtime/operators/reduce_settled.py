@@ -48,6 +48,30 @@ def name_list(names: Sequence[str], prefix: str = "") -> str:
     return ", ".join(f"{prefix}{quote(n)}" for n in names)
 
 
+@dataclass(frozen=True, slots=True)
+class SettledRows:
+    """A settled step's rows: its time, and the affected keys' input rows (the history's
+    and the new batch's) and output rows, at their own times."""
+
+    stamp: tuple[int, ...]
+    inp: list[Frame]
+    outp: list[Frame]
+
+    def frames(self, node: ReduceNode, source: Arranged) -> dict[str, Frame]:
+        """The input (`inp`) and output (`outp`) rows as one frame each, times set to
+        the stamp (the step's queries read them so)."""
+        kernel, frames = node.kernel, {}
+        for table, parts in (("inp", self.inp), ("outp", self.outp)):
+            if not parts:
+                schema = source.schema if table == "inp" else node.schema
+                parts = [node.worker.empty_frame(schema, node.depth)]
+            frame = kernel.union(parts) if len(parts) > 1 else parts[0]
+            for name, at in zip(time_columns(node.depth), self.stamp, strict=True):
+                frame = kernel.set_time(frame, name, at)
+            frames[table] = frame
+        return frames
+
+
 def settled_inputs(
     node: ReduceNode,
     source: Arranged,
@@ -55,12 +79,11 @@ def settled_inputs(
     history: list[Frame],
     outputs: list[Frame],
     cut: bool = False,
-) -> dict[str, Frame] | None:
-    """The affected keys' input (`inp`) and output (`outp`) rows, times set to `t`, when
-    the step is settled (module docstring); None when it is not, or when the kernel
-    cannot pick the keys' rows without a query. `history` and `outputs`: the input's
-    history and the output trace (or at least every row of the affected keys; `cut`:
-    only those rows)."""
+) -> SettledRows | None:
+    """The affected keys' input and output rows when the step is settled (module
+    docstring); None when it is not, or when the kernel cannot pick the keys' rows
+    without a query. `history` and `outputs`: the input's history and the output trace
+    (or at least every row of the affected keys; `cut`: only those rows)."""
     if node.pending() or source.current is None or not node.keys:
         return None
     kernel, names, delta = node.kernel, time_columns(node.depth), source.current.frame
@@ -72,9 +95,8 @@ def settled_inputs(
         stamp.append(bounds[0])
     if not rnd.frontier.complete(tuple(stamp)):
         return None
-    frames: dict[str, Frame] = {}
-    sides = (("inp", [*history, delta], source), ("outp", outputs, node))
-    for table, parts, arranged in sides:
+    sides: dict[str, list[Frame]] = {}
+    for side, parts, arranged in (("inp", [*history, delta], source), ("outp", outputs, node)):
         # A trace's batches know their times' ranges: when none is later than the stamp,
         # no frame of it needs its own check (the delta is at the stamp).
         upper = arranged.history_upper()
@@ -89,14 +111,8 @@ def settled_inputs(
             if rows is None:
                 return None
             kept.append(rows)
-        if not kept:
-            schema = source.schema if table == "inp" else node.schema
-            kept.append(node.worker.empty_frame(schema, node.depth))
-        frame = kernel.union(kept) if len(kept) > 1 else kept[0]
-        for name, at in zip(names, stamp, strict=True):
-            frame = kernel.set_time(frame, name, at)
-        frames[table] = frame
-    return frames
+        sides[side] = kept
+    return SettledRows(tuple(stamp), sides["inp"], sides["outp"])
 
 
 def _at_most(kernel: Any, frame: Frame, names: Sequence[str], stamp: Sequence[int]) -> bool:
@@ -145,14 +161,15 @@ class SettledQueries:
         result: SettledQueries = kernel.cached(("reduce-settled", *shape), build)
         return result
 
-    def run(self, node: ReduceNode, frames: dict[str, Frame]) -> Frame:
-        """The step's output (the corrections at `t`) from `settled_inputs`' frames."""
+    def run(self, node: ReduceNode, source: Arranged, rows: SettledRows) -> Frame:
+        """The step's output (the corrections at `t`) from `settled_inputs`' rows."""
         kernel, keys, d = node.kernel, node.keys, node.depth
-        inp, outp = frames["inp"], frames["outp"]
-        if isinstance(inp, pa.Table) and isinstance(outp, pa.Table):
-            done = node.logic.settled_in_arrow(inp, outp, node.columns, d)
+        if all(isinstance(f, pa.Table) for f in (*rows.inp, *rows.outp)):
+            done = node.logic.settled_in_arrow(rows.inp, rows.outp, node.columns, rows.stamp)
             if done is not None:
                 return done
+        frames = rows.frames(node, source)
+        inp, outp = frames["inp"], frames["outp"]
         acc = kernel.consolidate_small([inp], [*keys, *node.source_values], d)
         if acc is None:
             result, stored = kernel.run_pipeline(self.pipeline, frames, keys)
