@@ -203,7 +203,7 @@ class LocalKernel(Kernel):
     def key_index(
         self, frame: pa.Table, keys: Sequence[str], parts: Sequence[_index.KeyIndex] = ()
     ) -> _index.KeyIndex | None:
-        if frame.num_rows < _index.INDEX_ROWS or not keys:
+        if not _index.worth_indexing(frame.num_rows, keys):
             return None
         merged = _index.KeyIndex.merged(frame, parts) if parts else None
         return merged if merged is not None else _index.KeyIndex.build(frame, keys)
