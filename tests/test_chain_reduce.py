@@ -55,9 +55,19 @@ def _values(acc: pa.Table) -> pa.Table:
     )
 
 
+def _present(acc: pa.Table) -> pa.Table:
+    """Distinct over whole rows (keys `k` and `v`, no values): each present row once."""
+    kept = acc.filter(pc.greater(acc[DIFF], 0))
+    return kept.set_column(
+        kept.schema.get_field_index(DIFF), DIFF, pa.array([1] * kept.num_rows, pa.int64())
+    )
+
+
 LOGICS = {
     "count": (_count, pa.schema([("k", pa.int64()), ("n", pa.int64())]), ("n",)),
     "values": (_values, pa.schema([("k", pa.int64()), ("v", pa.string())]), ("v",)),
+    # The chain step's own path for `Distinct` (`ReduceShape.distinct`): keys k and v.
+    "distinct": (_present, SOURCE, ()),
 }
 
 KEYS = st.one_of(st.none(), st.integers(0, 4))
@@ -102,9 +112,14 @@ def steps(draw: st.DrawFn) -> tuple[ReduceRows, str, bool]:
         (draw(KEYS), draw(out_value), *stamp(False), draw(DIFFS))
         for _ in range(draw(st.integers(0, 10)))
     ]
-    pend = [(draw(KEYS), *stamp(True)) for _ in range(draw(st.integers(0, 2)))]
+    distinct = name == "distinct"
+    keys, vals = (("k", "v"), ()) if distinct else (("k",), ("v",))
+    pend = [
+        (draw(KEYS), *([draw(VALUES)] if distinct else []), *stamp(True))
+        for _ in range(draw(st.integers(0, 2)))
+    ]
     delta = table(SOURCE, ("k", "v"), delta_rows)
-    pending_fields = [SOURCE.field("k"), *(pa.field(t, pa.int64()) for t in times)]
+    pending_fields = [*(SOURCE.field(k) for k in keys), *(pa.field(t, pa.int64()) for t in times)]
     pending = pa.Table.from_arrays(
         [pa.array(c, f.type) for c, f in zip(zip(*pend, strict=True), pending_fields, strict=True)]
         if pend
@@ -114,12 +129,12 @@ def steps(draw: st.DrawFn) -> tuple[ReduceRows, str, bool]:
     frontier = Antichain(
         [stamp(True) for _ in range(draw(st.integers(0, 2)))] if draw(st.booleans()) else []
     )
-    shape = ReduceShape(("k",), ("v",), outs, depth, SOURCE, out_schema)
+    shape = ReduceShape(keys, vals, outs, depth, SOURCE, out_schema, distinct)
     rows = ReduceRows(
         [table(SOURCE, ("k", "v"), history), delta],
         delta if n_delta else None,
         pending if pend else None,
-        [table(out_schema, ("k", *outs), outputs)],
+        [table(out_schema, (*keys, *outs), outputs)],
         frontier,
         shape,
     )

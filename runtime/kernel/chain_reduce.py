@@ -134,40 +134,50 @@ def chain_step(
     if groups is None:
         return None
     acc_kid, acc_vid, acc_c, acc = groups
-    acc_table = _build(
-        [
-            *_fields(shape.source, keys, [c.take(pa.array(acc_kid)) for c in key_values]),
-            *stamp_of(cand_j[acc_c]),
-            *_fields(
-                shape.source, vals, [c.take(pa.array(vfirst[acc_vid])) for c in value_columns]
-            ),
-            (pa.field(DIFF, pa.int64()), pa.array(acc, pa.int64())),
-        ]
-    )
-    if acc_table.num_rows == 0:  # the logic is never called on an empty group
-        desired = _empty_desired(shape, times)
-    else:
-        desired = logic(acc_table)
-        if not isinstance(desired, pa.Table):
+    if shape.distinct and not vals and not outs:
+        # Distinct over whole rows: each candidate where a row is present wants it once;
+        # there is one output value, no logic to call and no codes to look up.
+        want_c = acc_c[acc > 0]
+        want_oid, want_diff = np.zeros(len(want_c), np.int64), np.ones(len(want_c), np.int64)
+        out_oid, ofirst, out_columns = np.zeros(len(out_kid), np.int64), np.zeros(1, np.int64), []
+        if len(want_c) + held_total >= _SAFE_TOTAL:
             return None
-
-    # Output codes over the output trace's rows and the desired rows together.
-    out_rows = _filter(current, out_keep)
-    want_kid = _lookup(key_values, [desired.column(k) for k in keys], nkeys)
-    out_columns = [
-        concat_columns(
-            [*(t.column(o) for t in out_rows), desired.column(o)], shape.schema.field(o).type
+    else:
+        acc_table = _build(
+            [
+                *_fields(shape.source, keys, [c.take(pa.array(acc_kid)) for c in key_values]),
+                *stamp_of(cand_j[acc_c]),
+                *_fields(
+                    shape.source, vals, [c.take(pa.array(vfirst[acc_vid])) for c in value_columns]
+                ),
+                (pa.field(DIFF, pa.int64()), pa.array(acc, pa.int64())),
+            ]
         )
-        for o in outs
-    ]
-    oid, ofirst = dense_codes(row_codes(out_columns, len(out_kid) + desired.num_rows))
-    out_oid, want_oid = oid[: len(out_kid)], oid[len(out_kid) :]
-    want_diff = desired.column(DIFF).to_numpy().astype(np.int64)
-    if want_kid is None or _magnitude([desired]) + held_total >= _SAFE_TOTAL:
-        return None
-    want_c = chain.position(want_kid, desired.column(last).to_numpy())
-    if want_c is None:
-        return None
+        if acc_table.num_rows == 0:  # the logic is never called on an empty group
+            desired = _empty_desired(shape, times)
+        else:
+            desired = logic(acc_table)
+            if not isinstance(desired, pa.Table):
+                return None
+
+        # Output codes over the output trace's rows and the desired rows together.
+        out_rows = _filter(current, out_keep)
+        want_kid = _lookup(key_values, [desired.column(k) for k in keys], nkeys)
+        out_columns = [
+            concat_columns(
+                [*(t.column(o) for t in out_rows), desired.column(o)], shape.schema.field(o).type
+            )
+            for o in outs
+        ]
+        oid, ofirst = dense_codes(row_codes(out_columns, len(out_kid) + desired.num_rows))
+        out_oid, want_oid = oid[: len(out_kid)], oid[len(out_kid) :]
+        want_diff = desired.column(DIFF).to_numpy().astype(np.int64)
+        if want_kid is None or _magnitude([desired]) + held_total >= _SAFE_TOTAL:
+            return None
+        position = chain.position(want_kid, desired.column(last).to_numpy())
+        if position is None:
+            return None
+        want_c = position
     held = chain.accumulate(out_kid, out_oid, out_j, out_diff)
     if held is None:
         return None
