@@ -71,8 +71,13 @@ def chain_step(
     if not new or not _same_types([*new, *history], keys) or not _same_types(current, keys):
         return None
     prefix = _shared_prefix(new, times[:-1])
-    if prefix is None or not all(_at_most(t, times[:-1], prefix) for t in (*history, *current)):
+    if prefix is None:
         return None
+    for tables, upper in ((history, rows.uppers[0]), (current, rows.uppers[1])):
+        # Known bounds of the traces spare reading each table's (the delta is at `prefix`).
+        known = upper is not None and all(u <= p for u, p in zip(upper, prefix, strict=False))
+        if not known and not all(_at_most(t, times[:-1], prefix) for t in tables):
+            return None
     held_total = _magnitude(current)
     if _magnitude(history) + held_total >= _SAFE_TOTAL:
         return None
@@ -127,9 +132,12 @@ def chain_step(
     chain = _Chain(cand, per_key, key_start, span, stamps)
 
     # The input accumulated at every ready candidate, per (key, value).
-    hist_rows = _filter(history, hist_keep)
-    value_columns = [concat_columns([t.column(v) for t in hist_rows]) for v in vals]
-    vid, vfirst = dense_codes(row_codes(value_columns, len(hist_kid)))
+    if vals:
+        hist_rows = _filter(history, hist_keep)
+        value_columns = [concat_columns([t.column(v) for t in hist_rows]) for v in vals]
+        vid, vfirst = dense_codes(row_codes(value_columns, len(hist_kid)))
+    else:  # one value: the empty row
+        value_columns, vid, vfirst = [], np.zeros(len(hist_kid), np.int64), np.zeros(1, np.int64)
     groups = chain.accumulate(hist_kid, vid, hist_j, hist_diff)
     if groups is None:
         return None

@@ -65,7 +65,9 @@ class ReduceRows:
     """A general reduce step's rows: `inputs`, the affected keys' input rows (new ones
     included); `delta`, the new input; `pending`, the candidates held back (keys, times);
     `outputs`, the affected keys' rows of the output trace (inputs and outputs may hold
-    other keys' rows too); the frontier; the step's `ReduceShape`. Frames of any kernel."""
+    other keys' rows too); the frontier; the step's `ReduceShape`. Frames of any kernel.
+    `uppers`: per time coordinate, the greatest time of the input's history and of the
+    output trace, when known without reading them (`Arranged.history_upper`)."""
 
     inputs: Sequence[Any]
     delta: Any
@@ -73,6 +75,7 @@ class ReduceRows:
     outputs: Sequence[Any]
     frontier: Antichain
     shape: ReduceShape
+    uppers: tuple[tuple[int, ...] | None, tuple[int, ...] | None] = (None, None)
 
     def frames(self) -> list[Any]:
         """Every frame given."""

@@ -324,7 +324,8 @@ class ReduceNode(TracedNode):
             return self.logic.desired(kernel, acc, keys, self.source_values, d, self.schema)
 
         delta = source.current.frame if source.current is not None else None
-        rows = ReduceRows(inputs, delta, self._pending, outputs, frontier, self._shape)
+        uppers = (source.history_upper(), self.history_upper())
+        rows = ReduceRows(inputs, delta, self._pending, outputs, frontier, self._shape, uppers)
         small = kernel.reduce_small(rows, logic)
         if small is None:
             return None
