@@ -7,7 +7,10 @@ types, with exactly the result the kernel's query would give:
 
 - `consolidate`: the union of tables, times advanced to a frontier (when given),
   equal (row, time) pairs summed, zero sums dropped (`relational.consolidate` and
-  `relational.advance`);
+  `relational.advance`): by Python's sums, by sums per row code, or by Arrow's hash
+  aggregation, as the row count makes cheapest;
+- `distinct_step`: a settled distinct step (`operators.reduce_settled`) in one
+  grouping;
 - `project`: columns selected and renamed, rows with NULL in some columns dropped (a
   linear chain that only does that, `Linear.selection`);
 - `rows_with_keys`: the rows whose keys some other rows have (a reduce's affected keys);
