@@ -201,7 +201,8 @@ class FeedbackNode(Node):
         deltas = [(i, b.frame) for i, b in batches if b is not None]
         if not deltas:
             return None
-        stored = self._in_driver(deltas)
+        result = batches[0][1]
+        stored = self._in_driver(deltas, result is not None and result.consolidated)
         if stored is None:
             present = tuple(i for i, _ in deltas)
             query = self.kernel.cached(
@@ -238,10 +239,10 @@ class FeedbackNode(Node):
             union = rel.select(union, [exp.Star()], where=bound)
         return rel.consolidate(union, self.columns, self.depth)
 
-    def _in_driver(self, deltas: list[tuple[int, Frame]]) -> Stored | None:
+    def _in_driver(self, deltas: list[tuple[int, Frame]], consolidated: bool) -> Stored | None:
         """`_query`'s result computed without a query (`Kernel.shift_time`, then
         `Kernel.consolidate_small`) when the kernel can, else None. The result's batch
-        alone, from an arrangement, is consolidated already: shifted, it stays so."""
+        alone, when `consolidated` (an arrangement's), stays so shifted."""
         kernel, loop, last = self.kernel, self.variable.loop, time_columns(self.depth)[-1]
         bound = loop.limit if loop.on_limit == "return" else None
         moved = []
@@ -250,7 +251,7 @@ class FeedbackNode(Node):
             if shifted is None:
                 return None
             moved.append(shifted)
-        if len(deltas) == 1 and deltas[0][0] == 0 and isinstance(self.inputs[0], Arranged):
+        if len(deltas) == 1 and deltas[0][0] == 0 and consolidated:
             return kernel.materialize(moved[0])
         signs = [1 if i == 0 else -1 for i, _ in deltas]
         frame = kernel.consolidate_small(moved, self.columns, self.depth, None, signs)
