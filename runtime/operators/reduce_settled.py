@@ -11,9 +11,11 @@ correction at `t` is
 
 so the general step's grid, candidates and Möbius inversion reduce to the logic and
 one subtraction. The affected keys' rows are picked in the driver
-(`Kernel.rows_with_keys`) with their times set to `t`; the accumulation and the
+(`Kernel.rows_with_keys`, `SettledRows`), then set to time `t`; the accumulation and the
 subtraction run in the driver too when they are small (`Kernel.consolidate_small`),
-leaving one statement, the logic itself.
+leaving one statement, the logic itself. A logic with a one-pass form in the driver
+(`ReduceLogic.settled_in_arrow`: Distinct, one grouping of the rows as the traces hold
+them) needs no statement and no times set.
 
 Invariant: the result equals the general step's output for the same inputs (the
 oracle tests run both, since a history with several times per batch takes the
