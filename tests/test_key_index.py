@@ -150,6 +150,29 @@ def test_trace_concatenates_batches_that_share_no_time_and_keeps_their_index() -
     assert set(trace.batches[0].frame.column("__time1__").to_pylist()) == {2}
 
 
+def test_trace_upper_is_the_greatest_time_of_its_batches() -> None:
+    from dsql.runtime.trace import Trace
+
+    kernel = LocalKernel()
+    schema = pa.schema(
+        [("k", pa.int64()), ("__time__", pa.int64()), ("__time1__", pa.int64())]
+        + [("__diff__", pa.int64())]
+    )
+    trace = Trace(kernel, ("k",), ("k",), 2)
+    assert trace.upper() == ()
+    trace.insert(
+        pa.table(
+            {"k": [1, 2], "__time__": [3, 1], "__time1__": [0, 4], "__diff__": [1, 1]},
+            schema=schema,
+        ),
+        2,
+    )
+    trace.insert(
+        pa.table({"k": [3], "__time__": [2], "__time1__": [7], "__diff__": [1]}, schema=schema), 1
+    )
+    assert trace.upper() == (3, 7)
+
+
 @contextmanager
 def index_everything() -> Iterator[None]:
     """Every trace batch indexed, however small."""
