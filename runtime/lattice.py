@@ -53,6 +53,16 @@ def less_equal(s: Time, t: Time) -> bool:
     return all(a <= b for a, b in zip(s, t, strict=True))
 
 
+def bounded(upper: Time | None, bound: Time) -> bool:
+    """Whether updates whose greatest time per coordinate is `upper` (None: not known;
+    `()`: there are none) all lie at or below `bound` in `bound`'s coordinates.
+
+    >>> bounded((3, 7), (3,)), bounded((3, 7), (2, 9)), bounded((), (1,)), bounded(None, (1,))
+    (True, False, True, False)
+    """
+    return upper is not None and all(u <= b for u, b in zip(upper, bound, strict=False))
+
+
 def less_than(s: Time, t: Time) -> bool:
     """Whether `s <= t` and `s != t`."""
     return s != t and less_equal(s, t)

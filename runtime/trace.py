@@ -101,22 +101,25 @@ class Trace:
     def upper(self) -> tuple[int, ...] | None:
         """Per time coordinate, the greatest value in any batch (`()`: no batch; None:
         the kernel does not say)."""
-        highs: list[int] = []
-        for batch in self.batches:
-            ranges = self._batch_ranges(batch)
-            if ranges is None:
-                return None
-            highs = (
-                [h for _, h in ranges]
-                if not highs
-                else [max(a, h) for a, (_, h) in zip(highs, ranges, strict=True)]
-            )
-        return tuple(highs)
+        ranges = [self._batch_ranges(b) for b in self.batches]
+        if any(r is None for r in ranges):
+            return None
+        return tuple(
+            max(highs) for highs in zip(*([h for _, h in r] for r in ranges if r), strict=True)
+        )
 
     def _batch_ranges(self, batch: TraceBatch) -> tuple[tuple[int, int], ...] | None:
         """The batch's time ranges (`TraceBatch.ranges`), asked of the kernel once."""
         if not batch.ranged:
-            batch.ranges, batch.ranged = self._ranges(batch.frame), True
+            ranges = []
+            for name in time_columns(self.depth):
+                bounds = self.kernel.bounds(batch.frame, name)
+                if bounds is None or bounds[0] is None:
+                    break
+                ranges.append((int(bounds[0]), int(bounds[1])))
+            else:
+                batch.ranges = tuple(ranges)
+            batch.ranged = True
         return batch.ranges
 
     def _index(self, batch: TraceBatch) -> Any:
@@ -235,15 +238,6 @@ class Trace:
             for i, a in enumerate(ranges)
             for b in ranges[i + 1 :]
         )
-
-    def _ranges(self, frame: Frame) -> tuple[tuple[int, int], ...] | None:
-        ranges = []
-        for name in time_columns(self.depth):
-            bounds = self.kernel.bounds(frame, name)
-            if bounds is None or bounds[0] is None:
-                return None
-            ranges.append((int(bounds[0]), int(bounds[1])))
-        return tuple(ranges)
 
     def release(self) -> None:
         """Free every batch (the arrangement is dropped)."""

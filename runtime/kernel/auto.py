@@ -244,10 +244,7 @@ class AutoKernel(Kernel):
             stored = self.remote.materialize(shipped, keys)
         else:
             stored = self.remote.materialize(frame, keys, estimate)
-        if stored.table is None:
-            return stored
-        self.remote.release(stored.frame)  # small: it comes back to the driver
-        return self.local.materialize(stored.table, keys)
+        return self._brought_back(stored, keys)
 
     def merge(
         self,
@@ -262,9 +259,14 @@ class AutoKernel(Kernel):
             return None
         shipped = [self._ship(frame) for frame in frames]
         stored = self._spark().merge(shipped, columns, keys, depth, frontier, estimate)
-        if stored is None or stored.table is None:
+        return None if stored is None else self._brought_back(stored, keys)
+
+    def _brought_back(self, stored: Stored, keys: Sequence[str]) -> Stored:
+        """What Spark stored, kept there when big; when small (Spark collected its rows),
+        back in the driver and Spark's copy released."""
+        if stored.table is None:
             return stored
-        self.remote.release(stored.frame)  # small: it comes back to the driver
+        self.remote.release(stored.frame)
         return self.local.materialize(stored.table, keys)
 
     def release(self, frame: Frame) -> None:

@@ -196,8 +196,7 @@ def _by_codes(
     (row, time) (`row_codes`, NULL equal to NULL), numbered by hashing, the diffs
     summed per number, the first row of each non-zero sum kept in input order; None
     when a sum could overflow."""
-    bound = int(np.abs(diffs).max()) if len(diffs) else 0
-    if bound * len(diffs) > _INT64_MAX:
+    if _may_overflow(diffs):
         return None
     data, stamps = values[: len(columns)], values[len(columns) :]
     if frontier:  # `lattice.advance_by`: per coordinate, the least over the frontier
@@ -240,7 +239,7 @@ def distinct_step(
     if any(_output_schema(t.schema, names) != schema for t in tables[1:]):
         return None
     diffs = np.concatenate([t.column(DIFF).to_numpy().astype(np.int64) for t in tables])
-    if int(np.abs(diffs).max()) * rows > _INT64_MAX:
+    if _may_overflow(diffs):
         return None
     values = [concat_columns([t[n] for t in tables], schema.field(n).type) for n in columns]
     group = _groups(row_codes(values, rows))
@@ -253,6 +252,11 @@ def distinct_step(
     arrays = [c.take(at) for c in values]
     arrays += [pa.array(np.full(len(at), s, np.int64)) for s in stamp]
     return pa.Table.from_arrays([*arrays, pa.array(fix[keep], pa.int64())], schema=schema)
+
+
+def _may_overflow(diffs: np.ndarray) -> bool:
+    """Whether a sum of some of the (non-empty) `diffs` could leave the int64 range."""
+    return int(np.abs(diffs).max()) * len(diffs) > _INT64_MAX
 
 
 def _groups(codes: np.ndarray) -> np.ndarray:

@@ -39,7 +39,7 @@ from dsql.runtime.dataflow import Batch, Round
 from dsql.runtime.kernel.base import Frame, Pipeline, Stage, Stored
 from dsql.runtime.kernel.driver_reduce import ReduceRows, ReduceShape
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
-from dsql.runtime.operators.reduce_logic import Distinct, ReduceLogic
+from dsql.runtime.operators.reduce_logic import ReduceLogic
 from dsql.runtime.operators.reduce_settled import SettledQueries, settled_inputs
 from dsql.runtime.operators.reduce_settled import name_list as _list
 from dsql.runtime.operators.reduce_settled import quote as _q
@@ -315,9 +315,14 @@ class ReduceNode(TracedNode):
         its pipeline (`Kernel.reduce_small`: few rows), or None."""
         kernel, keys, d = self.kernel, self.keys, self.depth
         if self._shape is None:
-            distinct = isinstance(self.logic, Distinct)
             self._shape = ReduceShape(
-                keys, self.source_values, self.values, d, source.schema, self.schema, distinct
+                keys,
+                self.source_values,
+                self.values,
+                d,
+                source.schema,
+                self.schema,
+                self.logic.present_once,
             )
 
         def logic(acc: Frame) -> Frame:

@@ -41,6 +41,10 @@ _ACC = "acc"
 class ReduceLogic:
     """The per-group computation of a reduce (see module docstring)."""
 
+    #: Whether the desired output is each present group once (`Distinct`): the chain
+    #: step then reads it from the running sums (`ReduceShape.distinct`).
+    present_once = False
+
     def query(
         self, keys: Sequence[str], values: Sequence[str], depth: int, dialect: str
     ) -> exp.Query | None:
@@ -218,6 +222,8 @@ def _rewrite(e: exp.Expression) -> exp.Expression | None:
 @dataclass(frozen=True)
 class Distinct(ReduceLogic):
     """Each present row once (`count > 0`)."""
+
+    present_once = True
 
     def settled_in_arrow(self, inp, outp, columns, stamp):  # type: ignore[override]
         return driver.distinct_step(inp, outp, columns, stamp)

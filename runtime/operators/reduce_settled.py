@@ -33,7 +33,7 @@ from sqlglot import exp, parse_one
 
 from dsql.runtime.dataflow import Round
 from dsql.runtime.kernel.base import Frame, Pipeline, Prepared, Stage
-from dsql.runtime.lattice import DIFF, time_columns
+from dsql.runtime.lattice import DIFF, bounded, time_columns
 
 if TYPE_CHECKING:
     from dsql.runtime.arrangement import Arranged
@@ -101,8 +101,7 @@ def settled_inputs(
     for side, parts, arranged in (("inp", [*history, delta], source), ("outp", outputs, node)):
         # A trace's batches know their times' ranges: when none is later than the stamp,
         # no frame of it needs its own check (the delta is at the stamp).
-        upper = arranged.history_upper()
-        known = upper is not None and all(u <= s for u, s in zip(upper, stamp, strict=False))
+        known = bounded(arranged.history_upper(), tuple(stamp))
         kept = []
         for frame in parts:
             if kernel.rows(frame) == 0:
