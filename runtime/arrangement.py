@@ -24,6 +24,8 @@ from dsql.runtime.lattice import Antichain, time_columns
 from dsql.runtime.trace import Trace
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from dsql.runtime.collection import Collection
 
 
@@ -53,6 +55,12 @@ class Arranged(Node):
                 return None
             picked.append(rows)
         return picked
+
+    def history_sums(self, probe: Frame, by: Sequence[str]) -> np.ndarray | None:
+        """Per row of `probe`, the sum of the diffs of `history()`'s rows whose keys equal
+        its `by` columns, whatever their times; None when the kernel cannot say without
+        a query."""
+        return None
 
     def history_upper(self) -> tuple[int, ...] | None:
         """Per time coordinate, the greatest value in `history()` (None: not known
@@ -88,6 +96,9 @@ class TracedNode(Arranged):
 
     def history_with_keys(self, probe: Frame, by: Sequence[str]) -> list[Frame] | None:
         return self._trace.rows_with_keys(probe, by)
+
+    def history_sums(self, probe: Frame, by: Sequence[str]) -> np.ndarray | None:
+        return self._trace.key_sums(probe, by)
 
     def history_upper(self) -> tuple[int, ...] | None:
         return self._trace.upper()

@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from dsql.runtime import relational as rel
 from dsql.runtime.kernel.base import Frame, Kernel, Stored
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
@@ -97,6 +99,22 @@ class Trace:
             if kernel.rows(rows) != 0:
                 picked.append(rows)
         return picked
+
+    def key_sums(self, probe: Frame, by: Sequence[str]) -> np.ndarray | None:
+        """Per row of `probe`, the sum over every batch of the diffs of the rows whose keys
+        equal its `by` columns, whatever their times; None when the kernel cannot say
+        without a query, or the sum could overflow."""
+        total = np.zeros(self.kernel.rows(probe), np.int64)
+        bound = np.zeros(len(total))  # the same sums in floats, to see an overflow coming
+        for batch in self.batches:
+            sums = self.kernel.key_sums(batch.frame, self.keys, self._index(batch), probe, by)
+            if sums is None:
+                return None
+            total += sums
+            bound += sums
+        if len(bound) and float(np.abs(bound).max()) >= 2.0**62:
+            return None
+        return total
 
     def upper(self) -> tuple[int, ...] | None:
         """Per time coordinate, the greatest value in any batch (`()`: no batch; None:

@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import Multiset
 from sqlglot import exp
+from test_key_index import index_everything
 from test_runtime_oracle import LOCAL, History, Op, Pipeline, Step, check_history, histories
 
 from dsql.errors import DsqlError
@@ -80,18 +81,22 @@ def test_reduce_settled_and_general_steps(history: History) -> None:
 
 
 @st.composite
-def _one_time_rounds(draw: Any) -> History:
-    """Rounds that each write at one time (inserts, and deletes of earlier inserts),
-    closed by the round's advance."""
+def _one_time_rounds(
+    draw: Any, rows: st.SearchStrategy = GROUPED.rows[0], negative: bool = False
+) -> History:
+    """Rounds that each write at one time (inserts, and deletes of earlier inserts, or
+    with `negative` of any row), closed by the round's advance."""
     live: list[tuple] = []
     rounds = []
     for t in range(draw(st.integers(1, 6))):
         ops = []
         for _ in range(draw(st.integers(0, 5))):
-            if live and draw(st.booleans()):
+            if negative and draw(st.booleans()):
+                ops.append(Op(draw(rows), t, -1))
+            elif live and draw(st.booleans()):
                 ops.append(Op(live.pop(draw(st.integers(0, len(live) - 1))), t, -1))
             else:
-                row = draw(GROUPED.rows[0])
+                row = draw(rows)
                 live.append(row)
                 ops.append(Op(row, t, 1))
         rounds.append((Step(tuple(ops), t + 1),))
@@ -104,6 +109,50 @@ def test_reduce_one_time_per_round(history: History) -> None:
     """Histories whose rounds each write at one time, closed by the round: every step of
     a reduce is settled (the fast path alone, round after round)."""
     check_history(LocalKernel(), GROUPED, history)
+
+
+# --- distinct over whole rows, settled: from the traces' sums of each key --------------------
+
+KV_INTS = {"k": "int", "v": "int"}
+
+
+def _distincts(a: Collection) -> dict[str, Collection]:
+    return {"rows": a.distinct(), "pairs": a.map("v", "k % 2 AS p").distinct()}
+
+
+def _distincts_expected(inputs: list[Multiset], t: int) -> dict[str, Multiset]:
+    (a,) = inputs
+    pairs = oracle.map(a, lambda r: (r[1], r[0] % 2))
+    return {"rows": oracle.distinct(a), "pairs": oracle.distinct(pairs)}
+
+
+DISTINCTS = Pipeline(
+    (KV_INTS,), _distincts, _distincts_expected, (st.tuples(VALUE, st.integers(-2, 3)),)
+)
+
+
+@settings(LOCAL, max_examples=40)
+@given(history=_one_time_rounds(DISTINCTS.rows[0], negative=True))
+def test_distinct_settled_from_sums(history: History) -> None:
+    """Every step writes at one time and is settled: a distinct over whole rows takes
+    each key's input and output sums from its traces' indexes (`settled_by_sums`),
+    negative multiplicities included."""
+    with index_everything():
+        check_history(LocalKernel(), DISTINCTS, history)
+
+
+def test_distinct_from_sums_is_the_path_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = driver.distinct_from_sums
+    monkeypatch.setattr(
+        driver,
+        "distinct_from_sums",
+        lambda *a: calls.append(1) or real(*a),  # type: ignore
+    )
+    rounds = [[((1, 2), 1), ((3, 4), 1)], [((1, 2), 1), ((3, 4), -1)], [((5, 0), -1)]]
+    steps = [(Step(tuple(Op(r, t, d) for r, d in ops), t + 1),) for t, ops in enumerate(rounds)]
+    check_history(LocalKernel(), DISTINCTS, History(tuple(steps)))
+    assert len(calls) >= 2 * len(rounds)  # both distincts, every round
 
 
 # --- siblings: many views' first steps over one batch as one query -------------------------

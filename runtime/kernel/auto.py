@@ -55,6 +55,7 @@ from dsql.runtime.kernel.spark import SparkKernel
 from dsql.runtime.lattice import Antichain
 
 if TYPE_CHECKING:
+    import numpy as np
     from pyspark.sql import DataFrame, SparkSession
 
 #: The default placement threshold, in rows (at most this many stay in-process). At
@@ -345,6 +346,18 @@ class AutoKernel(Kernel):
         if not isinstance(frame, pa.Table):
             return None
         return self.local.key_index(frame, keys, parts)
+
+    def key_sums(
+        self,
+        frame: Frame,
+        keys: Sequence[str],
+        index: KeyIndex | None,
+        probe: Frame,
+        by: Sequence[str],
+    ) -> np.ndarray | None:
+        if not isinstance(frame, pa.Table) or not isinstance(probe, pa.Table):
+            return None
+        return self.local.key_sums(frame, keys, index, probe, by)
 
     def project_small(self, frame: Frame, selection: Selection) -> Frame | None:
         if not isinstance(frame, pa.Table):

@@ -43,6 +43,8 @@ from sqlglot import exp
 from dsql.runtime.lattice import Antichain
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from dsql.runtime.kernel.driver import JoinShape, Selection
     from dsql.runtime.kernel.driver_reduce import ReduceRows
     from dsql.runtime.kernel.key_index import KeyIndex
@@ -216,6 +218,19 @@ class Kernel(ABC):
         that cost what they return; None when the kernel keeps none for this frame.
         `parts`: the indexes of frames whose union, in order, is `frame` (merged rather
         than built again)."""
+        return None
+
+    def key_sums(
+        self,
+        frame: Frame,
+        keys: Sequence[str],
+        index: KeyIndex | None,
+        probe: Frame,
+        by: Sequence[str],
+    ) -> np.ndarray | None:
+        """Per row of `probe`, the sum of the diffs of `frame`'s rows whose `keys` equal
+        its `by` columns, whatever their times, through `index` (the frame's
+        `key_index`, None: none kept); None when the kernel cannot say without a query."""
         return None
 
     def prepare_many(self, branches: Sequence[Any], depth: int) -> Any:

@@ -196,7 +196,7 @@ def _by_codes(
     (row, time) (`row_codes`, NULL equal to NULL), numbered by hashing, the diffs
     summed per number, the first row of each non-zero sum kept in input order; None
     when a sum could overflow."""
-    if _may_overflow(diffs):
+    if may_overflow(diffs):
         return None
     data, stamps = values[: len(columns)], values[len(columns) :]
     if frontier:  # `lattice.advance_by`: per coordinate, the least over the frontier
@@ -239,7 +239,7 @@ def distinct_step(
     if any(_output_schema(t.schema, names) != schema for t in tables[1:]):
         return None
     diffs = np.concatenate([t.column(DIFF).to_numpy().astype(np.int64) for t in tables])
-    if _may_overflow(diffs):
+    if may_overflow(diffs):
         return None
     values = [concat_columns([t[n] for t in tables], schema.field(n).type) for n in columns]
     group = _groups(row_codes(values, rows))
@@ -254,7 +254,35 @@ def distinct_step(
     return pa.Table.from_arrays([*arrays, pa.array(fix[keep], pa.int64())], schema=schema)
 
 
-def _may_overflow(diffs: np.ndarray) -> bool:
+def distinct_from_sums(
+    delta: pa.Table, before: np.ndarray, held: np.ndarray, columns: Sequence[str], depth: int
+) -> pa.Table | None:
+    """A settled distinct step over whole rows from sums: per row of `delta` (the new
+    updates, consolidated, so one row per key, all at the step's time), the row once if
+    `before` (its key's earlier input diffs, summed) plus its own diff is above zero,
+    less `held` (its key's output diffs, summed); non-zero corrections only, in `delta`'s
+    order, as `distinct_step` gives them. None when a sum could overflow.
+
+    >>> delta = pa.table({"k": [1, 2, 3], "__time__": [5, 5, 5], "__diff__": [1, -1, 2]})
+    >>> out = distinct_from_sums(delta, np.array([0, 1, -2]), np.array([0, 1, 0]), ["k"], 1)
+    >>> out.column("k").to_pylist(), out.column("__diff__").to_pylist()
+    ([1, 2], [1, -1])
+    """
+    diffs = delta[DIFF].to_numpy().astype(np.int64)
+    if len(diffs) and float(np.abs(before.astype(np.float64) + diffs).max()) >= 2.0**62:
+        return None
+    fix = (before + diffs > 0).astype(np.int64) - held
+    keep = np.flatnonzero(fix)
+    names = [*columns, *time_columns(depth), DIFF]
+    schema = _output_schema(delta.schema, names)
+    if schema is None:
+        return None
+    at = pa.array(keep, pa.int64())
+    arrays = [delta[n].take(at) for n in names[:-1]]
+    return pa.Table.from_arrays([*arrays, pa.array(fix[keep], pa.int64())], schema=schema)
+
+
+def may_overflow(diffs: np.ndarray) -> bool:
     """Whether a sum of some of the (non-empty) `diffs` could leave the int64 range."""
     return int(np.abs(diffs).max()) * len(diffs) > _INT64_MAX
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
@@ -207,6 +208,20 @@ class LocalKernel(Kernel):
             return None
         merged = _index.KeyIndex.merged(frame, parts) if parts else None
         return merged if merged is not None else _index.KeyIndex.build(frame, keys)
+
+    def key_sums(
+        self,
+        frame: pa.Table,
+        keys: Sequence[str],
+        index: _index.KeyIndex | None,
+        probe: pa.Table,
+        by: Sequence[str],
+    ) -> np.ndarray | None:
+        if index is None:  # a batch too small to keep an index: one for this probe
+            index = _index.KeyIndex.build(frame, keys) if frame.num_rows else None
+            if index is None:
+                return np.zeros(probe.num_rows, np.int64) if not frame.num_rows else None
+        return index.sums(probe, by)
 
     def project_small(self, frame: pa.Table, selection: Selection) -> pa.Table | None:
         return driver.project(frame, selection)

@@ -40,7 +40,11 @@ from dsql.runtime.kernel.base import Frame, Pipeline, Stage, Stored
 from dsql.runtime.kernel.driver_reduce import ReduceRows, ReduceShape
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 from dsql.runtime.operators.reduce_logic import ReduceLogic
-from dsql.runtime.operators.reduce_settled import SettledQueries, settled_inputs
+from dsql.runtime.operators.reduce_settled import (
+    SettledQueries,
+    settled_by_sums,
+    settled_inputs,
+)
 from dsql.runtime.operators.reduce_settled import name_list as _list
 from dsql.runtime.operators.reduce_settled import quote as _q
 from dsql.runtime.trace import Trace
@@ -233,6 +237,9 @@ class ReduceNode(TracedNode):
         if source.current is None and not woken:
             return None
         kernel, d = self.kernel, self.depth
+        summed = settled_by_sums(self, source, rnd)
+        if summed is not None:
+            return self._finish_step(kernel.materialize(summed, self.keys), None, [])
         history, outputs, cut = self._affected_rows(source)
         input_frames = history + ([source.current.frame] if source.current else [])
         if not input_frames:

@@ -32,6 +32,7 @@ import pyarrow as pa
 from sqlglot import exp, parse_one
 
 from dsql.runtime.dataflow import Round
+from dsql.runtime.kernel import driver
 from dsql.runtime.kernel.base import Frame, Pipeline, Prepared, Stage
 from dsql.runtime.lattice import DIFF, bounded, time_columns
 
@@ -89,13 +90,8 @@ def settled_inputs(
     if node.pending() or source.current is None or not node.keys:
         return None
     kernel, names, delta = node.kernel, time_columns(node.depth), source.current.frame
-    stamp = []
-    for name in names:
-        bounds = kernel.bounds(delta, name)
-        if bounds is None or bounds[0] != bounds[1]:
-            return None
-        stamp.append(bounds[0])
-    if not rnd.frontier.complete(tuple(stamp)):
+    stamp = _complete_time(kernel, delta, names, rnd)
+    if stamp is None:
         return None
     sides: dict[str, list[Frame]] = {}
     for side, parts, arranged in (("inp", [*history, delta], source), ("outp", outputs, node)):
@@ -114,6 +110,47 @@ def settled_inputs(
             kept.append(rows)
         sides[side] = kept
     return SettledRows(tuple(stamp), sides["inp"], sides["outp"])
+
+
+def settled_by_sums(node: ReduceNode, source: Arranged, rnd: Round) -> pa.Table | None:
+    """A settled step of a logic that keeps each present row once (`present_once`) and is
+    keyed by whole rows, from sums alone, or None when the step is not such a one or the
+    kernel cannot give the sums.
+
+    The new batch is consolidated, so it holds each of its keys once; per row, the
+    correction is the row once when its input diffs (the history's sum and its own) sum
+    above zero, less its output diffs' sum. Each trace batch's index gives a key's sum
+    without taking its rows (`Trace.key_sums`), so nothing is grouped: where
+    `settled_inputs` gathers the affected keys' rows from both traces and groups them
+    all (`driver.distinct_step`), this searches the batches' keys and adds."""
+    delta = source.current
+    if not node.logic.present_once or node.source_values or not node.keys or node.pending():
+        return None
+    if delta is None or not delta.consolidated or not isinstance(delta.frame, pa.Table):
+        return None
+    stamp = _complete_time(node.kernel, delta.frame, time_columns(node.depth), rnd)
+    if stamp is None or not bounded(source.history_upper(), stamp):
+        return None
+    if not bounded(node.history_upper(), stamp):
+        return None
+    before = source.history_sums(delta.frame, node.keys)
+    held = node.trace.key_sums(delta.frame, node.keys) if before is not None else None
+    if before is None or held is None:
+        return None
+    return driver.distinct_from_sums(delta.frame, before, held, node.columns, node.depth)
+
+
+def _complete_time(
+    kernel: Any, frame: Frame, names: Sequence[str], rnd: Round
+) -> tuple[int, ...] | None:
+    """The one time of every row of `frame`, when it has one and `rnd` completes it."""
+    stamp = []
+    for name in names:
+        bounds = kernel.bounds(frame, name)
+        if bounds is None or bounds[0] != bounds[1]:
+            return None
+        stamp.append(bounds[0])
+    return tuple(stamp) if rnd.frontier.complete(tuple(stamp)) else None
 
 
 def _at_most(kernel: Any, frame: Frame, names: Sequence[str], stamp: Sequence[int]) -> bool:
