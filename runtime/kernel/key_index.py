@@ -43,9 +43,10 @@ _NONE = np.empty(0, np.int64)
 
 #: Batches with fewer rows are not indexed: scanning them is as cheap as a lookup.
 INDEX_ROWS = 256
-#: The same for keys of several columns, whose scan is an Arrow semi-join (0.14 ms a
-#: probe in the closure benchmark's loop, where an index answers in a fifth of that).
-MULTI_INDEX_ROWS = 16
+#: The same for keys of several columns: every batch, however small. Their scan is an
+#: Arrow semi-join (0.1 ms a probe in the closure benchmark's loop), where building an
+#: index of a few rows and probing it takes a third of that.
+MULTI_INDEX_ROWS = 1
 
 
 def worth_indexing(rows: int, keys: Sequence[str]) -> bool:
@@ -259,18 +260,26 @@ class KeyIndex:
         """The rows whose indexed key is in `wanted` (sorted, distinct), and the rows with
         a NULL key when `nulls`, in the table's order."""
         at = np.searchsorted(self.distinct, wanted)
-        inside = at < len(self.distinct)
-        at = at[inside][self.distinct[at[inside]] == wanted[inside]]
+        if len(self.distinct):
+            np.minimum(at, len(self.distinct) - 1, out=at)
+            at = at[self.distinct[at] == wanted]
+        else:  # every key is NULL
+            at = at[:0]
         low = self.bounds[at]
         counts = self.bounds[at + 1] - low
-        total = int(counts.sum())
-        # Positions in `order`: each run low[i] .. low[i] + counts[i], laid end to end.
-        starts = np.repeat(low - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
-        positions = self.order[starts + np.arange(total)]
+        if len(at) and int(counts.max()) == 1:  # one row per key (no run to lay out)
+            positions = self.order[low]
+        else:
+            # Positions in `order`: each run low[i] .. low[i] + counts[i], laid end to end.
+            total = int(counts.sum())
+            starts = np.repeat(low - (np.cumsum(counts) - counts), counts)
+            positions = self.order[starts + np.arange(total)]
         if nulls and len(self.nulls):
             positions = np.concatenate((positions, self.nulls))
+        if not len(positions):
+            return self.table.slice(0, 0)
         positions.sort()
-        return self.table.take(pa.array(positions, pa.int64()))
+        return self.table.take(positions)
 
 
 def _comparable(probed: pa.DataType, indexed: pa.DataType) -> bool:

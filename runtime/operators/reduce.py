@@ -255,9 +255,12 @@ class ReduceNode(TracedNode):
         settled = settled_inputs(self, source, rnd, history, outputs, cut) if sql_logic else None
         if settled is not None:
             # One time, nothing later: the output is the logic over the keys' histories.
-            if self._settled is None:
-                self._settled = SettledQueries.build(self)
-            output = kernel.materialize(self._settled.run(self, source, settled), self.keys)
+            done = settled.in_arrow(self)
+            if done is None:
+                if self._settled is None:  # rendered when first needed
+                    self._settled = SettledQueries.build(self)
+                done = self._settled.run(self, source, settled)
+            output = kernel.materialize(done, self.keys)
             return self._finish_step(output, None, [])
         small = self._in_driver(input_frames, source, outputs, rnd.frontier)
         if small is not None:

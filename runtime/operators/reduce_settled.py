@@ -60,6 +60,14 @@ class SettledRows:
     inp: list[Frame]
     outp: list[Frame]
 
+    def in_arrow(self, node: ReduceNode) -> pa.Table | None:
+        """The step's output by the logic's one-pass form in the driver
+        (`ReduceLogic.settled_in_arrow`), or None when it has none or a row is not there
+        (then `SettledQueries.run`)."""
+        if not all(isinstance(f, pa.Table) for f in (*self.inp, *self.outp)):
+            return None
+        return node.logic.settled_in_arrow(self.inp, self.outp, node.columns, self.stamp)
+
     def frames(self, node: ReduceNode, source: Arranged) -> dict[str, Frame]:
         """The input (`inp`) and output (`outp`) rows as one frame each, times set to
         the stamp (the step's queries read them so)."""
@@ -202,10 +210,6 @@ class SettledQueries:
     def run(self, node: ReduceNode, source: Arranged, rows: SettledRows) -> Frame:
         """The step's output (the corrections at `t`) from `settled_inputs`' rows."""
         kernel, keys, d = node.kernel, node.keys, node.depth
-        if all(isinstance(f, pa.Table) for f in (*rows.inp, *rows.outp)):
-            done = node.logic.settled_in_arrow(rows.inp, rows.outp, node.columns, rows.stamp)
-            if done is not None:
-                return done
         frames = rows.frames(node, source)
         inp, outp = frames["inp"], frames["outp"]
         acc = kernel.consolidate_small([inp], [*keys, *node.source_values], d)
