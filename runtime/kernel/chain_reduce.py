@@ -245,9 +245,8 @@ class _Chain:
         gkid, gvid = kid[gfirst], vid[gfirst]
         rank = np.searchsorted(self.stamps, stamp)
         codes = group * self.span + rank
-        order = np.argsort(codes)
+        sorted_codes, order = driver.sort_order(codes)
         running = np.concatenate(([0], np.cumsum(diff[order])))
-        sorted_codes = codes[order]
         count = self.per_key[gkid]
         pairs = int(count.sum())
         if pairs > MAX_PAIRS:
@@ -282,9 +281,8 @@ def _sum_by(
     if len(cand) == 0:
         empty = np.empty(0, np.int64)
         return empty, empty, empty
-    codes = cand * width + oid
-    order = np.argsort(codes)
-    codes, diff = codes[order], diff[order]
+    codes, order = driver.sort_order(cand * width + oid)
+    diff = diff[order]
     starts = np.flatnonzero(np.concatenate(([True], codes[1:] != codes[:-1])))
     sums = np.add.reduceat(diff, starts)
     codes = codes[starts]

@@ -7,8 +7,7 @@ types, with exactly the result the kernel's query would give:
 
 - `consolidate`: the union of tables, times advanced to a frontier (when given),
   equal (row, time) pairs summed, zero sums dropped (`relational.consolidate` and
-  `relational.advance`): by Python's sums, by sums per row code, or by Arrow's hash
-  aggregation, as the row count makes cheapest;
+  `relational.advance`): by Python's sums for a few rows, else by sums per row code;
 - `distinct_step`: a settled distinct step (`operators.reduce_settled`) in one
   grouping;
 - `project`: columns selected and renamed, rows with NULL in some columns dropped (a
@@ -16,8 +15,8 @@ types, with exactly the result the kernel's query would give:
 - `rows_with_keys`: the rows whose keys some other rows have (a reduce's affected keys);
 - `join`: `relational.join_on_keys` of a small delta with the rows of its keys: in
   Python for a few rows, beyond `SMALL_ROWS` by array operations over both sides' key
-  codes (`row_codes` numbered by hashing, the right's rows ordered by number, runs laid
-  end to end), up to `JOIN_ROWS`, where DuckDB's statement becomes the cheaper.
+  codes (`row_codes` numbered in sorted order, the right's rows ordered by number, runs
+  laid end to end), up to `JOIN_ROWS`, where DuckDB's statement becomes the cheaper.
 
 Invariant: each returns None, never an approximation, when it cannot match the query
 exactly: too many rows, or a column of a type whose equality or round trip through
@@ -34,7 +33,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -45,16 +43,14 @@ from dsql.runtime.lattice import DIFF, Antichain, advance_by, time_columns
 #: At most this many rows are joined in Python in the driver.
 SMALL_ROWS = 256
 #: At most this many rows are consolidated by Python's sums; beyond it, by array
-#: operations up to `ARRAY_ROWS` rows, then by Arrow's hash aggregation. Measured on
-#: one integer column and two times: Python's 0.06 ms against 0.08 at 30 rows, 0.09
-#: against 0.08 at 100; array operations 0.10 against Arrow's 0.17 ms at 1,000, 0.43
-#: against 0.50 at 10,000, 2.0 against 2.4 at 50,000, and Arrow ahead at 200,000.
+#: operations (`_by_codes`). Measured on one integer column and two times: Python's
+#: 0.06 ms against 0.08 at 30 rows, 0.09 against 0.08 at 100. The array operations sort
+#: (`sort_order`) where Arrow's hash aggregation hashes, and take half its time from
+#: 60,000 rows to 2M (3.8 against 8.8 ms at 170k, 98 against 192 ms at 2M; text keys
+#: 128 against 254 ms at 2M).
 PYTHON_ROWS = 64
-ARRAY_ROWS = 50_000
-#: At most this many rows are consolidated in the driver (by Arrow's hash aggregation
-#: beyond `ARRAY_ROWS`); beyond it, the query. Arrow's aggregation is the faster of the
-#: two at every size measured (8 against 14 ms for 100k rows, 180 against 280 ms for
-#: 1.5M); the bound keeps bigger merges in the engine, which can spill.
+#: At most this many rows are consolidated in the driver; beyond it, the query. The
+#: bound keeps bigger merges in the engine, which can spill.
 DRIVER_ROWS = 2_000_000
 
 #: At most this many rows on either side, and twice as many pairs out, are joined by
@@ -113,8 +109,8 @@ def consolidate(
     small and plain (see module docstring).
 
     Output columns: `columns`, the time columns, `__diff__`, all nullable, as the
-    kernel's query gives them. The sums are Python's for a few rows, per row code up to
-    `ARRAY_ROWS` rows (`_by_codes`), and Arrow's hash aggregation beyond.
+    kernel's query gives them. The sums are Python's for a few rows, per row code
+    beyond (`_by_codes`).
     """
     signed = [(t, sign) for t, sign in zip(tables, signs or [1] * len(tables), strict=True)]
     parts = [(t, sign) for t, sign in signed if t.num_rows]
@@ -138,8 +134,6 @@ def consolidate(
     if rows <= PYTHON_ROWS:
         return _in_python(values, parts, columns, depth, frontier, schema)
     signed_diffs = [_signed(t.column(DIFF), sign) for t, sign in parts]
-    if rows > ARRAY_ROWS:
-        return _grouped(values, signed_diffs, columns, depth, frontier, schema)
     diffs = np.concatenate([d.to_numpy() for d in signed_diffs])
     return _by_codes(values, diffs, columns, depth, frontier, schema)
 
@@ -192,10 +186,10 @@ def _by_codes(
     frontier: Antichain | None,
     schema: pa.Schema,
 ) -> pa.Table | None:
-    """`consolidate` by array operations (for up to `ARRAY_ROWS` rows): one code per
-    (row, time) (`row_codes`, NULL equal to NULL), numbered by hashing, the diffs
-    summed per number, the first row of each non-zero sum kept in input order; None
-    when a sum could overflow."""
+    """`consolidate` by array operations (beyond `PYTHON_ROWS` rows): one code per
+    (row, time) (`row_codes`, NULL equal to NULL), numbered in sorted order
+    (`dense_codes`), the diffs summed per number, the first row of each non-zero sum
+    kept in input order; None when a sum could overflow."""
     if may_overflow(diffs):
         return None
     data, stamps = values[: len(columns)], values[len(columns) :]
@@ -205,13 +199,12 @@ def _by_codes(
             pa.array(np.min([np.maximum(r, f[k]) for f in frontier], axis=0), pa.int64())
             for k, r in enumerate(raw)
         ]
-    group = _groups(row_codes([*data, *stamps], len(diffs)))
-    sums = np.zeros(int(group.max()) + 1, np.int64)
+    group, first = dense_codes(row_codes([*data, *stamps], len(diffs)))
+    sums = np.zeros(len(first), np.int64)
     np.add.at(sums, group, diffs)
-    keep = sums != 0
-    rows = pa.array(np.flatnonzero(_first_of_groups(group))[keep], pa.int64())
-    arrays = [c.take(rows) for c in [*data, *stamps]]
-    return pa.Table.from_arrays([*arrays, pa.array(sums[keep], pa.int64())], schema=schema)
+    rows = _kept_firsts(group, first, sums != 0)
+    arrays = [c.take(pa.array(rows, pa.int64())) for c in [*data, *stamps]]
+    return pa.Table.from_arrays([*arrays, pa.array(sums[group[rows]], pa.int64())], schema=schema)
 
 
 def distinct_step(
@@ -242,16 +235,15 @@ def distinct_step(
     if may_overflow(diffs):
         return None
     values = [concat_columns([t[n] for t in tables], schema.field(n).type) for n in columns]
-    group = _groups(row_codes(values, rows))
-    count, held = (np.zeros(int(group.max()) + 1, np.int64) for _ in range(2))
+    group, first = dense_codes(row_codes(values, rows))
+    count, held = (np.zeros(len(first), np.int64) for _ in range(2))
     np.add.at(count, group[:new], diffs[:new])
     np.add.at(held, group[new:], diffs[new:])
     fix = (count > 0).astype(np.int64) - held
-    keep = fix != 0
-    at = pa.array(np.flatnonzero(_first_of_groups(group))[keep], pa.int64())
-    arrays = [c.take(at) for c in values]
+    at = _kept_firsts(group, first, fix != 0)
+    arrays = [c.take(pa.array(at, pa.int64())) for c in values]
     arrays += [pa.array(np.full(len(at), s, np.int64)) for s in stamp]
-    return pa.Table.from_arrays([*arrays, pa.array(fix[keep], pa.int64())], schema=schema)
+    return pa.Table.from_arrays([*arrays, pa.array(fix[group[at]], pa.int64())], schema=schema)
 
 
 def distinct_from_sums(
@@ -287,55 +279,11 @@ def may_overflow(diffs: np.ndarray) -> bool:
     return int(np.abs(diffs).max()) * len(diffs) > _INT64_MAX
 
 
-def _groups(codes: np.ndarray) -> np.ndarray:
-    """Codes numbered by hashing, in order of first appearance."""
-    return pc.dictionary_encode(pa.array(codes)).indices.to_numpy().astype(np.intp)
-
-
-def _first_of_groups(group: np.ndarray) -> np.ndarray:
-    """Per row, whether it is its group's first (`_groups` numbers groups in order of
-    first appearance: a row starts one when its number exceeds every number before)."""
-    starts = np.ones(len(group), bool)
-    starts[1:] = group[1:] > np.maximum.accumulate(group)[:-1]
-    return starts
-
-
-def _grouped(
-    values: list[pa.ChunkedArray],
-    diffs: list[pa.ChunkedArray],
-    columns: Sequence[str],
-    depth: int,
-    frontier: Antichain | None,
-    schema: pa.Schema,
-) -> pa.Table | None:
-    """`consolidate` by Arrow's hash aggregation (for more than `ARRAY_ROWS` rows): NULLs
-    group together, as in the engine; None when a sum could overflow (the query reports
-    that)."""
-    diff = pa.chunked_array([c for d in diffs for c in d.chunks], pa.int64())
-    extremes = pc.min_max(diff)
-    bound = max(abs(extremes["min"].as_py() or 0), abs(extremes["max"].as_py() or 0))
-    if bound * len(diff) > _INT64_MAX:
-        return None
-    data, stamps = values[: len(columns)], values[len(columns) :]
-    if frontier:  # `lattice.advance_by`, coordinate by coordinate
-        stamps = [
-            _least([pc.max_element_wise(s, pa.scalar(f[k], pa.int64())) for f in frontier])
-            for k, s in enumerate(stamps)
-        ]
-    keys = [*columns, *time_columns(depth)]
-    table = pa.Table.from_arrays([*data, *stamps, diff], names=[*keys, DIFF])
-    grouped = table.group_by(keys, use_threads=False).aggregate([(DIFF, "sum")])
-    total = grouped[f"{DIFF}_sum"]
-    grouped = grouped.filter(pc.not_equal(total, 0))
-    arrays = [grouped[k] for k in keys] + [grouped[f"{DIFF}_sum"].cast(pa.int64())]
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _least(arrays: list[Any]) -> Any:
-    result = arrays[0]
-    for a in arrays[1:]:
-        result = pc.min_element_wise(result, a)
-    return result
+def _kept_firsts(group: np.ndarray, first: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """The first row of each kept group (`kept`: per group), in row order."""
+    rows = np.zeros(len(group), bool)
+    rows[first[kept]] = True
+    return np.flatnonzero(rows)
 
 
 def _signed(diff: pa.ChunkedArray, sign: int) -> pa.ChunkedArray:
@@ -455,7 +403,7 @@ def _matches_by_codes(
     left: pa.Table, right: pa.Table, lkeys: Sequence[str], rkeys: Sequence[str]
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """The matching (left row, right row) pairs by array operations: both sides' keys
-    coded together (`row_codes`) and numbered by hashing, the right's rows ordered by
+    coded together (`row_codes`) and numbered (`dense_codes`), the right's rows ordered by
     number, each left row's run of matches read from the runs' starts and laid end to
     end. None beyond `JOIN_ROWS`."""
     if max(left.num_rows, right.num_rows) > JOIN_ROWS:
@@ -466,10 +414,10 @@ def _matches_by_codes(
             return None
         columns.append(concat_columns([left[lk], right[rk]]))
     rows = left.num_rows + right.num_rows
-    group = _groups(row_codes(columns, rows)) if rows else np.zeros(0, np.intp)
+    group = dense_codes(row_codes(columns, rows))[0] if rows else np.zeros(0, np.int64)
     lgroup, rgroup = group[: left.num_rows], group[left.num_rows :]
     sizes = np.bincount(rgroup, minlength=int(group.max()) + 1 if rows else 0)
-    order = np.argsort(rgroup)
+    order = sort_order(rgroup)[1]
     count = sizes[lgroup]
     low = (np.cumsum(sizes) - sizes)[lgroup]
     pairs = int(count.sum())
@@ -545,20 +493,42 @@ def row_codes(columns: Sequence[pa.Array], rows: int) -> np.ndarray:
 def dense_codes(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Codes renumbered 0..n-1 in sorted order, and the first row of each.
 
-    As `np.unique(codes, return_index=True, return_inverse=True)`, by an unstable
-    argsort and the least row of each run: numpy's stable argsort, which `np.unique`
-    needs for its first rows, is 5 times slower from 10,000 rows (0.15 against 0.53 ms).
+    As `np.unique(codes, return_index=True, return_inverse=True)`, by `sort_order`
+    (stable, so each run's first row is its least): numpy's stable argsort, which
+    `np.unique` needs for its first rows, is 5 times slower from 10,000 rows.
 
     >>> [c.tolist() for c in dense_codes(np.array([7, 3, 7, 5]))]
     [[2, 0, 2, 1], [1, 3, 0]]
     """
-    order = np.argsort(codes)
-    starts = run_starts(codes[order])
+    ordered, order = sort_order(codes)
+    starts = run_starts(ordered)
     inverse = np.empty(len(codes), np.int64)
     inverse[order] = np.cumsum(starts) - 1
-    at = np.flatnonzero(starts)
-    first = np.minimum.reduceat(order, at) if len(at) else at
-    return inverse, first.astype(np.int64)
+    return inverse, order[starts]
+
+
+def sort_order(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The integer `values` sorted, and the positions they came from (a stable argsort:
+    equal values keep their order).
+
+    When the values' range and the positions fit in 63 bits together, each value less
+    the least is shifted left and its position put in the low bits, and the packed
+    numbers sorted with no argsort: numpy's plain sort of int64 is vectorized, its
+    argsort is not (170k values: 0.7 against 1.9 ms, and 10 ms stable).
+
+    >>> [a.tolist() for a in sort_order(np.array([5, -2, 5, 1]))]
+    [[-2, 1, 5, 5], [1, 3, 0, 2]]
+    """
+    n = len(values)
+    if n < 2:
+        return values.astype(np.int64), np.zeros(n, np.int64)
+    low, high = int(values.min()), int(values.max())
+    bits = (n - 1).bit_length()
+    if (high - low).bit_length() + bits > 63:
+        order = np.argsort(values, kind="stable")
+        return values[order].astype(np.int64), order.astype(np.int64)
+    packed = np.sort(((values.astype(np.int64) - low) << bits) | np.arange(n, dtype=np.int64))
+    return (packed >> bits) + low, packed & ((1 << bits) - 1)
 
 
 def distinct_sorted(values: np.ndarray) -> np.ndarray:

@@ -3,7 +3,7 @@
 An arrangement is an index: readers look up the updates of the keys they were given
 (a join's delta, a reduce's affected keys) without scanning the rest. A trace batch is
 immutable, so its index is built once, when first probed: the batch's row positions
-sorted by one integer key column (`argsort`), and that column in sorted order. A probe
+sorted by one integer key column (`driver.sort_order`), and that column in sorted order. A probe
 finds each probed key's run of rows by binary search, so its cost grows with the probe
 and the rows it returns, not with the batch (3 ms for `is_in` over 1M rows; a few
 microseconds this way).
@@ -98,8 +98,8 @@ class KeyIndex:
         packed = _packed(table, keys)
         if packed is not None:
             data, packing = packed
-            order = np.argsort(data)
-            return cls._sorted(table, keys, -1, data[order], order, _NONE, packing)
+            ordered, order = driver.sort_order(data)
+            return cls._sorted(table, keys, -1, ordered, order, _NONE, packing)
         column = next((i for i, k in enumerate(keys) if _indexable(table.schema.field(k).type)), -1)
         if column < 0:
             return None
@@ -107,7 +107,7 @@ class KeyIndex:
         valid = values.is_valid()
         nulls = np.flatnonzero(~valid.to_numpy(zero_copy_only=False))
         data = values.fill_null(0).to_numpy()
-        order = np.argsort(data)
+        order = driver.sort_order(data)[1]
         if len(nulls):
             order = order[np.isin(order, nulls, assume_unique=True, invert=True)]
         return cls._sorted(table, keys, column, data[order], order, nulls)
@@ -349,8 +349,8 @@ def _probe_codes(
             break
         inside &= (data >= low) & (data <= high)
         codes |= (np.clip(data, low, high) - low) << shift
-    order = np.argsort(codes)
-    result = (codes[order], order, inside[order])
+    ordered, order = driver.sort_order(codes)
+    result = (ordered, order, inside[order])
     _last_codes = (probe, shape, result)
     return result
 
