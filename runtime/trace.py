@@ -9,8 +9,10 @@ small:
   (row, time) pairs consolidated. Readers beyond the frontier see the same
   accumulations as before.
 - *geometric merging*: after a batch is added, while the newest batch is at least
-  half the size of the one before it, the two merge (compacting as they do). So
-  batch sizes at least double going back in time and there are O(log n) batches.
+  half the size of the one before it, or the one before is small
+  (`SMALL_BATCH_ROWS`), the two merge (compacting as they do). So batch sizes at
+  least double going back in time and there are O(log n) batches, none of them tiny
+  but the newest.
   Batches that can share no time (a loop's iterations) and whose times the frontier
   leaves as they are have nothing to consolidate: their merge is their concatenation,
   and their key indexes merge too rather than being built again.
@@ -34,6 +36,11 @@ import numpy as np
 from dsql.runtime import relational as rel
 from dsql.runtime.kernel.base import Frame, Kernel, Stored
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
+
+#: Batches of at most this many rows merge with the next whatever its size: every reader
+#: probes every batch, at a fixed cost of tens of microseconds, while merging a small
+#: batch costs little more.
+SMALL_BATCH_ROWS = 1024
 
 
 @dataclass(slots=True)
@@ -179,7 +186,10 @@ class Trace:
         return self._compaction
 
     def _merge(self) -> None:
-        while len(self.batches) >= 2 and self.batches[-2].rows <= 2 * self.batches[-1].rows:
+        while len(self.batches) >= 2 and (
+            self.batches[-2].rows <= 2 * self.batches[-1].rows
+            or self.batches[-2].rows <= SMALL_BATCH_ROWS
+        ):
             newer = self.batches.pop()
             older = self.batches.pop()
             merged = self._combine([older, newer])

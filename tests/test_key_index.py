@@ -298,13 +298,16 @@ def test_index_sums_decline_what_they_cannot_say() -> None:
 
 
 def test_trace_sums_every_batch() -> None:
+    from dsql.runtime import trace as trace_module
     from dsql.runtime.trace import Trace
 
     schema = pa.schema([("k", pa.int64()), ("__time__", pa.int64()), ("__diff__", pa.int64())])
     trace = Trace(LocalKernel(), ("k",), ("k",), 1)
     probe = pa.table({"k": [7, 1, 3]})
     assert trace.key_sums(probe, ("k",)).tolist() == [0, 0, 0]
-    n = key_index.INDEX_ROWS  # the first batch is indexed, the second too small to be
+    # The first batch is indexed and too big to merge with a small one; the second is
+    # too small to be indexed.
+    n = max(key_index.INDEX_ROWS, trace_module.SMALL_BATCH_ROWS) + 1
     trace.insert(
         pa.table({"k": list(range(n)), "__time__": [0] * n, "__diff__": [2] * n}, schema=schema), n
     )
