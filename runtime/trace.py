@@ -9,13 +9,15 @@ small:
   (row, time) pairs consolidated. Readers beyond the frontier see the same
   accumulations as before.
 - *geometric merging*: after a batch is added, while the newest batch is at least
-  half the size of the one before it, or the one before is small
+  half the size of the one before it, or the one before is small and in the driver
   (`SMALL_BATCH_ROWS`), the two merge (compacting as they do). So batch sizes at
   least double going back in time and there are O(log n) batches, none of them tiny
   but the newest.
   Batches that can share no time (a loop's iterations) and whose times the frontier
   leaves as they are have nothing to consolidate: their merge is their concatenation,
-  and their key indexes merge too rather than being built again.
+  sharing their rows where the kernel can (`Kernel.concatenate`; stored whole when
+  rows are first taken from it by position), and their key indexes merge too rather
+  than being built again.
 
 A batch is also an index: readers that hold a few keys (a join's delta, a reduce's
 affected keys) take just those keys' rows with `rows_with_keys`, through an index the
@@ -37,9 +39,9 @@ from dsql.runtime import relational as rel
 from dsql.runtime.kernel.base import Frame, Kernel, Stored
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 
-#: Batches of at most this many rows merge with the next whatever its size: every reader
-#: probes every batch, at a fixed cost of tens of microseconds, while merging a small
-#: batch costs little more.
+#: Batches of at most this many rows in the driver merge with the next whatever its
+#: size: every reader probes every batch, at a fixed cost of tens of microseconds, while
+#: merging a small batch costs little more.
 SMALL_BATCH_ROWS = 1024
 
 
@@ -58,6 +60,9 @@ class TraceBatch:
     #: the kernel does not say).
     ranges: tuple[tuple[int, int], ...] | None = None
     ranged: bool = False
+    #: False: earlier batches' frames end to end (`Kernel.concatenate`), stored whole
+    #: (`Trace._make_whole`) before rows are first taken from it by position.
+    whole: bool = True
 
 
 class Trace:
@@ -95,6 +100,8 @@ class Trace:
         without a query (the caller then reads `frames()`)."""
         kernel, picked = self.kernel, []
         for batch in self.batches:
+            if not batch.whole:
+                self._make_whole(batch)
             self._index(batch)
             rows = None
             if batch.index is not None:
@@ -147,6 +154,15 @@ class Trace:
             batch.ranged = True
         return batch.ranges
 
+    def _make_whole(self, batch: TraceBatch) -> None:
+        """A concatenated batch's frame stored whole, its index following it: taking rows
+        by position from pieces would join them up at every take."""
+        stored = self.kernel.materialize(batch.frame, self.keys, batch.rows)
+        if batch.index is not None:
+            batch.index = self.kernel.key_index(stored.frame, self.keys, [batch.index])
+        self.kernel.release(batch.frame)
+        batch.frame, batch.whole = stored.frame, True
+
     def _index(self, batch: TraceBatch) -> Any:
         """The batch's index by the trace's keys, built when first asked (None: none)."""
         if not batch.indexed:
@@ -187,8 +203,7 @@ class Trace:
 
     def _merge(self) -> None:
         while len(self.batches) >= 2 and (
-            self.batches[-2].rows <= 2 * self.batches[-1].rows
-            or self.batches[-2].rows <= SMALL_BATCH_ROWS
+            self.batches[-2].rows <= 2 * self.batches[-1].rows or self._small(self.batches[-2])
         ):
             newer = self.batches.pop()
             older = self.batches.pop()
@@ -197,6 +212,11 @@ class Trace:
                 self.batches.append(merged)
             else:
                 self.kernel.release(merged.frame)
+
+    def _small(self, batch: TraceBatch) -> bool:
+        """Whether `batch` merges with the next whatever its size: it is small and in the
+        driver (a Spark batch, however small, would make the merge a Spark job)."""
+        return batch.rows <= SMALL_BATCH_ROWS and self.kernel.placement(batch.frame) == "local"
 
     def compact_all(self) -> None:
         """Merge every batch into one, advanced to the compaction frontier."""
@@ -209,21 +229,25 @@ class Trace:
         """The batches merged into one, advanced to the compaction frontier."""
         estimate = sum(b.rows for b in batches)
         apart = self._apart(batches, self._compaction)
-        stored = self._concatenated(batches, estimate) if apart else self._merged(batches, estimate)
-        merged = TraceBatch(stored.frame, stored.rows, self._compaction)
+        stored, whole = None, True
+        if apart:  # nothing to consolidate: the batches end to end, shared where it can
+            frames = [b.frame for b in batches]
+            stored = self.kernel.concatenate(frames, self.keys, estimate)
+            whole = stored is None
+            if stored is None:
+                stored = self.kernel.materialize(self.kernel.union(frames), self.keys, estimate)
+        else:
+            stored = self._merged(batches, estimate)
+        merged = TraceBatch(stored.frame, stored.rows, self._compaction, whole=whole)
         if apart and any(b.index is not None for b in batches):  # probed, it will be again
             parts = [self._index(b) for b in batches]
             if all(p is not None for p in parts):
                 merged.index = self.kernel.key_index(stored.frame, self.keys, parts)
                 merged.indexed = True
-        for b in batches:
-            self.kernel.release(b.frame)
+        if whole:  # else the concatenation shares their rows
+            for b in batches:
+                self.kernel.release(b.frame)
         return merged
-
-    def _concatenated(self, batches: list[TraceBatch], estimate: int) -> Stored:
-        """The batches' union, stored: nothing in it to consolidate (`_apart`)."""
-        frames = [b.frame for b in batches]
-        return self.kernel.materialize(self.kernel.union(frames), self.keys, estimate)
 
     def _merged(self, batches: list[TraceBatch], estimate: int) -> Stored:
         """The batches' union advanced to the compaction frontier and consolidated, stored:

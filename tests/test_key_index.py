@@ -140,9 +140,13 @@ def test_trace_concatenates_batches_that_share_no_time_and_keeps_their_index() -
     assert len(trace.batches) == 1 and trace.rows == 2 * n
     merged = trace.batches[0]
     assert merged.indexed and merged.index is not None
+    # The concatenation shares its parts' rows; a take of rows stores it whole first.
+    assert not merged.whole and merged.frame.column("k").num_chunks == 2
     picked = trace.rows_with_keys(pa.table({"k": [5]}), ("k",))
     assert picked is not None
     assert sorted(picked[0].column("__diff__").to_pylist()) == [-1, 1]
+    assert merged.whole and merged.frame.column("k").num_chunks == 1
+    assert merged.index is not None and merged.index.table is merged.frame
     # Once readers have passed both iterations, a merge advances and cancels them.
     trace.advance(Antichain([(0, 2)]))
     trace.insert(batch(2, 1), n)

@@ -262,6 +262,13 @@ class AutoKernel(Kernel):
         stored = self._spark().merge(shipped, columns, keys, depth, frontier, estimate)
         return None if stored is None else self._brought_back(stored, keys)
 
+    def concatenate(
+        self, frames: Sequence[Frame], keys: Sequence[str], estimate: int | None = None
+    ) -> Stored | None:
+        if self._remote(frames) or sum(f.num_rows for f in frames) > self.threshold:
+            return None
+        return self.local.concatenate(frames, keys, estimate)
+
     def _brought_back(self, stored: Stored, keys: Sequence[str]) -> Stored:
         """What Spark stored, kept there when big; when small (Spark collected its rows),
         back in the driver and Spark's copy released."""

@@ -334,6 +334,15 @@ class Kernel(ABC):
         The slow path: Spark runs it in Python workers (tens of ms per action).
         """
 
+    def concatenate(
+        self, frames: Sequence[Frame], keys: Sequence[str], estimate: int | None = None
+    ) -> Stored | None:
+        """Stored frames end to end as one stored frame, sharing their rows rather than
+        copying them (a trace merge with nothing to consolidate); None when the kernel
+        stores a union only as `materialize` does. A reader that takes rows by position
+        may first want the result `materialize`d whole."""
+        return None
+
     def union(self, frames: Sequence[Frame]) -> Frame:
         """The multiset sum of frames with the same columns (by name)."""
         from dsql.runtime import relational

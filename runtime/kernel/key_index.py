@@ -30,7 +30,7 @@ the table's order, or None when it cannot say exactly.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -116,8 +116,11 @@ class KeyIndex:
     def merged(cls, table: pa.Table, parts: Sequence[KeyIndex]) -> KeyIndex | None:
         """The index of `table`, the rows of the parts' tables end to end, from the
         parts' indexes: their sorted keys are runs that a stable sort merges in linear
-        time. None when the parts are not indexed alike (column, packing)."""
+        time (one part: its index over `table`, what it computed kept). None when the
+        parts are not indexed alike (column, packing)."""
         first = parts[0]
+        if len(parts) == 1 and first.table.num_rows == table.num_rows:
+            return replace(first, table=table)  # the same rows, stored anew
         alike = all(
             p.keys == first.keys and p.column == first.column and p.packing == first.packing
             for p in parts
@@ -245,9 +248,7 @@ class KeyIndex:
         """Per distinct key, the sum of its rows' diffs; None when a sum could overflow.
         Computed once."""
         if "sums" not in self.cache:
-            diff = self.table[DIFF]
-            diffs = (diff.combine_chunks() if diff.num_chunks != 1 else diff.chunk(0)).to_numpy()
-            diffs = diffs.astype(np.int64)[self.order]
+            diffs = self.table[DIFF].to_numpy().astype(np.int64, copy=False)[self.order]
             per_key = None
             if not len(diffs):
                 per_key = np.zeros(0, np.int64)
