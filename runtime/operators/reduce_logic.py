@@ -42,7 +42,8 @@ class ReduceLogic:
     """The per-group computation of a reduce (see module docstring)."""
 
     #: Whether the desired output is each present group once (`Distinct`): the chain
-    #: step then reads it from the running sums (`ReduceShape.distinct`).
+    #: step then reads it from the running sums (`ReduceShape.distinct`), and a settled
+    #: step over whole rows from the traces' key sums (`reduce_settled.settled_by_sums`).
     present_once = False
 
     def query(

@@ -15,7 +15,10 @@ one subtraction. The affected keys' rows are picked in the driver
 subtraction run in the driver too when they are small (`Kernel.consolidate_small`),
 leaving one statement, the logic itself. A logic with a one-pass form in the driver
 (`ReduceLogic.settled_in_arrow`: Distinct, one grouping of the rows as the traces hold
-them) needs no statement and no times set.
+them) needs no statement and no times set. A Distinct over whole rows whose traces'
+times are all at most `t` needs not even the rows: each new row's key sums in the input
+and output traces (`Trace.key_sums`, read from the batches' indexes) decide its
+correction (`settled_by_sums`).
 
 Invariant: the result equals the general step's output for the same inputs (the
 oracle tests run both, since a history with several times per batch takes the
