@@ -17,6 +17,7 @@ from collections import Counter
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -325,3 +326,21 @@ def test_spark_does_not_start_for_small_work_under_auto() -> None:
 def test_a_negative_threshold_is_refused() -> None:
     with pytest.raises(dsql.errors.DsqlError, match="threshold"):
         dsql.connect(kernel="auto", placement_threshold=-1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    keys=st.lists(st.one_of(st.none(), st.integers(-(2**40), 2**40)), max_size=30),
+    wide=st.booleans(),
+)
+def test_a_stored_batch_is_sorted_as_arrow_sorts_it(keys: list[int | None], wide: bool) -> None:
+    # Batches the driver writes for Spark are sorted by their key: one integer key
+    # without NULLs by `driver.sort_order`, stably, as Arrow's sort_by would.
+    from dsql.runtime.kernel.spark import _sorted_by
+
+    values = keys if wide else [None if k is None else k % 5 for k in keys]
+    table = pa.table({"k": pa.array(values, pa.int64()), "i": list(range(len(values)))})
+    for by in (["k"], ["k", "i"]):
+        assert _sorted_by(table, by).equals(table.sort_by([(c, "ascending") for c in by]))
+    no_nulls = table.filter(pc.is_valid(table["k"]))
+    assert _sorted_by(no_nulls, ["k"]).equals(no_nulls.sort_by([("k", "ascending")]))

