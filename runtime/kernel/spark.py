@@ -138,9 +138,14 @@ class SparkKernel(Kernel):
         frontier: Antichain | None,
         estimate: int | None = None,
     ) -> Stored | None:
-        """One shuffle: the union range-partitioned by `keys` first, so the consolidation
+        """One shuffle: the union partitioned by `keys` first, so the consolidation
         (whose groups are finer than the keys) needs no exchange of its own, and the
-        result is written in that partitioning (`_write`) without a second one."""
+        result is written in that partitioning (`_write`) without a second one.
+
+        By range, so that a probe's key falls in one file, except where the driver reads
+        the files itself (a local master): there each file is sorted and its row groups'
+        statistics prune as well, and hashing spares the range bounds' sampling job, a
+        read of the whole union (the 10M book's two merges: 24.4 s against 27.9 s)."""
         if not keys or (estimate is not None and estimate <= self.small_rows):
             return None
         union = frames[0]
@@ -151,7 +156,11 @@ class SparkKernel(Kernel):
         else:
             query = rel.consolidate("u", columns, depth)
         prepared = self.cached(("merge", rel.fingerprint(query)), lambda: self.prepare(query))
-        merged = self.run(prepared, {"u": union.repartitionByRange(*keys)})
+        if self._driver_sees_files():
+            union = union.repartition(*keys)
+        else:
+            union = union.repartitionByRange(*keys)
+        merged = self.run(prepared, {"u": union})
         return self._materialize(merged, keys, estimate, partitioned=True)
 
     def _materialize(
