@@ -118,8 +118,11 @@ class Trace:
         """Per row of `probe`, the sum over every batch of the diffs of the rows whose keys
         equal its `by` columns, whatever their times; None when the kernel cannot say
         without a query, or the sum could overflow."""
-        total = np.zeros(self.kernel.rows(probe), np.int64)
-        bound = np.zeros(len(total))  # the same sums in floats, to see an overflow coming
+        rows = self.kernel.rows(probe)
+        if rows is None:
+            return None
+        total = np.zeros(rows, np.int64)
+        bound = np.zeros(rows)  # the same sums in floats, to see an overflow coming
         for batch in self.batches:
             sums = self.kernel.key_sums(batch.frame, self.keys, self._index(batch), probe, by)
             if sums is None:
@@ -229,7 +232,7 @@ class Trace:
         """The batches merged into one, advanced to the compaction frontier."""
         estimate = sum(b.rows for b in batches)
         apart = self._apart(batches, self._compaction)
-        stored, whole = None, True
+        whole = True
         if apart:  # nothing to consolidate: the batches end to end, shared where it can
             frames = [b.frame for b in batches]
             stored = self.kernel.concatenate(frames, self.keys, estimate)

@@ -3,10 +3,11 @@
 An arrangement is an index: readers look up the updates of the keys they were given
 (a join's delta, a reduce's affected keys) without scanning the rest. A trace batch is
 immutable, so its index is built once, when first probed: the batch's row positions
-sorted by one integer key column (`driver.sort_order`), and that column in sorted order. A probe
-finds each probed key's run of rows by binary search, so its cost grows with the probe
-and the rows it returns, not with the batch (3 ms for `is_in` over 1M rows; a few
-microseconds this way).
+sorted by one integer key column (`driver.sort_order`), and that column in sorted
+order. A probe finds each probed key's run of rows by binary search, so its cost grows
+with the probe and the rows it returns, not with the batch (3 ms for `is_in` over 1M
+rows; a few microseconds this way). A reader that needs only each key's sum of diffs
+(a settled distinct) reads it without taking a row (`KeyIndex.sums`).
 
 Keys with several integer columns and no NULL are packed into one int64: non-negative
 values get `62 // columns` bits each, the same packing in every batch, so a trace packs a
@@ -18,7 +19,8 @@ NULL matches NULL, as in the engines' `IS NOT DISTINCT FROM`.
 
 Invariant: `KeyIndex.rows(probe, by)` returns exactly the rows of the indexed table
 whose keys equal those of some row of `probe` (as `driver.rows_with_keys` would), in
-the table's order, or None when it cannot say exactly.
+the table's order, and `KeyIndex.sums(probe, by)` the sum of their diffs per probe row,
+or None when it cannot say exactly.
 
 >>> import pyarrow as pa
 >>> t = pa.table({"k": [3, 1, None, 3, 2], "v": ["a", "b", "c", "d", "e"]})
