@@ -66,7 +66,7 @@ def _present(acc: pa.Table) -> pa.Table:
 LOGICS = {
     "count": (_count, pa.schema([("k", pa.int64()), ("n", pa.int64())]), ("n",)),
     "values": (_values, pa.schema([("k", pa.int64()), ("v", pa.string())]), ("v",)),
-    # The chain step's own path for `Distinct` (`ReduceShape.distinct`): keys k and v.
+    # The chain step's own path for `Distinct` (`ReduceShape.present_once`): keys k and v.
     "distinct": (_present, SOURCE, ()),
 }
 

@@ -141,7 +141,7 @@ def chain_step(
     if groups is None:
         return None
     acc_kid, acc_vid, acc_c, acc = groups
-    if shape.distinct and not vals and not outs:
+    if shape.present_once and not vals and not outs:
         # Distinct over whole rows: each candidate where a row is present wants it once;
         # there is one output value, no logic to call and no codes to look up.
         want_c = acc_c[acc > 0]

@@ -48,8 +48,8 @@ Time = tuple[int, ...]
 @dataclass(frozen=True, slots=True)
 class ReduceShape:
     """What a reduce step is besides its rows: key, value and output columns, time depth,
-    the input's schema and the output's data schema (keys, then outputs); `distinct`:
-    the logic is `Distinct` (each present group once)."""
+    the input's schema and the output's data schema (keys, then outputs);
+    `present_once`: the logic's (`ReduceLogic.present_once`, each present group once)."""
 
     keys: tuple[str, ...]
     values: tuple[str, ...]
@@ -57,7 +57,7 @@ class ReduceShape:
     depth: int
     source: pa.Schema
     schema: pa.Schema
-    distinct: bool = False
+    present_once: bool = False
 
 
 @dataclass(frozen=True, slots=True)

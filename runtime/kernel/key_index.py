@@ -181,33 +181,12 @@ class KeyIndex:
 
     def _packed_rows(self, probe: pa.Table, by: tuple[str, ...]) -> pa.Table | None:
         """`rows` for a packed index: probe keys with a NULL or out of range match nothing."""
-        global _last_probe
-        types = tuple(self.table.schema.field(k).type for k in self.keys)
-        memo, shape = _last_probe, (by, self.packing, types)
-        if memo is not None and memo[0] is probe and memo[1] == shape:
-            return self._take(memo[2], False)
-        wanted = self._packed_probe(probe, by)
-        if wanted is None:
+        codes = _probe_codes(self, probe, by)
+        if codes is None:
             return None
-        if self.packing == _canonical(len(self.keys)):
-            _last_probe = (probe, shape, wanted)
-        return self._take(wanted, False)
-
-    def _packed_probe(self, probe: pa.Table, by: tuple[str, ...]) -> np.ndarray | None:
-        """The probe's keys packed as the index's are, distinct and sorted (None: the
-        types do not compare exactly)."""
-        packed = np.zeros(probe.num_rows, np.int64)
-        keep = np.ones(probe.num_rows, bool)
-        for name, key, (low, high, shift) in zip(by, self.keys, self.packing, strict=True):
-            column = probe[name]
-            if not _comparable(column.type, self.table.schema.field(key).type):
-                return None
-            values = _as_int64(column)
-            keep &= values.is_valid().to_numpy(zero_copy_only=False)
-            data = values.fill_null(low).to_numpy()
-            keep &= (data >= low) & (data <= high)
-            packed |= (np.clip(data, low, high) - low) << shift
-        return driver.distinct_sorted(packed[keep])
+        ordered, _, inside = codes
+        kept = ordered[inside]
+        return self._take(kept[driver.run_starts(kept)], False)
 
     def sums(self, probe: pa.Table, by: Sequence[str]) -> np.ndarray | None:
         """Per row of `probe`, the sum of the diffs of the rows whose keys equal its `by`
@@ -328,30 +307,34 @@ def _probe_codes(
     index: KeyIndex, probe: pa.Table, by: tuple[str, ...]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Per row of `probe`, its key as `index` holds keys (packed, or the one key column),
-    in sorted order; the rows' positions in that order; and whether each can match
-    (a packed key out of the index's ranges cannot). Searching sorted keys is 7 times
-    faster than searching them as they come (cache misses), and a trace searches each of
-    its batches with one probe: the last probe's codes are kept per packing. None when
-    a probed key is NULL or does not compare exactly."""
+    in sorted order; the rows' positions in that order; and whether each can match (a
+    packed key with a NULL or out of the index's ranges cannot). Searching sorted keys
+    is 7 times faster than searching them as they come (cache misses), and a trace
+    searches each of its batches with one probe: the last probe's codes are kept. None
+    when a key does not compare exactly, or one key column holds a NULL (it would
+    match the index's NULL rows, which `sums` does not count)."""
     global _last_codes
     types = tuple(index.table.schema.field(k).type for k in index.keys)
     shape = (by, index.packing, types)
     memo = _last_codes
     if memo is not None and memo[0] is probe and memo[1] == shape:
         return memo[2]
-    packing = index.packing or ((0, 2**63 - 1, 0),)
-    codes = np.zeros(probe.num_rows, np.int64)
+    columns = [probe[name] for name in by]
+    if not all(_comparable(c.type, t) for c, t in zip(columns, types, strict=True)):
+        return None
+    values = [_as_int64(c) for c in columns]
     inside = np.ones(probe.num_rows, bool)
-    for name, key, (low, high, shift) in zip(by, index.keys, packing, strict=True):
-        column = probe[name]
-        if column.null_count or not _comparable(column.type, index.table.schema.field(key).type):
+    if not index.packing:  # one key column: its values are the codes
+        if values[0].null_count:
             return None
-        data = _as_int64(column).to_numpy()
-        if not index.packing:
-            codes = data
-            break
-        inside &= (data >= low) & (data <= high)
-        codes |= (np.clip(data, low, high) - low) << shift
+        codes = values[0].to_numpy()
+    else:
+        codes = np.zeros(probe.num_rows, np.int64)
+        for column, (low, high, shift) in zip(values, index.packing, strict=True):
+            inside &= column.is_valid().to_numpy(zero_copy_only=False)
+            data = column.fill_null(low).to_numpy()
+            inside &= (data >= low) & (data <= high)
+            codes |= (np.clip(data, low, high) - low) << shift
     ordered, order = driver.sort_order(codes)
     result = (ordered, order, inside[order])
     _last_codes = (probe, shape, result)
@@ -361,12 +344,6 @@ def _probe_codes(
 #: The last probe coded by `_probe_codes`: the probe, its columns with the index's
 #: packing and key types, and the codes.
 _last_codes: tuple[pa.Table, tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
-
-
-#: The last probe packed for a canonically packed index (module docstring): the probe, its
-#: columns with the index's packing and key types, its packed distinct keys. A trace
-#: probes each of its batches with one probe.
-_last_probe: tuple[pa.Table, tuple, np.ndarray] | None = None
 
 
 def _canonical(columns: int) -> tuple[tuple[int, int, int], ...]:

@@ -217,11 +217,11 @@ class LocalKernel(Kernel):
         probe: pa.Table,
         by: Sequence[str],
     ) -> np.ndarray | None:
+        if not frame.num_rows:
+            return np.zeros(probe.num_rows, np.int64)
         if index is None:  # a batch too small to keep an index: one for this probe
-            index = _index.KeyIndex.build(frame, keys) if frame.num_rows else None
-            if index is None:
-                return np.zeros(probe.num_rows, np.int64) if not frame.num_rows else None
-        return index.sums(probe, by)
+            index = _index.KeyIndex.build(frame, keys)
+        return None if index is None else index.sums(probe, by)
 
     def project_small(self, frame: pa.Table, selection: Selection) -> pa.Table | None:
         return driver.project(frame, selection)

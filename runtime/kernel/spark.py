@@ -42,6 +42,7 @@ from sqlglot import exp
 
 from dsql.errors import ExecutionError, SchemaError
 from dsql.runtime import relational as rel
+from dsql.runtime.kernel import driver
 from dsql.runtime.kernel.base import Frame, Kernel, Prepared, Stored
 from dsql.runtime.lattice import Antichain
 
@@ -386,8 +387,6 @@ def _sorted_by(table: pa.Table, keys: Sequence[str]) -> pa.Table:
             and column.type != pa.uint64()
             and not column.null_count
         ):
-            from dsql.runtime.kernel import driver
-
             return table.take(driver.sort_order(column.to_numpy())[1])
     return table.sort_by([(k, "ascending") for k in keys])
 

@@ -42,7 +42,7 @@ class ReduceLogic:
     """The per-group computation of a reduce (see module docstring)."""
 
     #: Whether the desired output is each present group once (`Distinct`): the chain
-    #: step then reads it from the running sums (`ReduceShape.distinct`), and a settled
+    #: step then reads it from the running sums (`ReduceShape.present_once`), and a settled
     #: step over whole rows from the traces' key sums (`reduce_settled.settled_by_sums`).
     present_once = False
 

@@ -140,13 +140,13 @@ def settled_by_sums(node: ReduceNode, source: Arranged, rnd: Round) -> pa.Table 
     if delta is None or not delta.consolidated or not isinstance(delta.frame, pa.Table):
         return None
     stamp = _complete_time(node.kernel, delta.frame, time_columns(node.depth), rnd)
-    if stamp is None or not bounded(source.history_upper(), stamp):
-        return None
-    if not bounded(node.history_upper(), stamp):
+    if stamp is None or not all(bounded(a.history_upper(), stamp) for a in (source, node)):
         return None
     before = source.history_sums(delta.frame, node.keys)
-    held = node.trace.key_sums(delta.frame, node.keys) if before is not None else None
-    if before is None or held is None:
+    if before is None:
+        return None
+    held = node.trace.key_sums(delta.frame, node.keys)
+    if held is None:
         return None
     return driver.distinct_from_sums(delta.frame, before, held, node.columns, node.depth)
 
