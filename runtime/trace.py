@@ -21,7 +21,10 @@ small:
 
 A batch is also an index: readers that hold a few keys (a join's delta, a reduce's
 affected keys) take just those keys' rows with `rows_with_keys`, through an index the
-kernel builds once per batch, when first asked (`Kernel.key_index`).
+kernel builds once per batch, when first asked (`Kernel.key_index`). A reader that
+needs only each key's sum of diffs (a settled distinct) reads it from the trace's key
+directory where the kernel keeps one (`Kernel.key_directory`: dense integer keys); merges
+and compaction leave the sums as they are, so the directory follows inserts alone.
 
 Invariant: the multiset sum of the batches, accumulated at any time beyond the
 compaction frontier, equals the accumulation of every update ever inserted.
@@ -43,6 +46,9 @@ from dsql.runtime.lattice import DIFF, Antichain, time_columns
 #: size: every reader probes every batch, at a fixed cost of tens of microseconds, while
 #: merging a small batch costs little more.
 SMALL_BATCH_ROWS = 1024
+#: A trace's key directory (`Trace.key_sums`) is first tried once it holds this many
+#: rows: below, searching its few batches costs as little.
+DIRECTORY_ROWS = 1024
 
 
 @dataclass(slots=True)
@@ -78,6 +84,10 @@ class Trace:
         self._holds: dict[int, Antichain] = {}
         self._next_hold = 0
         self._compaction = Antichain()
+        #: Each key's sum over every batch (`Kernel.key_directory`), once asked and built;
+        #: `_directory_tried`: the trace's rows when last built or refused.
+        self._directory: Any = None
+        self._directory_tried = 0
 
     # --- readers -------------------------------------------------------------------
     def frames(self) -> list[Frame]:
@@ -92,6 +102,8 @@ class Trace:
     def nbytes(self) -> int:
         """The bytes the batches and their indexes hold, as the kernel estimates them."""
         indexes = sum(b.index.nbytes for b in self.batches if b.index is not None)
+        if self._directory is not None:
+            indexes += self._directory.nbytes
         return sum(self.kernel.nbytes(b.frame) for b in self.batches) + indexes
 
     def rows_with_keys(self, probe: Frame, by: Sequence[str]) -> list[Frame] | None:
@@ -117,10 +129,18 @@ class Trace:
     def key_sums(self, probe: Frame, by: Sequence[str]) -> np.ndarray | None:
         """Per row of `probe`, the sum over every batch of the diffs of the rows whose keys
         equal its `by` columns, whatever their times; None when the kernel cannot say
-        without a query, or the sum could overflow."""
+        without a query, or the sum could overflow.
+
+        From the trace's key directory where its keys are dense (one gather), else from
+        each batch's index (a binary search per batch)."""
         rows = self.kernel.rows(probe)
         if rows is None:
             return None
+        directory = self._key_directory()
+        if directory is not None:
+            found = directory.lookup(probe, by)
+            if found is not None:
+                return found
         total = np.zeros(rows, np.int64)
         bound = np.zeros(rows)  # the same sums in floats, to see an overflow coming
         for batch in self.batches:
@@ -132,6 +152,16 @@ class Trace:
         if len(bound) and float(np.abs(bound).max()) >= 2.0**62:
             return None
         return total
+
+    def _key_directory(self) -> Any:
+        """The trace's key directory, built when first asked once the trace holds
+        `DIRECTORY_ROWS` rows; refused or dropped, it is tried again only once the trace
+        has doubled, so building it costs O(1) per row inserted."""
+        rows = self.rows
+        if self._directory is None and rows >= max(DIRECTORY_ROWS, 2 * self._directory_tried):
+            self._directory_tried = rows
+            self._directory = self.kernel.key_directory(self.frames(), self.keys)
+        return self._directory
 
     def upper(self) -> tuple[int, ...] | None:
         """Per time coordinate, the greatest value in any batch (`()`: no batch; None:
@@ -190,6 +220,8 @@ class Trace:
     def insert(self, frame: Frame, rows: int) -> None:
         """Add a materialized, consolidated batch and merge to restore the size invariant."""
         self.batches.append(TraceBatch(frame, rows))
+        if self._directory is not None and not self._directory.add(frame):
+            self._directory = None  # a key outside its box: tried again once doubled
         self._merge()
 
     def advance(self, frontier: Antichain) -> None:
@@ -299,6 +331,7 @@ class Trace:
         for b in self.batches:
             self.kernel.release(b.frame)
         self.batches = []
+        self._directory = None
 
 
 def _meet_frontiers(a: Antichain, b: Antichain) -> Antichain:

@@ -11,11 +11,12 @@ when every batch is indexed (the suite's data is small, so by default only batch
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_iteration import CLOSURE, COMPONENTS, NON_MONOTONIC, REACH
@@ -32,9 +33,12 @@ from test_runtime_oracle import (
     histories,
 )
 
+from dsql.runtime import trace as trace_module
 from dsql.runtime.kernel import driver, key_index
-from dsql.runtime.kernel.key_index import KeyIndex
+from dsql.runtime.kernel.key_index import KeyDirectory, KeyIndex
 from dsql.runtime.kernel.local import LocalKernel
+from dsql.runtime.lattice import Antichain
+from dsql.runtime.trace import Trace
 
 KEY = st.one_of(st.none(), st.integers(-3, 6))
 INT_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
@@ -95,8 +99,6 @@ def test_index_compares_integer_widths_and_dates() -> None:
 
 
 def test_trace_size_counts_its_indexes() -> None:
-    from dsql.runtime.trace import Trace
-
     kernel = LocalKernel()
     n = key_index.INDEX_ROWS
     batch = pa.table(
@@ -113,9 +115,6 @@ def test_trace_size_counts_its_indexes() -> None:
 
 
 def test_trace_concatenates_batches_that_share_no_time_and_keeps_their_index() -> None:
-    from dsql.runtime.lattice import Antichain
-    from dsql.runtime.trace import Trace
-
     kernel, n = LocalKernel(), key_index.INDEX_ROWS
     schema = pa.schema(
         [("k", pa.int64()), ("__time__", pa.int64()), ("__time1__", pa.int64())]
@@ -155,8 +154,6 @@ def test_trace_concatenates_batches_that_share_no_time_and_keeps_their_index() -
 
 
 def test_trace_upper_is_the_greatest_time_of_its_batches() -> None:
-    from dsql.runtime.trace import Trace
-
     kernel = LocalKernel()
     schema = pa.schema(
         [("k", pa.int64()), ("__time__", pa.int64()), ("__time1__", pa.int64())]
@@ -178,21 +175,32 @@ def test_trace_upper_is_the_greatest_time_of_its_batches() -> None:
 
 
 @contextmanager
-def index_everything() -> Iterator[None]:
-    """Every trace batch indexed, however small."""
-    saved = key_index.INDEX_ROWS
-    key_index.INDEX_ROWS = 1
+def _set(module: Any, name: str, value: int) -> Iterator[None]:
+    saved = getattr(module, name)
+    setattr(module, name, value)
     try:
         yield
     finally:
-        key_index.INDEX_ROWS = saved
+        setattr(module, name, saved)
 
 
-def _indexed(name: str, pipeline: Pipeline, examples: int) -> Any:
+def index_everything() -> Any:
+    """Every trace batch indexed, however small."""
+    return _set(key_index, "INDEX_ROWS", 1)
+
+
+def directory_always() -> Any:
+    """Every trace asked for key sums keeps a directory, however few its rows."""
+    return _set(trace_module, "DIRECTORY_ROWS", 0)
+
+
+def _indexed(
+    name: str, pipeline: Pipeline, examples: int, setting: Callable[[], Any] = index_everything
+) -> Any:
     @settings(LOCAL, max_examples=examples)
     @given(history=histories(pipeline.rows, nonnegative=pipeline.nonnegative))
     def test(history: History) -> None:
-        with index_everything():
+        with setting():
             check_history(LocalKernel(), pipeline, history)
 
     test.__name__ = test.__qualname__ = name
@@ -301,10 +309,8 @@ def test_index_sums_decline_what_they_cannot_say() -> None:
     assert KeyIndex.build(huge, ("k",)).sums(pa.table({"k": [1]}), ("k",)) is None
 
 
-def test_trace_sums_every_batch() -> None:
-    from dsql.runtime import trace as trace_module
-    from dsql.runtime.trace import Trace
-
+def test_trace_sums_every_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trace_module, "DIRECTORY_ROWS", 10**9)  # the batches' own indexes
     schema = pa.schema([("k", pa.int64()), ("__time__", pa.int64()), ("__diff__", pa.int64())])
     trace = Trace(LocalKernel(), ("k",), ("k",), 1)
     probe = pa.table({"k": [7, 1, 3]})
@@ -318,3 +324,102 @@ def test_trace_sums_every_batch() -> None:
     trace.insert(pa.table({"k": [1, 3], "__time__": [1, 1], "__diff__": [-2, 5]}, schema=schema), 2)
     assert len(trace.batches) == 2
     assert trace.key_sums(probe, ("k",)).tolist() == [2, 0, 7]
+
+
+# --- a trace's key directory: each key's sum over every batch, in one array -----------------
+
+
+def _scan_sums(tables: list[pa.Table], keys: tuple[str, ...], probe: pa.Table, by: tuple) -> list:
+    totals: dict[tuple, int] = {}
+    for table in tables:
+        for *key, diff in zip(*(table[k].to_pylist() for k in (*keys, "__diff__")), strict=True):
+            totals[tuple(key)] = totals.get(tuple(key), 0) + diff
+    return [totals.get(k, 0) for k in zip(*(probe[b].to_pylist() for b in by), strict=True)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=_summed(), cut=st.floats(0, 1))
+def test_directory_sums_what_a_scan_sums(case: Any, cut: float) -> None:
+    # Built from the first part of the batch, then following the second as a trace's
+    # insert adds it (refused when one of its keys falls outside the first part's box).
+    table, keys, probe, by = case
+    at = int(cut * table.num_rows)
+    first, second = table.slice(0, at), table.slice(at)
+    directory = KeyDirectory.build([first], keys)
+    if not at:
+        assert directory is None
+        return
+    assert directory is not None
+    added = directory.add(second)
+    sums = directory.lookup(probe, by)
+    assert sums is not None
+    assert sums.tolist() == _scan_sums([first, second] if added else [first], keys, probe, by)
+    if not added:  # a key outside the box: nothing added, and the whole builds anew
+        whole = KeyDirectory.build([first, second], keys)
+        assert whole is not None
+        assert whole.lookup(probe, by).tolist() == _scan_sums([table], keys, probe, by)
+
+
+def test_directory_declines_what_it_cannot_hold() -> None:
+    table = pa.table({"k": [1, 2, 2], "__diff__": [1, 1, 1]})
+    directory = KeyDirectory.build([table], ("k",))
+    assert directory is not None
+    assert directory.lookup(pa.table({"k": pa.array([1, None], pa.int64())}), ("k",)) is None
+    dates = pa.table({"k": pa.array([1], pa.date32())})
+    assert directory.lookup(dates, ("k",)) is None  # a date compares with no integer
+    before = directory.sums.copy()
+    outside = pa.table({"k": [2, 9], "__diff__": [1, 1]})
+    assert not directory.add(outside)
+    assert (directory.sums == before).all()  # refused whole: nothing added
+    assert directory.lookup(pa.table({"k": [9, 2]}), ("k",)).tolist() == [0, 2]
+    assert KeyDirectory.build([pa.table({"k": [0, 10**9], "__diff__": [1, 1]})], ("k",)) is None
+    nulls = pa.table({"k": pa.array([1, None], pa.int64()), "__diff__": [1, 1]})
+    assert KeyDirectory.build([nulls], ("k",)) is None
+    text = pa.table({"k": ["a"], "__diff__": [1]})
+    assert KeyDirectory.build([text], ("k",)) is None
+    huge = pa.table({"k": [1, 1], "__diff__": [2**62, 2**62]})
+    assert KeyDirectory.build([huge], ("k",)).lookup(pa.table({"k": [1]}), ("k",)) is None
+
+
+def test_trace_keeps_its_directory_through_inserts_and_merges(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(trace_module, "DIRECTORY_ROWS", 4)
+    schema = pa.schema(
+        [("a", pa.int64()), ("b", pa.int32()), ("__time__", pa.int64()), ("__diff__", pa.int64())]
+    )
+    keys = ("a", "b")
+    trace = Trace(LocalKernel(), keys, keys, 1)
+    inserted: list[pa.Table] = []
+    probe = pa.table({"x": [0, 1, 2, 3, 5, 40], "y": pa.array([0, 1, 2, 3, 1, 1], pa.int32())})
+
+    def insert(rows: list[tuple[int, int, int, int]]) -> None:
+        batch = pa.table(
+            dict(zip(schema.names, zip(*rows, strict=True), strict=True)), schema=schema
+        )
+        inserted.append(batch)
+        trace.advance(Antichain([(len(inserted),)]))  # merges compact the earlier times
+        trace.insert(batch, batch.num_rows)
+        assert trace.key_sums(probe, ("x", "y")).tolist() == _scan_sums(
+            inserted, keys, probe, ("x", "y")
+        )
+
+    insert([(a, a % 4, 0, 1) for a in range(8)])
+    directory = trace._directory
+    assert directory is not None
+    insert([(1, 1, 1, 2), (2, 2, 1, -1), (5, 1, 1, -1)])  # inside its box: followed
+    insert([(3, 3, 2, 1)])
+    assert trace._directory is directory
+    insert([(40, 1, 3, 7)])  # outside: dropped, the batches' indexes answer
+    assert trace._directory is None
+    insert([(a, 2, 4, 1) for a in range(30)])  # the trace has doubled: built again
+    assert trace._directory is not None
+    assert trace.nbytes() >= trace._directory.nbytes
+
+
+test_distinct_directed = _indexed("test_distinct_directed", DISTINCT, 15, directory_always)
+test_reachability_directed = _indexed("test_reachability_directed", REACH, 8, directory_always)
+test_closure_directed = _indexed("test_closure_directed", CLOSURE, 8, directory_always)
+test_non_monotonic_directed = _indexed(
+    "test_non_monotonic_directed", NON_MONOTONIC, 6, directory_always
+)

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import Multiset
 from sqlglot import exp
-from test_key_index import index_everything
+from test_key_index import directory_always, index_everything
 from test_runtime_oracle import LOCAL, History, Op, Pipeline, Step, check_history, histories
 
 from dsql.errors import DsqlError
@@ -139,6 +139,14 @@ def test_distinct_settled_from_sums(history: History) -> None:
     each key's input and output sums from its traces' indexes (`settled_by_sums`),
     negative multiplicities included."""
     with index_everything():
+        check_history(LocalKernel(), DISTINCTS, history)
+
+
+@settings(LOCAL, max_examples=25)
+@given(history=_one_time_rounds(DISTINCTS.rows[0], negative=True))
+def test_distinct_settled_from_directories(history: History) -> None:
+    """The same, each trace's sums read from its key directory, whatever its size."""
+    with directory_always():
         check_history(LocalKernel(), DISTINCTS, history)
 
 

@@ -49,7 +49,7 @@ from sqlglot import exp
 from dsql.runtime.kernel.base import Frame, Kernel, Pipeline, Prepared, Stage, Stored
 from dsql.runtime.kernel.driver import JoinShape, Selection
 from dsql.runtime.kernel.driver_reduce import ReduceRows
-from dsql.runtime.kernel.key_index import KeyIndex
+from dsql.runtime.kernel.key_index import KeyDirectory, KeyIndex
 from dsql.runtime.kernel.local import LocalKernel
 from dsql.runtime.kernel.spark import SparkKernel
 from dsql.runtime.lattice import Antichain
@@ -353,6 +353,11 @@ class AutoKernel(Kernel):
         if not isinstance(frame, pa.Table):
             return None
         return self.local.key_index(frame, keys, parts)
+
+    def key_directory(self, frames: Sequence[Frame], keys: Sequence[str]) -> KeyDirectory | None:
+        if self._remote(frames):
+            return None
+        return self.local.key_directory(frames, keys)
 
     def key_sums(
         self,

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
     from dsql.runtime.kernel.driver import JoinShape, Selection
     from dsql.runtime.kernel.driver_reduce import ReduceRows
-    from dsql.runtime.kernel.key_index import KeyIndex
+    from dsql.runtime.kernel.key_index import KeyDirectory, KeyIndex
 
 Frame = Any
 """An engine-specific relation handle (Spark DataFrame, Arrow table, ...)."""
@@ -218,6 +218,12 @@ class Kernel(ABC):
         that cost what they return; None when the kernel keeps none for this frame.
         `parts`: the indexes of frames whose union, in order, is `frame` (merged rather
         than built again)."""
+        return None
+
+    def key_directory(self, frames: Sequence[Frame], keys: Sequence[str]) -> KeyDirectory | None:
+        """Each key's sum of diffs over `frames` (a trace's batches) in a dense directory
+        that follows the trace (`kernel.key_index.KeyDirectory`); None when the kernel
+        keeps none for these frames or keys."""
         return None
 
     def key_sums(

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dsql.runtime.kernel import driver
 from dsql.runtime.lattice import DIFF
@@ -351,3 +352,129 @@ def _canonical(columns: int) -> tuple[tuple[int, int, int], ...]:
     each column gets `62 // columns` bits."""
     bits = 62 // columns
     return tuple((0, (1 << bits) - 1, (columns - 1 - i) * bits) for i in range(columns))
+
+
+#: A trace's key directory has at most this many entries per row of the trace, at least
+#: `DIRECTORY_MIN` whatever its rows, and never more than `DIRECTORY_MAX` (128 MiB).
+DIRECTORY_PER_ROW = 4
+DIRECTORY_MIN = 1 << 12
+DIRECTORY_MAX = 1 << 24
+
+
+@dataclass(slots=True)
+class KeyDirectory:
+    """Each key's sum of diffs over a whole trace, for integer keys that are dense: the
+    sums sit in one array indexed by the key's place in the box of key values the trace
+    holds (per key column its least value and span; several columns are numbered row by
+    row). A probe's sums are then one gather, whatever the trace's batches, where the
+    batches' indexes cost a binary search per probed key and batch.
+
+    Merges and compaction leave every key's sum as it is, so the directory follows the
+    trace by adding each inserted batch (`add`); a batch with a key outside the box is
+    refused and the trace drops the directory. Built only while the box has at most
+    `DIRECTORY_PER_ROW` entries per trace row (`build`).
+
+    Invariant: `sums[place(k)]` is the sum of the diffs of every row with key `k` in the
+    batches added, and `bound` is at least the sum of their absolute diffs, so no sum
+    can have overflowed while `bound < 2**62`.
+
+    >>> import pyarrow as pa
+    >>> t = pa.table({"k": [3, 1, 3, 2], "__diff__": [1, 1, 2, -1]})
+    >>> d = KeyDirectory.build([t], ("k",))
+    >>> d.lookup(pa.table({"x": [3, 0, 2]}), ("x",)).tolist()
+    [3, 0, -1]
+    """
+
+    keys: tuple[str, ...]
+    types: tuple[pa.DataType, ...]
+    lows: tuple[int, ...]
+    spans: tuple[int, ...]
+    sums: np.ndarray
+    bound: float = 0.0
+
+    @classmethod
+    def build(cls, tables: Sequence[pa.Table], keys: Sequence[str]) -> KeyDirectory | None:
+        """The directory of `tables`' keys; None when a key column is not an integer or
+        date column, holds a NULL, or the box of their values is not dense enough."""
+        keys = tuple(keys)
+        tables = [t for t in tables if t.num_rows]
+        if not keys or not tables:
+            return None
+        types = tuple(tables[0].schema.field(k).type for k in keys)
+        if not all(_indexable(t) for t in types):
+            return None
+        if any(tuple(t.schema.field(k).type for k in keys) != types for t in tables):
+            return None
+        lows, spans = [], []
+        for k in keys:
+            columns = [_as_int64(t[k]) for t in tables]
+            if any(c.null_count for c in columns):
+                return None
+            extremes = [pc.min_max(c) for c in columns]
+            low = min(int(e["min"].as_py()) for e in extremes)
+            lows.append(low)
+            spans.append(max(int(e["max"].as_py()) for e in extremes) - low + 1)
+        size, rows = 1, sum(t.num_rows for t in tables)
+        limit = min(DIRECTORY_MAX, max(DIRECTORY_MIN, DIRECTORY_PER_ROW * rows))
+        for span in spans:
+            size *= span
+            if size > limit:
+                return None
+        directory = cls(keys, types, tuple(lows), tuple(spans), np.zeros(size, np.int64))
+        return directory if all(directory.add(t) for t in tables) else None
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.sums.nbytes)
+
+    def add(self, frame: Any) -> bool:
+        """Add a batch's diffs; False (nothing added) when it is not an Arrow table with
+        the directory's key types, or a key of it is NULL or outside the box."""
+        if not isinstance(frame, pa.Table):
+            return False
+        if not frame.num_rows:
+            return True
+        if tuple(frame.schema.field(k).type for k in self.keys) != self.types:
+            return False
+        placed = self._places(frame, self.keys)
+        if placed is None or not placed[1].all():
+            return False
+        diffs = frame[DIFF].to_numpy().astype(np.int64, copy=False)
+        self.bound += float(np.abs(diffs).sum(dtype=np.float64))
+        np.add.at(self.sums, placed[0], diffs)
+        return True
+
+    def lookup(self, probe: pa.Table, by: Sequence[str]) -> np.ndarray | None:
+        """Per row of `probe`, the sum of the diffs of the rows whose keys equal its `by`
+        columns (0: none); None when a probed key is NULL or of a type that does not
+        compare exactly, or a sum may have overflowed."""
+        if self.bound >= 2.0**62:
+            return None
+        by = tuple(by)
+        types = [probe.schema.field(name).type for name in by]
+        if not all(_comparable(p, t) for p, t in zip(types, self.types, strict=True)):
+            return None
+        placed = self._places(probe, by)
+        if placed is None:
+            return None
+        places, inside = placed
+        found = self.sums[places]
+        found[~inside] = 0
+        return found
+
+    def _places(
+        self, table: pa.Table, names: tuple[str, ...]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Per row of `table`, its key's place in the box (clipped into it), and whether
+        the key is inside; None when a key is NULL."""
+        places = np.zeros(table.num_rows, np.int64)
+        inside = np.ones(table.num_rows, bool)
+        for name, low, span in zip(names, self.lows, self.spans, strict=True):
+            values = _as_int64(table[name])
+            if values.null_count:
+                return None
+            offset = values.to_numpy() - low
+            inside &= (offset >= 0) & (offset < span)
+            places *= span
+            places += np.clip(offset, 0, span - 1)
+        return places, inside

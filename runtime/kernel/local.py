@@ -209,6 +209,11 @@ class LocalKernel(Kernel):
         merged = _index.KeyIndex.merged(frame, parts) if parts else None
         return merged if merged is not None else _index.KeyIndex.build(frame, keys)
 
+    def key_directory(
+        self, frames: Sequence[pa.Table], keys: Sequence[str]
+    ) -> _index.KeyDirectory | None:
+        return _index.KeyDirectory.build(frames, keys)
+
     def key_sums(
         self,
         frame: pa.Table,
