@@ -274,7 +274,8 @@ class Trace:
         else:
             stored = self._merged(batches, estimate)
         merged = TraceBatch(stored.frame, stored.rows, self._compaction, whole=whole)
-        if apart and any(b.index is not None for b in batches):  # probed, it will be again
+        # Probed, it will be again; not where the directory answers the probes (sums).
+        if apart and self._directory is None and any(b.index is not None for b in batches):
             parts = [self._index(b) for b in batches]
             if all(p is not None for p in parts):
                 merged.index = self.kernel.key_index(stored.frame, self.keys, parts)

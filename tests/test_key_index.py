@@ -379,6 +379,10 @@ def test_directory_declines_what_it_cannot_hold() -> None:
     assert KeyDirectory.build([text], ("k",)) is None
     huge = pa.table({"k": [1, 1], "__diff__": [2**62, 2**62]})
     assert KeyDirectory.build([huge], ("k",)).lookup(pa.table({"k": [1]}), ("k",)) is None
+    big = KeyDirectory.build([pa.table({"k": [1, 2], "__diff__": [4, -3]})], ("k",))
+    assert big.sums.dtype == "int32"
+    assert big.add(pa.table({"k": [1, 2], "__diff__": [2**31, -(2**31)]}))  # widened
+    assert big.lookup(pa.table({"k": [1, 2]}), ("k",)).tolist() == [2**31 + 4, -(2**31) - 3]
 
 
 def test_trace_keeps_its_directory_through_inserts_and_merges(

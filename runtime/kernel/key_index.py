@@ -354,9 +354,10 @@ def _canonical(columns: int) -> tuple[tuple[int, int, int], ...]:
     return tuple((0, (1 << bits) - 1, (columns - 1 - i) * bits) for i in range(columns))
 
 
-#: A trace's key directory has at most this many entries per row of the trace, at least
-#: `DIRECTORY_MIN` whatever its rows, and never more than `DIRECTORY_MAX` (128 MiB).
-DIRECTORY_PER_ROW = 4
+#: A trace's key directory has at most this many entries per row of the trace (64 bytes
+#: a row while its sums fit in 32 bits: about what an index of its batches holds), at
+#: least `DIRECTORY_MIN` whatever its rows, and never more than `DIRECTORY_MAX`.
+DIRECTORY_PER_ROW = 16
 DIRECTORY_MIN = 1 << 12
 DIRECTORY_MAX = 1 << 24
 
@@ -376,7 +377,7 @@ class KeyDirectory:
 
     Invariant: `sums[place(k)]` is the sum of the diffs of every row with key `k` in the
     batches added, and `bound` is at least the sum of their absolute diffs, so no sum
-    can have overflowed while `bound < 2**62`.
+    can have overflowed while `bound < 2**62` (nor its 32-bit form while `bound < 2**31`).
 
     >>> import pyarrow as pa
     >>> t = pa.table({"k": [3, 1, 3, 2], "__diff__": [1, 1, 2, -1]})
@@ -389,7 +390,7 @@ class KeyDirectory:
     types: tuple[pa.DataType, ...]
     lows: tuple[int, ...]
     spans: tuple[int, ...]
-    sums: np.ndarray
+    sums: np.ndarray  # int32 while `bound` < 2**31, then int64
     bound: float = 0.0
 
     @classmethod
@@ -420,7 +421,7 @@ class KeyDirectory:
             size *= span
             if size > limit:
                 return None
-        directory = cls(keys, types, tuple(lows), tuple(spans), np.zeros(size, np.int64))
+        directory = cls(keys, types, tuple(lows), tuple(spans), np.zeros(size, np.int32))
         return directory if all(directory.add(t) for t in tables) else None
 
     @property
@@ -441,7 +442,9 @@ class KeyDirectory:
             return False
         diffs = frame[DIFF].to_numpy().astype(np.int64, copy=False)
         self.bound += float(np.abs(diffs).sum(dtype=np.float64))
-        np.add.at(self.sums, placed[0], diffs)
+        if self.bound >= 2.0**31 and self.sums.dtype != np.int64:
+            self.sums = self.sums.astype(np.int64)  # a sum may no longer fit 32 bits
+        np.add.at(self.sums, placed[0], diffs.astype(self.sums.dtype, copy=False))
         return True
 
     def lookup(self, probe: pa.Table, by: Sequence[str]) -> np.ndarray | None:
@@ -458,7 +461,7 @@ class KeyDirectory:
         if placed is None:
             return None
         places, inside = placed
-        found = self.sums[places]
+        found = self.sums[places].astype(np.int64, copy=False)
         found[~inside] = 0
         return found
 
