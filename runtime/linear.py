@@ -355,6 +355,9 @@ def static_schema(step: Step, schema: pa.Schema) -> pa.Schema | None:
     if not _constant_diff(branch.diff) or any(t is not None for t in branch.time):
         return None
     fields = []
+    types = dict(zip(schema.names, schema.types, strict=True))  # a schema's lookups are linear
+    if len(types) != len(schema):
+        return None
     for name, e in branch.columns:
         if not isinstance(e, exp.Column):
             constant = _constant_type(e)
@@ -362,17 +365,16 @@ def static_schema(step: Step, schema: pa.Schema) -> pa.Schema | None:
                 return None
             fields.append(pa.field(name, constant))
             continue
-        if e.table or e.name not in schema.names:
+        if e.table or e.name not in types:
             return None
-        source = schema.field(e.name)
-        if source.type not in _STABLE_TYPES:
+        if types[e.name] not in _STABLE_TYPES:
             return None
-        fields.append(pa.field(name, source.type))
+        fields.append(pa.field(name, types[e.name]))
     if branch.where is not None:
         for node in branch.where.walk():
             if not isinstance(node, _PLAIN):
                 return None
-            if isinstance(node, exp.Column) and (node.table or node.name not in schema.names):
+            if isinstance(node, exp.Column) and (node.table or node.name not in types):
                 return None
             if isinstance(node, exp.Literal) and node is branch.where:
                 return None  # `WHERE 1`: engines differ on non-boolean conditions

@@ -59,9 +59,11 @@ class TraceBatch:
     rows: int
     #: The frontier its times were last advanced to (empty: never compacted).
     compacted_to: Antichain = field(default_factory=Antichain)
-    #: Its index by the trace's keys (`Kernel.key_index`), once built; `indexed`: asked.
+    #: Its index by the trace's keys (`Kernel.key_index`), once built; `indexed`: asked;
+    #: `rows_read`: rows were taken through it (not only sums).
     index: Any = None
     indexed: bool = False
+    rows_read: bool = False
     #: Per time coordinate, the least and greatest value of its rows, once asked (None:
     #: the kernel does not say).
     ranges: tuple[tuple[int, int], ...] | None = None
@@ -115,6 +117,7 @@ class Trace:
             if not batch.whole:
                 self._make_whole(batch)
             self._index(batch)
+            batch.rows_read = True
             rows = None
             if batch.index is not None:
                 rows = batch.index.rows(probe, by)
@@ -274,8 +277,10 @@ class Trace:
         else:
             stored = self._merged(batches, estimate)
         merged = TraceBatch(stored.frame, stored.rows, self._compaction, whole=whole)
-        # Probed, it will be again; not where the directory answers the probes (sums).
-        if apart and self._directory is None and any(b.index is not None for b in batches):
+        merged.rows_read = any(b.rows_read for b in batches)
+        # Probed, it will be again: for rows, or for sums where no directory answers them.
+        probed = [b.index is not None and (b.rows_read or self._directory is None) for b in batches]
+        if apart and any(probed):
             parts = [self._index(b) for b in batches]
             if all(p is not None for p in parts):
                 merged.index = self.kernel.key_index(stored.frame, self.keys, parts)

@@ -115,11 +115,14 @@ def _greedy(count: int, touches: list[set[int]]) -> list[int]:
     order = [0]
     taken = {0}
     while len(order) < count:
-        rest = [n for n in range(count) if n not in taken]
-        connected = [
-            n for n in rest if any(n in t and t & taken and t <= taken | {n} for t in touches)
-        ]
-        nxt = connected[0] if connected else rest[0]
+        # An input is connected when some predicate touches it, a taken input, and no
+        # other: the predicate's one untaken input.
+        connected = []
+        for t in touches:
+            missing = t - taken
+            if len(missing) == 1 and len(missing) < len(t):
+                connected.extend(missing)
+        nxt = min(connected) if connected else min(n for n in range(count) if n not in taken)
         order.append(nxt)
         taken.add(nxt)
     return order

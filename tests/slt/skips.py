@@ -16,6 +16,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
 from collections import Counter
@@ -25,6 +26,12 @@ from pathlib import Path
 __all__ = ["SkipEntry", "SkipList", "DEFAULT_SKIPS"]
 
 DEFAULT_SKIPS = Path(__file__).with_name("skips.toml")
+
+
+@functools.lru_cache(maxsize=64)
+def _posix(path: str) -> str:
+    """`path` with forward slashes (asked once per record and entry: kept)."""
+    return Path(path).as_posix()
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +51,7 @@ class SkipEntry:
 
     def covers(self, path: str) -> bool:
         """Whether the entry's `file` names this file (or, ending in `/`, its folder)."""
-        posix = Path(path).as_posix()
+        posix = _posix(path)
         if self.file.endswith("/"):
             return f"/{self.file}" in f"/{posix}"
         return posix.endswith(self.file)
