@@ -279,8 +279,8 @@ class Trace:
         merged = TraceBatch(stored.frame, stored.rows, self._compaction, whole=whole)
         merged.rows_read = any(b.rows_read for b in batches)
         # Probed, it will be again: for rows, or for sums where no directory answers them.
-        probed = [b.index is not None and (b.rows_read or self._directory is None) for b in batches]
-        if apart and any(probed):
+        sums_read = self._directory is None
+        if apart and any(b.index is not None and (b.rows_read or sums_read) for b in batches):
             parts = [self._index(b) for b in batches]
             if all(p is not None for p in parts):
                 merged.index = self.kernel.key_index(stored.frame, self.keys, parts)

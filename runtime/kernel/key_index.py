@@ -403,9 +403,7 @@ class KeyDirectory:
             return None
         types = tuple(tables[0].schema.field(k).type for k in keys)
         if not all(_indexable(t) for t in types):
-            return None
-        if any(tuple(t.schema.field(k).type for k in keys) != types for t in tables):
-            return None
+            return None  # a table with other key types is refused by `add`
         lows, spans = [], []
         for k in keys:
             columns = [_as_int64(t[k]) for t in tables]
