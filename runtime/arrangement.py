@@ -62,6 +62,14 @@ class Arranged(Node):
         a query."""
         return None
 
+    def history_matches(
+        self, probe: Frame, by: Sequence[str], names: Sequence[str]
+    ) -> tuple[np.ndarray, list[np.ndarray]] | None:
+        """`history()`'s rows whose keys equal the `by` columns of some row of `probe`,
+        as numbers (`Trace.key_matches`): per row, a probe row with its key, and its
+        integer columns `names`; None when the kernel cannot say without a query."""
+        return None
+
     def history_upper(self) -> tuple[int, ...] | None:
         """Per time coordinate, the greatest value in `history()` (None: not known
         without reading it; `()`: no history)."""
@@ -99,6 +107,11 @@ class TracedNode(Arranged):
 
     def history_sums(self, probe: Frame, by: Sequence[str]) -> np.ndarray | None:
         return self._trace.key_sums(probe, by)
+
+    def history_matches(
+        self, probe: Frame, by: Sequence[str], names: Sequence[str]
+    ) -> tuple[np.ndarray, list[np.ndarray]] | None:
+        return self._trace.key_matches(probe, by, names)
 
     def history_upper(self) -> tuple[int, ...] | None:
         return self._trace.upper()

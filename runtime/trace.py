@@ -156,6 +156,32 @@ class Trace:
             return None
         return total
 
+    def key_matches(
+        self, probe: Frame, by: Sequence[str], names: Sequence[str]
+    ) -> tuple[np.ndarray, list[np.ndarray]] | None:
+        """The rows of every batch whose keys equal the `by` columns of some row of
+        `probe`: per row, the position of a probe row with its key, and the row's integer
+        columns `names` as arrays; None when the kernel cannot say without a query.
+
+        No row is taken as a row: a reader that works in numbers (a loop's distinct,
+        `reduce_chain`) gets just the columns it reads, gathered from each batch."""
+        rows, columns = [], [[] for _ in names]
+        for batch in self.batches:
+            if not batch.whole:
+                self._make_whole(batch)
+            batch.rows_read = True
+            found = self.kernel.key_matches(
+                batch.frame, self.keys, self._index(batch), probe, by, names
+            )
+            if found is None:
+                return None
+            rows.append(found[0])
+            for kept, values in zip(columns, found[1], strict=True):
+                kept.append(values)
+        if not rows:
+            return np.empty(0, np.int64), [np.empty(0, np.int64) for _ in names]
+        return np.concatenate(rows), [np.concatenate(c) for c in columns]
+
     def _key_directory(self) -> Any:
         """The trace's key directory, built when first asked once the trace holds
         `DIRECTORY_ROWS` rows; refused or dropped, it is tried again only once the trace

@@ -371,6 +371,19 @@ class AutoKernel(Kernel):
             return None
         return self.local.key_sums(frame, keys, index, probe, by)
 
+    def key_matches(
+        self,
+        frame: Frame,
+        keys: Sequence[str],
+        index: KeyIndex | None,
+        probe: Frame,
+        by: Sequence[str],
+        names: Sequence[str],
+    ) -> tuple[np.ndarray, list[np.ndarray]] | None:
+        if not isinstance(frame, pa.Table) or not isinstance(probe, pa.Table):
+            return None
+        return self.local.key_matches(frame, keys, index, probe, by, names)
+
     def project_small(self, frame: Frame, selection: Selection) -> Frame | None:
         if not isinstance(frame, pa.Table):
             return None

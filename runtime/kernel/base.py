@@ -239,6 +239,21 @@ class Kernel(ABC):
         `key_index`, None: none kept); None when the kernel cannot say without a query."""
         return None
 
+    def key_matches(
+        self,
+        frame: Frame,
+        keys: Sequence[str],
+        index: KeyIndex | None,
+        probe: Frame,
+        by: Sequence[str],
+        names: Sequence[str],
+    ) -> tuple[np.ndarray, list[np.ndarray]] | None:
+        """The rows of `frame` whose `keys` equal the `by` columns of some row of `probe`,
+        through `index` (the frame's `key_index`, None: none kept): per row, the position
+        of a probe row with its key, and its integer columns `names` as int64 arrays; in
+        no particular order. None when the kernel cannot say without a query."""
+        return None
+
     def prepare_many(self, branches: Sequence[Any], depth: int) -> Any:
         """One query evaluating many single map/filter branches (`linear.Branch`: columns
         and a condition, no time or diff factor) over one batch relation `src`, for

@@ -49,6 +49,12 @@ MAX_ROWS = 4_000_000
 #: At most this many (accumulated group, candidate) pairs are formed here.
 MAX_PAIRS = 4_000_000
 
+#: Per-row arrays: candidate positions, output value codes, diffs.
+_Sums = tuple[np.ndarray, np.ndarray, np.ndarray]
+#: A trace's rows of probed keys (`Trace.key_matches`): the probe row with each one's
+#: key, the last time coordinate, the diff.
+Matches = tuple[np.ndarray, np.ndarray, np.ndarray]
+
 #: Diffs whose absolute values sum below this cannot overflow an int64 running sum.
 _SAFE_TOTAL = float(2**61)
 
@@ -70,7 +76,7 @@ def chain_step(
     current = [t for t in rows.outputs if t.num_rows]
     if not new or not _same_types([*new, *history], keys) or not _same_types(current, keys):
         return None
-    prefix = _shared_prefix(new, times[:-1])
+    prefix = shared_prefix(new, times[:-1])
     if prefix is None:
         return None
     for tables, upper in ((history, rows.uppers[0]), (current, rows.uppers[1])):
@@ -100,35 +106,17 @@ def chain_step(
     hist_kid, hist_j, hist_diff = hist_kid[hist_keep], hist_j[hist_keep], hist_diff[hist_keep]
     out_kid, out_j, out_diff = out_kid[out_keep], out_j[out_keep], out_diff[out_keep]
 
-    # The chains: per key, its last-coordinate values at or beyond its least new one.
-    low = np.full(nkeys, np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(low, new_kid, new_j)
-    stamps = distinct_sorted(np.concatenate((new_j, hist_j, out_j)))
-    span = len(stamps)
-    on_grid = hist_j >= low[hist_kid]
-    grid = distinct_sorted(
-        np.concatenate(
-            (
-                new_kid * span + np.searchsorted(stamps, new_j),
-                hist_kid[on_grid] * span + np.searchsorted(stamps, hist_j[on_grid]),
-            )
-        )
+    chain, waits = _Chain.of(
+        nkeys, new_kid, new_j, hist_kid, hist_j, out_j, _first_unready(rows.frontier, prefix)
     )
-    grid_kid, grid_j = grid // span, stamps[grid % span]
-    bound = _first_unready(rows.frontier, prefix)
-    ready = np.ones(len(grid), bool) if bound is None else grid_j < bound
+    cand_kid, cand_j = chain.cand_kid, chain.cand_j
     stamp_of = _stamps(times, prefix)
     waiting = _build(
         [
-            *_fields(shape.source, keys, [c.take(pa.array(grid_kid[~ready])) for c in key_values]),
-            *stamp_of(grid_j[~ready]),
+            *_fields(shape.source, keys, [c.take(pa.array(waits[0])) for c in key_values]),
+            *stamp_of(waits[1]),
         ]
     )
-    cand = grid[ready]
-    cand_kid, cand_j = grid_kid[ready], grid_j[ready]
-    per_key = np.bincount(cand_kid, minlength=nkeys)
-    key_start = np.concatenate(([0], np.cumsum(per_key)[:-1]))
-    chain = _Chain(cand, per_key, key_start, span, stamps)
 
     # The input accumulated at every ready candidate, per (key, value).
     if vals:
@@ -190,22 +178,8 @@ def chain_step(
         return None
     held_kid, held_oid, held_c, held_acc = held
 
-    # E at each (candidate, output value); the correction: E(c) - E(predecessor of c).
-    width = max(len(ofirst), 1)
-    err_c, err_o, err = _sum_by(
-        np.concatenate((want_c, held_c)),
-        np.concatenate((want_oid, held_oid)),
-        np.concatenate((want_diff, -held_acc)),
-        width,
-    )
-    successor = err_c + 1
-    has_next = successor < len(cand)
-    has_next[has_next] = cand_kid[successor[has_next]] == cand_kid[err_c[has_next]]
-    fix_c, fix_o, fix = _sum_by(
-        np.concatenate((err_c, successor[has_next])),
-        np.concatenate((err_o, err_o[has_next])),
-        np.concatenate((err, -err[has_next])),
-        width,
+    fix_c, fix_o, fix = chain.corrections(
+        (want_c, want_oid, want_diff), (held_c, held_oid, held_acc), max(len(ofirst), 1)
     )
     output = _build(
         [
@@ -218,21 +192,107 @@ def chain_step(
     return output, waiting
 
 
+def distinct_chain(
+    probe: pa.Table,
+    new_j: np.ndarray,
+    delta_diff: np.ndarray,
+    history: Matches,
+    held: Matches,
+    frontier: Antichain,
+    prefix: tuple[int, ...],
+    shape: ReduceShape,
+) -> tuple[pa.Table, pa.Table] | None:
+    """`chain_step` for a distinct over whole rows (`present_once`, no values), from the
+    affected keys' rows as numbers, or None when a sum could overflow or the pairs would
+    be too many.
+
+    `probe`: the keys of the new rows, the delta's first (its diffs `delta_diff`) then
+    the pending candidates'; `new_j`: their last time coordinate (the others are
+    `prefix`). `history` and `held`: the rows of those keys in the input history and in
+    the output trace (`Trace.key_matches`), each as the probe row with its key, the
+    last time coordinate and the diff. No key column is read but the probe's: rows are
+    told apart by the probe row they match."""
+    kid, first = dense_codes(row_codes(list(probe.columns), probe.num_rows))
+    nkeys, rows = len(first), len(delta_diff)
+    hist_kid = np.concatenate((kid[:rows], kid[history[0]]))
+    hist_j = np.concatenate((new_j[:rows], history[1]))
+    hist_diff = np.concatenate((delta_diff, history[2]))
+    out_kid, out_j, out_diff = kid[held[0]], held[1], held[2]
+    held_total = float(np.abs(out_diff).sum(dtype=np.float64))
+    if float(np.abs(hist_diff).sum(dtype=np.float64)) + held_total >= _SAFE_TOTAL:
+        return None
+    chain, waits = _Chain.of(
+        nkeys, kid, new_j, hist_kid, hist_j, out_j, _first_unready(frontier, prefix)
+    )
+    acc = chain.accumulate(hist_kid, np.zeros(len(hist_kid), np.int64), hist_j, hist_diff)
+    kept = chain.accumulate(out_kid, np.zeros(len(out_kid), np.int64), out_j, out_diff)
+    if acc is None or kept is None:
+        return None
+    want_c = acc[2][acc[3] > 0]  # each candidate where the row is present wants it once
+    if len(want_c) + held_total >= _SAFE_TOTAL:
+        return None
+    wanted = (want_c, np.zeros(len(want_c), np.int64), np.ones(len(want_c), np.int64))
+    fix_c, _, fix = chain.corrections(wanted, (kept[2], kept[1], kept[3]), 1)
+    keys, times = shape.keys, time_columns(shape.depth)
+    key_values = [concat_columns([c]).take(pa.array(first)) for c in probe.columns]
+    stamp_of = _stamps(times, prefix)
+    fix_kid = pa.array(chain.cand_kid[fix_c])
+    output = _build(
+        [
+            *_fields(shape.schema, keys, [c.take(fix_kid) for c in key_values]),
+            *stamp_of(chain.cand_j[fix_c]),
+            (pa.field(DIFF, pa.int64()), pa.array(fix, pa.int64())),
+        ]
+    )
+    wait_kid = pa.array(waits[0])
+    waiting = _build(
+        [*_fields(shape.source, keys, [c.take(wait_kid) for c in key_values]), *stamp_of(waits[1])]
+    )
+    return output, waiting
+
+
 class _Chain:
     """The ready candidates, sorted by key then time: `cand` their codes (key times the
     number of distinct stamps, plus the stamp's rank), and per key the count and the
     position of its first candidate."""
 
-    def __init__(
-        self,
-        cand: np.ndarray,
-        per_key: np.ndarray,
-        key_start: np.ndarray,
-        span: int,
-        stamps: np.ndarray,
-    ) -> None:
-        self.cand, self.per_key, self.key_start = cand, per_key, key_start
-        self.span, self.stamps = span, stamps
+    def __init__(self, cand: np.ndarray, nkeys: int, stamps: np.ndarray) -> None:
+        self.cand, self.span, self.stamps = cand, len(stamps), stamps
+        self.cand_kid, self.cand_j = cand // self.span, stamps[cand % self.span]
+        self.per_key = np.bincount(self.cand_kid, minlength=nkeys)
+        self.key_start = np.concatenate(([0], np.cumsum(self.per_key)[:-1]))
+
+    @classmethod
+    def of(
+        cls,
+        nkeys: int,
+        new_kid: np.ndarray,
+        new_j: np.ndarray,
+        hist_kid: np.ndarray,
+        hist_j: np.ndarray,
+        out_j: np.ndarray,
+        bound: int | None,
+    ) -> tuple[_Chain, tuple[np.ndarray, np.ndarray]]:
+        """The chains of the keys `0..nkeys-1` (each a key with a new time): per key, the
+        last-coordinate values of its new and history rows at or beyond its least new
+        one; those below `bound` (None: all) are the ready candidates, the others wait
+        (returned as keys and values)."""
+        low = np.full(nkeys, np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(low, new_kid, new_j)
+        stamps = distinct_sorted(np.concatenate((new_j, hist_j, out_j)))
+        span = len(stamps)
+        on_grid = hist_j >= low[hist_kid]
+        grid = distinct_sorted(
+            np.concatenate(
+                (
+                    new_kid * span + np.searchsorted(stamps, new_j),
+                    hist_kid[on_grid] * span + np.searchsorted(stamps, hist_j[on_grid]),
+                )
+            )
+        )
+        grid_kid, grid_j = grid // span, stamps[grid % span]
+        ready = np.ones(len(grid), bool) if bound is None else grid_j < bound
+        return cls(grid[ready], nkeys, stamps), (grid_kid[~ready], grid_j[~ready])
 
     def accumulate(
         self, kid: np.ndarray, vid: np.ndarray, stamp: np.ndarray, diff: np.ndarray
@@ -260,6 +320,28 @@ class _Chain:
         sums = running[end] - running[start[pair_group]]
         keep = sums != 0
         return gkid[pair_group][keep], gvid[pair_group][keep], pair_c[keep], sums[keep]
+
+    def corrections(
+        self, wanted: _Sums, held: _Sums, width: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The corrections from the wanted output and the output held, each as candidate
+        positions, output values (`< width`) and diffs: `E` at each (candidate, value) is
+        wanted less held, the correction `E(c) - E(predecessor of c)`; zeros dropped."""
+        err_c, err_o, err = _sum_by(
+            np.concatenate((wanted[0], held[0])),
+            np.concatenate((wanted[1], held[1])),
+            np.concatenate((wanted[2], -held[2])),
+            width,
+        )
+        successor = err_c + 1
+        has_next = successor < len(self.cand)
+        has_next[has_next] = self.cand_kid[successor[has_next]] == self.cand_kid[err_c[has_next]]
+        return _sum_by(
+            np.concatenate((err_c, successor[has_next])),
+            np.concatenate((err_o, err_o[has_next])),
+            np.concatenate((err, -err[has_next])),
+            width,
+        )
 
     def position(self, kid: np.ndarray, stamp: np.ndarray) -> np.ndarray | None:
         """The candidate position of each (key, stamp); None when one is not a candidate."""
@@ -298,7 +380,7 @@ def _same_types(tables: Sequence[pa.Table], names: Sequence[str]) -> bool:
     return all(len({t.schema.field(n).type for t in tables}) <= 1 for n in names)
 
 
-def _shared_prefix(tables: Sequence[pa.Table], names: Sequence[str]) -> tuple[int, ...] | None:
+def shared_prefix(tables: Sequence[pa.Table], names: Sequence[str]) -> tuple[int, ...] | None:
     """The one value each named time column takes in every row of the tables (None: a
     column takes several)."""
     prefix = []

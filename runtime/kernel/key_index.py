@@ -226,6 +226,51 @@ class KeyIndex:
         result[order[positions[keep]]] = values[keep]
         return result
 
+    def matches(self, probe: pa.Table, by: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+        """The rows whose keys equal the `by` columns of some row of `probe`, as positions
+        in the table, and for each the position of a probe row with its key; in no
+        particular order. None when the index cannot say exactly (it is on one column of
+        several keys, or a probed key is NULL or does not compare exactly).
+
+        Unlike `rows`, nothing is taken: a reader that needs a few columns of the rows
+        as numbers gathers them itself (`ints`)."""
+        if len(self.keys) > 1 and not self.packing:
+            return None
+        codes = _probe_codes(self, probe, tuple(by))
+        if codes is None:
+            return None
+        ordered, order, inside = codes
+        ordered, order = ordered[inside], order[inside]
+        first = driver.run_starts(ordered)
+        wanted, probe_rows = ordered[first], order[first]
+        at = np.searchsorted(self.distinct, wanted)
+        if len(self.distinct):
+            np.minimum(at, len(self.distinct) - 1, out=at)
+            hit = self.distinct[at] == wanted
+            at, probe_rows = at[hit], probe_rows[hit]
+        else:
+            at, probe_rows = at[:0], probe_rows[:0]
+        low = self.bounds[at]
+        counts = self.bounds[at + 1] - low
+        if len(at) and int(counts.max()) == 1:
+            return self.order[low], probe_rows
+        total = int(counts.sum())
+        starts = np.repeat(low - (np.cumsum(counts) - counts), counts)
+        return self.order[starts + np.arange(total)], np.repeat(probe_rows, counts)
+
+    def ints(self, name: str) -> np.ndarray | None:
+        """The table's column `name` as int64 numbers (a view where it can be), kept
+        once asked; None when it is not an integer column or holds a NULL."""
+        key = "ints:" + name
+        if key not in self.cache:
+            column = self.table.column(name)
+            values = None
+            if pa.types.is_integer(column.type) and not column.null_count:
+                chunk = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+                values = chunk.to_numpy().astype(np.int64, copy=False)
+            self.cache[key] = values
+        return self.cache[key]
+
     def _key_sums(self) -> np.ndarray | None:
         """Per distinct key, the sum of its rows' diffs; None when a sum could overflow.
         Computed once."""

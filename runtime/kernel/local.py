@@ -228,6 +228,26 @@ class LocalKernel(Kernel):
             index = _index.KeyIndex.build(frame, keys)
         return None if index is None else index.sums(probe, by)
 
+    def key_matches(
+        self,
+        frame: pa.Table,
+        keys: Sequence[str],
+        index: _index.KeyIndex | None,
+        probe: pa.Table,
+        by: Sequence[str],
+        names: Sequence[str],
+    ) -> tuple[np.ndarray, list[np.ndarray]] | None:
+        if index is None:  # a batch too small to keep an index: one for this probe
+            index = _index.KeyIndex.build(frame, keys)
+        found = None if index is None else index.matches(probe, by)
+        if found is None:
+            return None
+        positions, probe_rows = found
+        columns = [index.ints(name) for name in names]
+        if any(c is None for c in columns):
+            return None
+        return probe_rows, [c[positions] for c in columns if c is not None]
+
     def project_small(self, frame: pa.Table, selection: Selection) -> pa.Table | None:
         return driver.project(frame, selection)
 

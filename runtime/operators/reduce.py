@@ -39,6 +39,7 @@ from dsql.runtime.dataflow import Batch, Round
 from dsql.runtime.kernel.base import Frame, Pipeline, Stage, Stored
 from dsql.runtime.kernel.driver_reduce import ReduceRows, ReduceShape
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
+from dsql.runtime.operators.reduce_chain import chained_distinct
 from dsql.runtime.operators.reduce_logic import ReduceLogic
 from dsql.runtime.operators.reduce_settled import (
     SettledQueries,
@@ -240,6 +241,10 @@ class ReduceNode(TracedNode):
         summed = settled_by_sums(self, source, rnd)
         if summed is not None:
             return self._finish_step(kernel.materialize(summed, self.keys), None, [])
+        chained = chained_distinct(self, source, rnd, self._reduce_shape(source), self._pending)
+        if chained is not None:
+            output, waiting = (kernel.materialize(t, self.keys) for t in chained)
+            return self._finish_step(output, waiting, [])
         history, outputs, cut = self._affected_rows(source)
         input_frames = history + ([source.current.frame] if source.current else [])
         if not input_frames:
@@ -324,27 +329,32 @@ class ReduceNode(TracedNode):
         """The general step's output and pending candidates computed by the kernel without
         its pipeline (`Kernel.reduce_small`: few rows), or None."""
         kernel, keys, d = self.kernel, self.keys, self.depth
-        if self._shape is None:
-            self._shape = ReduceShape(
-                keys,
-                self.source_values,
-                self.values,
-                d,
-                source.schema,
-                self.schema,
-                self.logic.present_once,
-            )
 
         def logic(acc: Frame) -> Frame:
             return self.logic.desired(kernel, acc, keys, self.source_values, d, self.schema)
 
         delta = source.current.frame if source.current is not None else None
         uppers = (source.history_upper(), self.history_upper())
-        rows = ReduceRows(inputs, delta, self._pending, outputs, frontier, self._shape, uppers)
+        shape = self._reduce_shape(source)
+        rows = ReduceRows(inputs, delta, self._pending, outputs, frontier, shape, uppers)
         small = kernel.reduce_small(rows, logic)
         if small is None:
             return None
         return kernel.materialize(small[0], keys), kernel.materialize(small[1], keys)
+
+    def _reduce_shape(self, source: Arranged) -> ReduceShape:
+        """What the step is besides its rows (`driver_reduce.ReduceShape`), made once."""
+        if self._shape is None:
+            self._shape = ReduceShape(
+                self.keys,
+                self.source_values,
+                self.values,
+                self.depth,
+                source.schema,
+                self.schema,
+                self.logic.present_once,
+            )
+        return self._shape
 
     def _finish_step(
         self, output: Stored, pending: Stored | None, stored: list[Frame]
