@@ -71,6 +71,25 @@ def _tables(draw: Any) -> tuple[pa.Table, tuple[str, ...], pa.Table, tuple[str, 
 @settings(max_examples=300, deadline=None)
 @given(case=_tables())
 def test_index_picks_what_a_scan_picks(case: Any) -> None:
+    _check_rows(case)
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=_tables())
+def test_index_matches_what_a_scan_picks(case: Any) -> None:
+    _check_matches(case)
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=_tables())
+def test_slots_find_what_a_search_finds(case: Any) -> None:
+    # Every index finds its keys through a slot table where its box allows one.
+    with _set(key_index, "SLOT_KEYS", 1):
+        _check_rows(case)
+        _check_matches(case)
+
+
+def _check_rows(case: Any) -> None:
     table, keys, probe, by = case
     index = KeyIndex.build(table, keys)
     assert index is not None
@@ -86,9 +105,7 @@ def test_index_picks_what_a_scan_picks(case: Any) -> None:
     assert picked.to_pylist() == expected
 
 
-@settings(max_examples=300, deadline=None)
-@given(case=_tables())
-def test_index_matches_what_a_scan_picks(case: Any) -> None:
+def _check_matches(case: Any) -> None:
     table, keys, probe, by = case
     index = KeyIndex.build(table, keys)
     assert index is not None
@@ -216,6 +233,11 @@ def _set(module: Any, name: str, value: int) -> Iterator[None]:
 def index_everything() -> Any:
     """Every trace batch indexed, however small."""
     return _set(key_index, "INDEX_ROWS", 1)
+
+
+def slots_always() -> Any:
+    """Every index finds keys through a slot table where its box allows one."""
+    return _set(key_index, "SLOT_KEYS", 1)
 
 
 def directory_always() -> Any:
@@ -468,6 +490,7 @@ def general_distinct() -> Iterator[None]:
 
 test_reachability_general = _indexed("test_reachability_general", REACH, 8, general_distinct)
 test_closure_general = _indexed("test_closure_general", CLOSURE, 8, general_distinct)
+test_closure_slotted = _indexed("test_closure_slotted", CLOSURE, 8, slots_always)
 test_non_monotonic_general = _indexed(
     "test_non_monotonic_general", NON_MONOTONIC, 6, general_distinct
 )

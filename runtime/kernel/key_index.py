@@ -52,6 +52,14 @@ INDEX_ROWS = 256
 MULTI_INDEX_ROWS = 1
 
 
+#: An index of at least this many distinct keys finds probed keys in a dense table of
+#: slots, one per value in the box of its keys (`KeyIndex._slots`), rather than by binary
+#: search, when the box has at most `SLOTS_PER_KEY` slots per distinct key: a search
+#: into hundreds of thousands of keys misses the cache at every step.
+SLOT_KEYS = 1 << 16
+SLOTS_PER_KEY = 4
+
+
 def worth_indexing(rows: int, keys: Sequence[str]) -> bool:
     """Whether a batch of `rows` rows is indexed by `keys` (see `INDEX_ROWS`)."""
     return bool(keys) and rows >= (INDEX_ROWS if len(keys) == 1 else MULTI_INDEX_ROWS)
@@ -162,7 +170,34 @@ class KeyIndex:
     def nbytes(self) -> int:
         """The bytes the index holds beside its table."""
         arrays = (self.distinct, self.bounds, self.order, self.nulls)
-        return sum(int(a.nbytes) for a in arrays)
+        slots = self.cache.get("slots")
+        return sum(int(a.nbytes) for a in arrays) + (0 if slots is None else slots.nbytes)
+
+    def _locate(self, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Of the `wanted` keys (coded as the index codes them), the positions in
+        `distinct` of those it holds, and a mask of which those are."""
+        slots = self._slots()
+        if slots is not None:
+            place, inside = slots.places(wanted)
+            at = slots.table[place]
+            hit = inside & (at >= 0)
+            return at[hit].astype(np.int64), hit
+        at = np.searchsorted(self.distinct, wanted)
+        if not len(self.distinct):
+            return at[:0], np.zeros(len(wanted), bool)
+        np.minimum(at, len(self.distinct) - 1, out=at)
+        hit = self.distinct[at] == wanted
+        return at[hit], hit
+
+    def _slots(self) -> _Slots | None:
+        """The index's slot table (see `SLOT_KEYS`), built when first asked; None when
+        its keys are too few or too sparse."""
+        if "slots" not in self.cache:
+            slots = None
+            if len(self.distinct) >= SLOT_KEYS and (self.packing or len(self.keys) == 1):
+                slots = _Slots.build(self.distinct, self.packing)
+            self.cache["slots"] = slots
+        return self.cache["slots"]
 
     def rows(self, probe: pa.Table, by: Sequence[str]) -> pa.Table | None:
         """The rows whose keys equal the `by` columns of some row of `probe` (None: the
@@ -242,14 +277,8 @@ class KeyIndex:
         ordered, order, inside = codes
         ordered, order = ordered[inside], order[inside]
         first = driver.run_starts(ordered)
-        wanted, probe_rows = ordered[first], order[first]
-        at = np.searchsorted(self.distinct, wanted)
-        if len(self.distinct):
-            np.minimum(at, len(self.distinct) - 1, out=at)
-            hit = self.distinct[at] == wanted
-            at, probe_rows = at[hit], probe_rows[hit]
-        else:
-            at, probe_rows = at[:0], probe_rows[:0]
+        at, hit = self._locate(ordered[first])
+        probe_rows = order[first][hit]
         low = self.bounds[at]
         counts = self.bounds[at + 1] - low
         if len(at) and int(counts.max()) == 1:
@@ -287,12 +316,7 @@ class KeyIndex:
     def _take(self, wanted: np.ndarray, nulls: bool) -> pa.Table:
         """The rows whose indexed key is in `wanted` (sorted, distinct), and the rows with
         a NULL key when `nulls`, in the table's order."""
-        at = np.searchsorted(self.distinct, wanted)
-        if len(self.distinct):
-            np.minimum(at, len(self.distinct) - 1, out=at)
-            at = at[self.distinct[at] == wanted]
-        else:  # every key is NULL
-            at = at[:0]
+        at = self._locate(wanted)[0]
         low = self.bounds[at]
         counts = self.bounds[at + 1] - low
         if len(at) and int(counts.max()) == 1:  # one row per key (no run to lay out)
@@ -308,6 +332,53 @@ class KeyIndex:
             return self.table.slice(0, 0)
         positions.sort()
         return self.table.take(positions)
+
+
+@dataclass(frozen=True, slots=True)
+class _Slots:
+    """A dense table from each key in a box to its position among an index's distinct
+    keys (-1: none there). Keys are coded as the index codes them (one column's values,
+    or several packed: `packing`); `fields` gives per column the shift and width of its
+    bits in a code (no packing: 0, 63; a packed column's bits hold its value less the
+    packing's least), its least value there and its span; a key's slot numbers the box
+    row by row.
+
+    Invariant: `table[places(k)]` is the position of `k` in the distinct keys, for every
+    key `k` of the index, and -1 for every other key inside the box."""
+
+    fields: tuple[tuple[int, int, int, int], ...]
+    table: np.ndarray
+
+    @classmethod
+    def build(
+        cls, distinct: np.ndarray, packing: tuple[tuple[int, int, int], ...]
+    ) -> _Slots | None:
+        """The slots of the sorted `distinct` keys, or None when the box has more than
+        `SLOTS_PER_KEY` slots per key."""
+        layout = [(shift, max(1, (high - low).bit_length())) for low, high, shift in packing]
+        fields, size = [], 1
+        for shift, width in layout or [(0, 63)]:
+            values = (distinct >> shift) & ((1 << width) - 1) if layout else distinct
+            low, high = int(values.min()), int(values.max())
+            fields.append((shift, width, low, high - low + 1))
+            size *= high - low + 1
+            if size > SLOTS_PER_KEY * len(distinct):
+                return None
+        slots = cls(tuple(fields), np.full(size, -1, np.int32))
+        slots.table[slots.places(distinct)[0]] = np.arange(len(distinct), dtype=np.int32)
+        return slots
+
+    def places(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per code, its slot (clipped into the box) and whether it lies in the box."""
+        place = np.zeros(len(codes), np.int64)
+        inside = np.ones(len(codes), bool)
+        for shift, width, low, span in self.fields:
+            values = (codes >> shift) & ((1 << width) - 1) if width < 63 else codes
+            high = low + span - 1  # compared before subtracting: no difference overflows
+            inside &= (values >= low) & (values <= high)
+            place *= span
+            place += np.clip(values, low, high) - low
+        return place, inside
 
 
 def _comparable(probed: pa.DataType, indexed: pa.DataType) -> bool:
