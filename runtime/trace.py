@@ -14,7 +14,9 @@ small:
   least double going back in time and there are O(log n) batches, none of them tiny
   but the newest.
   Batches that can share no time (a loop's iterations) and whose times the frontier
-  leaves as they are have nothing to consolidate: their merge is their concatenation,
+  leaves as they are, or that are small beside the trace (`POSTPONE_SHARE`: their
+  compaction waits for a later, larger merge), have nothing to consolidate: their merge
+  is their concatenation,
   sharing their rows where the kernel can (`Kernel.concatenate`; stored whole when
   rows are first taken from it by position), and their key indexes merge too rather
   than being built again.
@@ -49,6 +51,12 @@ SMALL_BATCH_ROWS = 1024
 #: A trace's key directory (`Trace.key_sums`) is first tried once it holds this many
 #: rows: below, searching its few batches costs as little.
 DIRECTORY_ROWS = 1024
+#: A merge of batches in the driver that share no time as they stand, whose rows are
+#: less than 1/POSTPONE_SHARE of the trace's, leaves their times unadvanced: a concatenation rather
+#: than a consolidation (a loop's rounds merge their small batches into the last round's
+#: at every inner step). Compaction waits for a merge into the larger batches, so the
+#: trace holds at most a fixed share more than compacted.
+POSTPONE_SHARE = 4
 
 
 @dataclass(slots=True)
@@ -290,9 +298,17 @@ class Trace:
             self.batches = [self._combine(self.batches)]
 
     def _combine(self, batches: list[TraceBatch]) -> TraceBatch:
-        """The batches merged into one, advanced to the compaction frontier."""
+        """The batches merged into one, advanced to the compaction frontier (unless
+        that waits: `POSTPONE_SHARE`)."""
         estimate = sum(b.rows for b in batches)
         apart = self._apart(batches, self._compaction)
+        later = (
+            not apart
+            and estimate * POSTPONE_SHARE < self.rows + estimate
+            and all(self.kernel.placement(b.frame) == "local" for b in batches)
+            and self._apart(batches, Antichain())
+        )
+        apart = apart or later
         whole = True
         if apart:  # nothing to consolidate: the batches end to end, shared where it can
             frames = [b.frame for b in batches]
@@ -302,7 +318,8 @@ class Trace:
                 stored = self.kernel.materialize(self.kernel.union(frames), self.keys, estimate)
         else:
             stored = self._merged(batches, estimate)
-        merged = TraceBatch(stored.frame, stored.rows, self._compaction, whole=whole)
+        compacted_to = Antichain() if later else self._compaction
+        merged = TraceBatch(stored.frame, stored.rows, compacted_to, whole=whole)
         merged.rows_read = any(b.rows_read for b in batches)
         # Probed, it will be again: for rows, or for sums where no directory answers them.
         sums_read = self._directory is None
