@@ -258,7 +258,7 @@ def _branch_columns(branch: Branch, times: tuple[str, ...]) -> list[tuple[str, e
 
 
 #: Column types every kernel passes through a projection unchanged.
-_STABLE_TYPES = (
+STABLE_TYPES = (
     pa.int8(),
     pa.int16(),
     pa.int32(),
@@ -367,7 +367,7 @@ def static_schema(step: Step, schema: pa.Schema) -> pa.Schema | None:
             continue
         if e.table or e.name not in types:
             return None
-        if types[e.name] not in _STABLE_TYPES:
+        if types[e.name] not in STABLE_TYPES:
             return None
         fields.append(pa.field(name, types[e.name]))
     if branch.where is not None:
