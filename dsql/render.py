@@ -192,15 +192,18 @@ class Renderer:
         if shared is not None:
             return shared, residual
         left, right = self.render(plan.left), self.render(plan.right)
-        lk = [exp.alias_(k.copy(), f"__k{i}") for i, (k, _, _) in enumerate(keys)] or [
-            exp.alias_(exp.Literal.number(0), "__k0")
+        # The expressions here are built afresh (`remap` copies), so aliases need not copy
+        # them; `alias_` copies the join condition's own `k`. The columns of wide inputs
+        # are built rather than parsed from their names (the same trees).
+        lk = [exp.alias_(k, f"__k{i}") for i, (k, _, _) in enumerate(keys)] or [
+            exp.alias_(exp.Literal.number(0), "__k0", copy=False)
         ]
         rk = [
-            exp.alias_(remap(k2, {j: j - la for j in refs(k2)}), f"__k{i}")
+            exp.alias_(remap(k2, {j: j - la for j in refs(k2)}), f"__k{i}", copy=False)
             for i, (_, k2, _) in enumerate(keys)
-        ] or [exp.alias_(exp.Literal.number(0), "__k0")]
-        lkeyed = left.map(*lk, *names(la))
-        rkeyed = right.map(*rk, *(exp.alias_(col(j), f"_c{la + j}") for j in range(ra)))
+        ] or [exp.alias_(exp.Literal.number(0), "__k0", copy=False)]
+        lkeyed = left.map(*lk, *(col(i) for i in range(la)))
+        rkeyed = right.map(*rk, *(exp.alias_(col(j), f"_c{la + j}", copy=False) for j in range(ra)))
         strict = [i for i, (_, _, null_safe) in enumerate(keys) if not null_safe]
         if strict:
             not_null = [

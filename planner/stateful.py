@@ -64,12 +64,13 @@ class Join(Plan):
     def inputs(self) -> tuple[Plan, ...]:
         return (self.left, self.right)
 
-    @property
-    def arity(self) -> int:
+    @cached_property
+    def arity(self) -> int:  # type: ignore[override]
+        # Cached, like `columns`: a chain of n joins would otherwise sum n arities per call.
         return self.left.arity + self.right.arity
 
-    @property
-    def column_names(self) -> tuple[str, ...]:
+    @cached_property
+    def column_names(self) -> tuple[str, ...]:  # type: ignore[override]
         return self.left.column_names + self.right.column_names
 
     @cached_property

@@ -164,7 +164,11 @@ def _leaf_key(e: exp.Expression) -> tuple[str, str] | None:
 
 def _annotate(expression: exp.Expression, inputs: Sequence[exp.DataType]) -> exp.DataType:
     """`infer` by sqlglot's type annotation (the expression is annotated in place)."""
-    schema = {"_in": {f"_c{i}": t.sql("postgres") for i, t in enumerate(inputs)} or {"_": "int"}}
+    # sqlglot's schema costs per column (wide joins have hundreds): only the columns the
+    # expression reads, or the first one (the table must have a column), typed as before.
+    read = {column.name for column in expression.find_all(exp.Column)}
+    kept = [i for i in range(len(inputs)) if f"_c{i}" in read] or list(range(len(inputs)))[:1]
+    schema = {"_in": {f"_c{i}": inputs[i].sql("postgres") for i in kept} or {"_": "int"}}
     holder = exp.select(expression).from_("_in")
     expression = holder.expressions[0]
     for column in expression.find_all(exp.Column):

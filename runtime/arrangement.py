@@ -142,7 +142,6 @@ class ArrangeNode(TracedNode):
         self.keys = keys
         super().__init__(source.worker, (source,), source.schema, source.depth)
         self._trace = Trace(self.kernel, self.columns, keys, self.depth)
-        self._consolidate = prepare_consolidate(self.kernel, self.columns, self.depth)
 
     def step(self, rnd: Round) -> Batch | None:
         self.current = None
@@ -163,7 +162,11 @@ class ArrangeNode(TracedNode):
         else:
             frame = kernel.consolidate_small([delta.frame], columns, depth)
             if frame is None:
-                frame = kernel.query(self._consolidate, {"d": delta.frame})
+                # Prepared at first use: most batches are consolidated in the driver, and
+                # rendering the query of a wide arrangement is a good part of a plan's build.
+                frame = kernel.query(
+                    prepare_consolidate(kernel, columns, depth), {"d": delta.frame}
+                )
         stored = kernel.materialize(frame, self.keys, delta.rows)
         if stored.rows == 0:
             kernel.release(stored.frame)

@@ -258,7 +258,7 @@ def _branch_columns(branch: Branch, times: tuple[str, ...]) -> list[tuple[str, e
 
 
 #: Column types every kernel passes through a projection unchanged.
-_STABLE_TYPES = (
+STABLE_TYPES = (
     pa.int8(),
     pa.int16(),
     pa.int32(),
@@ -365,11 +365,10 @@ def static_schema(step: Step, schema: pa.Schema) -> pa.Schema | None:
                 return None
             fields.append(pa.field(name, constant))
             continue
-        if e.table or e.name not in types:
+        source = types.get(e.name)  # `name` walks the node: read it once
+        if e.table or source is None or source not in STABLE_TYPES:
             return None
-        if types[e.name] not in _STABLE_TYPES:
-            return None
-        fields.append(pa.field(name, types[e.name]))
+        fields.append(pa.field(name, source))
     if branch.where is not None:
         for node in branch.where.walk():
             if not isinstance(node, _PLAIN):

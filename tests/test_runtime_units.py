@@ -17,13 +17,14 @@ from dsql.runtime.dataflow import Worker
 from dsql.runtime.kernel.local import LocalKernel
 from dsql.runtime.kernel.spark import SparkKernel
 from dsql.runtime.lattice import Antichain, advance_by, join, less_equal, meet
+from dsql.runtime.operators.join import static_join_schema
 
 times2 = st.tuples(st.integers(0, 5), st.integers(0, 5))
 
 
 @pytest.mark.parametrize(
     "module",
-    ["lattice", "input", "collection", "linear"],
+    ["lattice", "input", "collection", "linear", "operators.join"],
 )
 def test_doctests(module: str) -> None:
     mod = importlib.import_module(f"dsql.runtime.{module}")
@@ -111,6 +112,27 @@ def test_imported_trace_replays_history(kernel) -> None:
         counts[r["k"]] = counts.get(r["k"], 0) + r["__diff__"]
     assert {k: n for k, n in counts.items() if n} == {2: 1}
     handle.release()
+
+
+@pytest.mark.parametrize("kind", ["inner", "semi"])
+def test_static_join_schema_is_the_evaluated_one(kernel, kind: str) -> None:
+    worker = Worker(kernel)
+    types = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.float32(), pa.float64()]
+    types += [pa.bool_(), pa.string(), pa.date32()]
+    left = worker.new_input([("k", pa.int32()), *((f"a{i}", t) for i, t in enumerate(types))])
+    right = worker.new_input([("j", pa.float64()), *((f"b{i}", t) for i, t in enumerate(types))])
+    la = left.to_collection().arrange_by_key("k")
+    ra = right.to_collection().arrange_by_key("j")
+    joined = (la.join_core(ra) if kind == "inner" else la.semijoin(ra)).node
+    static = static_join_schema(la.node.schema, ra.node.schema, joined.right_values)
+    evaluated = worker.output_schema(joined.query, {"l": la.node, "r": ra.node})
+    assert static is not None and static.equals(evaluated, check_metadata=True)
+    assert joined.schema.equals(evaluated, check_metadata=True)
+
+
+def test_join_of_other_types_is_evaluated() -> None:
+    schema = pa.schema([("k", pa.int64()), ("d", pa.decimal128(10, 2))])
+    assert static_join_schema(schema, pa.schema([("k", pa.int64())]), []) is None
 
 
 def test_map_batches_slow_path(kernel) -> None:

@@ -25,8 +25,9 @@ from dsql.errors import SchemaError
 from dsql.runtime import relational as rel
 from dsql.runtime.arrangement import Arranged
 from dsql.runtime.dataflow import Batch, Node, Round, schema_key
-from dsql.runtime.kernel.base import Frame, Prepared
+from dsql.runtime.kernel.base import Frame, Kernel, Prepared
 from dsql.runtime.kernel.driver import JoinShape
+from dsql.runtime.linear import STABLE_TYPES
 
 #: A delta of at most this many rows reads only its keys' rows of the other side's
 #: history, when the kernel can pick them by index (`Arranged.history_with_keys`).
@@ -57,21 +58,23 @@ class JoinNode(Node):
             )
         self.right_values = right_values
         check_key_types(left.schema, left.keys, right.schema, right.keys)
-        worker, kernel, depth = left.worker, left.kernel, left.depth
-        shape = (self.pairs, left.columns, right_values, depth, kind)
-
-        def prepare() -> Prepared:
-            probe = rel.join_on_keys("l", "r", self.pairs, left.columns, right_values, depth, kind)
-            return kernel.prepare(probe)
-
-        #: The join rendered once per shape; each round binds its batches as `l` and `r`.
-        self.query: Prepared = kernel.cached(("join", *shape), prepare)
-        self._shape = shape
-        schema = kernel.cached(
-            ("join-schema", *shape, schema_key(left.schema), schema_key(right.schema)),
-            lambda: worker.output_schema(self.query, {"l": left, "r": right}),
-        )
+        worker, kernel = left.worker, left.kernel
+        self._shape = (self.pairs, left.columns, right_values, left.depth, kind)
+        schema = static_join_schema(left.schema, right.schema, right_values)
+        if schema is None:
+            schema = kernel.cached(
+                ("join-schema", *self._shape, schema_key(left.schema), schema_key(right.schema)),
+                lambda: worker.output_schema(
+                    prepare_join(kernel, self._shape), {"l": left, "r": right}
+                ),
+            )
         super().__init__(worker, (left, right), schema, left.depth)
+
+    @property
+    def query(self) -> Prepared:
+        """The join as a prepared query over the batches `l` and `r`, rendered once per
+        shape (and only when a round needs it: small batches join in the driver)."""
+        return prepare_join(self.kernel, self._shape)
 
     def step(self, rnd: Round) -> Batch | None:
         left, right = self.inputs
@@ -153,8 +156,7 @@ class JoinNode(Node):
 
     def _probe_query(self) -> exp.Query:
         """The join as a query over the batches `l` and `r`."""
-        pairs, left, right_values, depth, kind = self._shape
-        return rel.join_on_keys("l", "r", pairs, left, right_values, depth, kind)
+        return rel.join_on_keys("l", "r", *self._shape)
 
     def _probe(
         self, frames: list[Frame], column: str | None, batch: Batch, by: str | None
@@ -171,6 +173,36 @@ class JoinNode(Node):
     def describe(self) -> str:
         keys = ", ".join(f"{a} = {b}" for a, b in self.pairs)
         return f"Join[{self.kind}]({keys})"
+
+
+def prepare_join(kernel: Kernel, shape: tuple) -> Prepared:
+    """`relational.join_on_keys` of the batches `l` and `r` for a join's `shape` (its key
+    pairs, left columns, right values, depth and kind), prepared once per shape."""
+    return kernel.cached(
+        ("join", *shape), lambda: kernel.prepare(rel.join_on_keys("l", "r", *shape))
+    )
+
+
+def static_join_schema(
+    left: pa.Schema, right: pa.Schema, right_values: Sequence[str]
+) -> pa.Schema | None:
+    """The data schema of the join of `left` with the `right_values` columns of `right`,
+    when it follows from the inputs alone: every column of both sides has a type every
+    kernel passes through a projection unchanged (`linear.STABLE_TYPES`; the key types
+    then compare, `check_key_types`). None otherwise (the kernel must evaluate the join).
+
+    >>> static_join_schema(
+    ...     pa.schema([("k", pa.int64()), ("a", pa.string())]),
+    ...     pa.schema([("k", pa.int32()), ("b", pa.float64())]),
+    ...     ["b"],
+    ... ).names
+    ['k', 'a', 'b']
+    """
+    if any(t not in STABLE_TYPES for t in (*left.types, *right.types)):
+        return None
+    fields = [pa.field(f.name, f.type) for f in left]
+    fields += [pa.field(name, right.field(name).type) for name in right_values]
+    return pa.schema(fields)
 
 
 def check_key_types(
