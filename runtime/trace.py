@@ -52,10 +52,11 @@ SMALL_BATCH_ROWS = 1024
 #: rows: below, searching its few batches costs as little.
 DIRECTORY_ROWS = 1024
 #: A merge of batches in the driver that share no time as they stand, whose rows are
-#: less than 1/POSTPONE_SHARE of the trace's, leaves their times unadvanced: a concatenation rather
-#: than a consolidation (a loop's rounds merge their small batches into the last round's
-#: at every inner step). Compaction waits for a merge into the larger batches, so the
-#: trace holds at most a fixed share more than compacted.
+#: less than 1/POSTPONE_SHARE of the trace's, leaves their times unadvanced: a
+#: concatenation rather than a consolidation (a loop's rounds merge their small batches
+#: into the last round's at every inner step). Compaction waits for a merge into the
+#: larger batches (every batch of a quarter of the trace or more is compacted, and sizes
+#: double going back), so the uncompacted batches hold under half of the trace.
 POSTPONE_SHARE = 4
 
 
@@ -122,10 +123,7 @@ class Trace:
         without a query (the caller then reads `frames()`)."""
         kernel, picked = self.kernel, []
         for batch in self.batches:
-            if not batch.whole:
-                self._make_whole(batch)
-            self._index(batch)
-            batch.rows_read = True
+            self._read_rows(batch)
             rows = None
             if batch.index is not None:
                 rows = batch.index.rows(probe, by)
@@ -175,11 +173,8 @@ class Trace:
         `reduce_chain`) gets just the columns it reads, gathered from each batch."""
         rows, columns = [], [[] for _ in names]
         for batch in self.batches:
-            if not batch.whole:
-                self._make_whole(batch)
-            batch.rows_read = True
             found = self.kernel.key_matches(
-                batch.frame, self.keys, self._index(batch), probe, by, names
+                batch.frame, self.keys, self._read_rows(batch), probe, by, names
             )
             if found is None:
                 return None
@@ -223,6 +218,14 @@ class Trace:
                 batch.ranges = tuple(ranges)
             batch.ranged = True
         return batch.ranges
+
+    def _read_rows(self, batch: TraceBatch) -> Any:
+        """The batch made ready to have rows taken by position (stored whole), marked so
+        (`rows_read`), and its index (None: none)."""
+        if not batch.whole:
+            self._make_whole(batch)
+        batch.rows_read = True
+        return self._index(batch)
 
     def _make_whole(self, batch: TraceBatch) -> None:
         """A concatenated batch's frame stored whole, its index following it: taking rows

@@ -189,6 +189,16 @@ class KeyIndex:
         hit = self.distinct[at] == wanted
         return at[hit], hit
 
+    def _runs(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The table positions of the rows of the distinct keys at `at`, each key's run
+        laid end to end, and the runs' lengths (None: every run is one row)."""
+        low = self.bounds[at]
+        counts = self.bounds[at + 1] - low
+        if len(at) and int(counts.max()) == 1:  # one row per key: no run to lay out
+            return self.order[low], None
+        starts = np.repeat(low - (np.cumsum(counts) - counts), counts)
+        return self.order[starts + np.arange(int(counts.sum()))], counts
+
     def _slots(self) -> _Slots | None:
         """The index's slot table (see `SLOT_KEYS`), built when first asked; None when
         its keys are too few or too sparse."""
@@ -278,14 +288,9 @@ class KeyIndex:
         ordered, order = ordered[inside], order[inside]
         first = driver.run_starts(ordered)
         at, hit = self._locate(ordered[first])
+        positions, counts = self._runs(at)
         probe_rows = order[first][hit]
-        low = self.bounds[at]
-        counts = self.bounds[at + 1] - low
-        if len(at) and int(counts.max()) == 1:
-            return self.order[low], probe_rows
-        total = int(counts.sum())
-        starts = np.repeat(low - (np.cumsum(counts) - counts), counts)
-        return self.order[starts + np.arange(total)], np.repeat(probe_rows, counts)
+        return positions, probe_rows if counts is None else np.repeat(probe_rows, counts)
 
     def ints(self, name: str) -> np.ndarray | None:
         """The table's column `name` as int64 numbers (a view where it can be), kept
@@ -316,16 +321,7 @@ class KeyIndex:
     def _take(self, wanted: np.ndarray, nulls: bool) -> pa.Table:
         """The rows whose indexed key is in `wanted` (sorted, distinct), and the rows with
         a NULL key when `nulls`, in the table's order."""
-        at = self._locate(wanted)[0]
-        low = self.bounds[at]
-        counts = self.bounds[at + 1] - low
-        if len(at) and int(counts.max()) == 1:  # one row per key (no run to lay out)
-            positions = self.order[low]
-        else:
-            # Positions in `order`: each run low[i] .. low[i] + counts[i], laid end to end.
-            total = int(counts.sum())
-            starts = np.repeat(low - (np.cumsum(counts) - counts), counts)
-            positions = self.order[starts + np.arange(total)]
+        positions = self._runs(self._locate(wanted)[0])[0]
         if nulls and len(self.nulls):
             positions = np.concatenate((positions, self.nulls))
         if not len(positions):

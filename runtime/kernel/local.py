@@ -224,8 +224,7 @@ class LocalKernel(Kernel):
     ) -> np.ndarray | None:
         if not frame.num_rows:
             return np.zeros(probe.num_rows, np.int64)
-        if index is None:  # a batch too small to keep an index: one for this probe
-            index = _index.KeyIndex.build(frame, keys)
+        index = index or _index.KeyIndex.build(frame, keys)
         return None if index is None else index.sums(probe, by)
 
     def key_matches(
@@ -237,8 +236,7 @@ class LocalKernel(Kernel):
         by: Sequence[str],
         names: Sequence[str],
     ) -> tuple[np.ndarray, list[np.ndarray]] | None:
-        if index is None:  # a batch too small to keep an index: one for this probe
-            index = _index.KeyIndex.build(frame, keys)
+        index = index or _index.KeyIndex.build(frame, keys)  # too small to keep one
         found = None if index is None else index.matches(probe, by)
         if found is None:
             return None
