@@ -52,6 +52,10 @@ PYTHON_ROWS = 64
 #: At most this many rows are consolidated in the driver; beyond it, the query. The
 #: bound keeps bigger merges in the engine, which can spill.
 DRIVER_ROWS = 2_000_000
+#: Beyond `PYTHON_ROWS`, at most this many rows of integer columns without NULLs are
+#: consolidated by numpy alone (`_in_numbers`), which spares `_by_codes` its Arrow calls
+#: per column: 0.28 against 0.39 ms at 500 rows of two keys and two times.
+NUMERIC_ROWS = DRIVER_ROWS
 
 #: At most this many rows on either side, and twice as many pairs out, are joined by
 #: array operations (`join` beyond `SMALL_ROWS`); beyond it, the query. Measured on one
@@ -122,11 +126,14 @@ def consolidate(
     schema = _output_schema(tables[0].schema, names)
     if schema is None or not plain(schema, columns):
         return None
+    first = tables[0].schema
     for t, _ in parts:
-        if t.schema is not tables[0].schema and _output_schema(t.schema, names) != schema:
+        if not t.schema.equals(first) and _output_schema(t.schema, names) != schema:
             return None  # the query would unify the types
     if not parts:
         return schema.empty_table()
+    if PYTHON_ROWS < rows <= NUMERIC_ROWS and _integers(parts, schema):
+        return _in_numbers(parts, names, len(columns), frontier, schema)
     values = [
         pa.chunked_array([c for t, _ in parts for c in t.column(n).chunks], schema.field(n).type)
         for n in names[:-1]
@@ -136,6 +143,75 @@ def consolidate(
     signed_diffs = [_signed(t.column(DIFF), sign) for t, sign in parts]
     diffs = np.concatenate([d.to_numpy() for d in signed_diffs])
     return _by_codes(values, diffs, columns, depth, frontier, schema)
+
+
+def _integers(parts: list[tuple[pa.Table, int]], schema: pa.Schema) -> bool:
+    """Whether every column of `schema` is of integers that int64 holds exactly, with no
+    NULL in any part."""
+    if not all(pa.types.is_integer(f.type) and f.type != pa.uint64() for f in schema):
+        return False
+    return not any(t.column(f.name).null_count for t, _ in parts for f in schema)
+
+
+def _in_numbers(
+    parts: list[tuple[pa.Table, int]],
+    names: Sequence[str],
+    stamps: int,
+    frontier: Antichain | None,
+    schema: pa.Schema,
+) -> pa.Table | None:
+    """`consolidate` of integer columns without NULLs (`_integers`, up to `NUMERIC_ROWS`
+    rows; `names` the columns, the times from position `stamps`, the diff) by numpy
+    alone: the rows coded and sorted as `_by_codes` does, the diffs summed per run of
+    equal rows, in the order `_by_codes` gives; None when a sum could overflow."""
+
+    def column(name: str) -> np.ndarray:
+        return np.concatenate([t.column(name).to_numpy() for t, _ in parts]).astype(np.int64)
+
+    diffs = np.concatenate([t.column(DIFF).to_numpy().astype(np.int64) * sign for t, sign in parts])
+    if may_overflow(diffs):
+        return None
+    arrays = [column(name) for name in names[:-1]]
+    for k, raw in enumerate(arrays[stamps:] if frontier else []):
+        # `lattice.advance_by`: per coordinate, the least over the frontier's elements
+        elements = iter(frontier or ())
+        advanced = np.maximum(raw, next(elements)[k])
+        for element in elements:
+            np.minimum(advanced, np.maximum(raw, element[k]), out=advanced)
+        arrays[stamps + k] = advanced
+    code = _packed_codes(arrays)
+    if code is None:  # too wide to pack: sorted column by column, the first the primary
+        order = np.lexsort(arrays[::-1])
+        starts = np.zeros(len(order), bool)
+        starts[:1] = True
+        for a in arrays:
+            ordered = a[order]
+            starts[1:] |= ordered[1:] != ordered[:-1]
+    else:
+        ordered, order = sort_order(code)
+        starts = run_starts(ordered)
+    first = np.flatnonzero(starts)
+    sums = np.add.reduceat(diffs[order], first)
+    nonzero = sums != 0
+    rows = order[first[nonzero]]
+    arrays = [pa.array(a[rows], f.type) for a, f in zip(arrays, schema, strict=False)]
+    return pa.Table.from_arrays([*arrays, pa.array(sums[nonzero], pa.int64())], schema=schema)
+
+
+def _packed_codes(arrays: list[np.ndarray]) -> np.ndarray | None:
+    """One int64 per row, ordered as the rows are column by column (`row_codes` over
+    NULL-free integers, with no Arrow call), or None when the columns' spans together
+    exceed 62 bits."""
+    code, bound = np.zeros(len(arrays[0]), np.int64), 1
+    for a in arrays:
+        low = int(a.min())
+        span = int(a.max()) - low + 1
+        bound *= span
+        if bound > 2**62:
+            return None
+        code *= span
+        code += a - low
+    return code
 
 
 def _in_python(
