@@ -287,9 +287,17 @@ class KeyIndex:
         ordered, order, inside = codes
         ordered, order = ordered[inside], order[inside]
         first = driver.run_starts(ordered)
-        at, hit = self._locate(ordered[first])
+        wanted, probe_rows = ordered[first], order[first]
+        if len(self.distinct) < len(wanted) and self._slots() is None:
+            # Fewer keys here than probed: each searched among the probe's, both sorted.
+            at = np.searchsorted(wanted, self.distinct)
+            np.minimum(at, len(wanted) - 1, out=at)
+            found = wanted[at] == self.distinct
+            probe_rows, at = probe_rows[at[found]], np.flatnonzero(found)
+        else:
+            at, hit = self._locate(wanted)
+            probe_rows = probe_rows[hit]
         positions, counts = self._runs(at)
-        probe_rows = order[first][hit]
         return positions, probe_rows if counts is None else np.repeat(probe_rows, counts)
 
     def ints(self, name: str) -> np.ndarray | None:

@@ -274,7 +274,9 @@ class LocalKernel(Kernel):
     def materialize(
         self, frame: pa.Table, keys: Sequence[str] = (), estimate: int | None = None
     ) -> Stored:
-        table = frame.combine_chunks() if frame.num_columns else frame
+        table = frame
+        if frame.num_columns and any(c.num_chunks != 1 for c in frame.columns):
+            table = frame.combine_chunks()
         return Stored(table, table.num_rows, table)
 
     def concatenate(
@@ -300,7 +302,11 @@ class LocalKernel(Kernel):
     def union(self, frames: Sequence[pa.Table]) -> pa.Table:
         first = frames[0].schema
         return pa.concat_tables(
-            [frames[0]] + [f.select(first.names).cast(first) for f in frames[1:]]
+            [frames[0]]
+            + [
+                f if f.schema.equals(first) else f.select(first.names).cast(first)
+                for f in frames[1:]
+            ]
         )
 
     def append_time(self, frame: pa.Table, name: str, value: int) -> pa.Table:
