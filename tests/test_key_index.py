@@ -488,6 +488,14 @@ def general_distinct() -> Iterator[None]:
         yield
 
 
+@contextmanager
+def every_pending_probed() -> Iterator[None]:
+    """A loop's distinct probing all its pending candidates, due or not."""
+    with _set(reduce_chain, "SPLIT_DUE", False):
+        yield
+
+
+test_closure_all_pending = _indexed("test_closure_all_pending", CLOSURE, 8, every_pending_probed)
 test_reachability_general = _indexed("test_reachability_general", REACH, 8, general_distinct)
 test_closure_general = _indexed("test_closure_general", CLOSURE, 8, general_distinct)
 test_closure_slotted = _indexed("test_closure_slotted", CLOSURE, 8, slots_always)

@@ -107,7 +107,7 @@ def chain_step(
     out_kid, out_j, out_diff = out_kid[out_keep], out_j[out_keep], out_diff[out_keep]
 
     chain, waits = _Chain.of(
-        nkeys, new_kid, new_j, hist_kid, hist_j, out_j, _first_unready(rows.frontier, prefix)
+        nkeys, new_kid, new_j, hist_kid, hist_j, out_j, first_unready(rows.frontier, prefix)
     )
     cand_kid, cand_j = chain.cand_kid, chain.cand_j
     stamp_of = _stamps(times, prefix)
@@ -222,7 +222,7 @@ def distinct_chain(
     if float(np.abs(hist_diff).sum(dtype=np.float64)) + held_total >= _SAFE_TOTAL:
         return None
     chain, waits = _Chain.of(
-        nkeys, kid, new_j, hist_kid, hist_j, out_j, _first_unready(frontier, prefix)
+        nkeys, kid, new_j, hist_kid, hist_j, out_j, first_unready(frontier, prefix)
     )
     acc = chain.accumulate(hist_kid, np.zeros(len(hist_kid), np.int64), hist_j, hist_diff)
     kept = chain.accumulate(out_kid, np.zeros(len(out_kid), np.int64), out_j, out_diff)
@@ -443,7 +443,7 @@ def _filter(tables: Sequence[pa.Table], keep: np.ndarray) -> list[pa.Table]:
     return out
 
 
-def _first_unready(frontier: Antichain, prefix: tuple[int, ...]) -> int | None:
+def first_unready(frontier: Antichain, prefix: tuple[int, ...]) -> int | None:
     """The least last coordinate `j` with `(prefix, j)` beyond the frontier (None: none)."""
     bounds = [e[-1] for e in frontier if all(a <= b for a, b in zip(e[:-1], prefix, strict=True))]
     return min(bounds) if bounds else None
