@@ -131,6 +131,42 @@ def build(worker: Worker, graph: str) -> tuple[Any, Any, Any]:
     return edges_in, roots_in, result.capture()
 
 
+def load(worker: Worker, edges_in: Any, roots_in: Any, data: pa.Table) -> None:
+    """Hydration: the edges as one Arrow table and the root node 0 at time 0, one step."""
+    edges_in.load_arrow(data)
+    roots_in.insert((0,))
+    for s in (edges_in, roots_in):
+        s.advance_to(1)
+        s.flush()
+    worker.step()
+
+
+def change_one_edge(
+    i: int,
+    edges: set[tuple[int, int]],
+    rng: random.Random,
+    nodes: int,
+    edges_in: Any,
+    roots_in: Any,
+) -> None:
+    """Round `i`'s input (not stepped): delete a random present edge (even `i`) or insert
+    a random new one (odd), at time `i + 1`, both inputs advanced past it; `edges`
+    follows."""
+    if i % 2 == 0:
+        edge = rng.choice(sorted(edges))
+        edges.discard(edge)
+        edges_in.remove(edge)
+    else:
+        edge = (rng.randrange(nodes), rng.randrange(nodes))
+        while edge in edges or edge[0] == edge[1]:
+            edge = (rng.randrange(nodes), rng.randrange(nodes))
+        edges.add(edge)
+        edges_in.insert(edge)
+    for s in (edges_in, roots_in):
+        s.advance_to(i + 2)
+        s.flush()
+
+
 def warm_up(kernel: Any, graph: str, nodes: int) -> None:
     """Hydrate and change a 100-edge graph of the same shape on the same kernel, so the
     measured run does not pay what a process pays once (imports, queries rendered once
@@ -161,35 +197,16 @@ def run_graph(args: argparse.Namespace, graph: str) -> dict[str, Any]:
     worker = Worker(kernel)
     edges_in, roots_in, out = build(worker, graph)
     total = 0
-    t = 0
     data = table(edges)  # the same Arrow table DuckDB's baseline is given, built untimed
     start = time.perf_counter()
-    edges_in.load_arrow(data)
-    roots_in.insert((0,))
-    for s in (edges_in, roots_in):
-        s.advance_to(1)
-        s.flush()
-    worker.step()
+    load(worker, edges_in, roots_in, data)
     hydration = time.perf_counter() - start
     total += sum(out.poll()["__diff__"].to_pylist())
     hydrated = total
     rng = random.Random(args.seed + 1)
     deletes, inserts = [], []
     for i in range(args.rounds):
-        t += 1
-        if i % 2 == 0:
-            edge = rng.choice(sorted(edges))
-            edges.discard(edge)
-            edges_in.remove(edge)
-        else:
-            edge = (rng.randrange(nodes), rng.randrange(nodes))
-            while edge in edges or edge[0] == edge[1]:
-                edge = (rng.randrange(nodes), rng.randrange(nodes))
-            edges.add(edge)
-            edges_in.insert(edge)
-        for s in (edges_in, roots_in):
-            s.advance_to(t + 1)
-            s.flush()
+        change_one_edge(i, edges, rng, nodes, edges_in, roots_in)
         began = time.perf_counter()
         worker.step()
         (deletes if i % 2 == 0 else inserts).append(time.perf_counter() - began)

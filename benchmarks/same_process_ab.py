@@ -54,12 +54,7 @@ def main() -> None:
         setattr(module, args.name, value)
         worker = Worker(kernel)
         edges_in, roots_in, out = recursion.build(worker, "closure")
-        edges_in.load_arrow(data)
-        roots_in.insert((0,))
-        for session in (edges_in, roots_in):
-            session.advance_to(1)
-            session.flush()
-        worker.step()
+        recursion.load(worker, edges_in, roots_in, data)
         out.poll()
         runs[label] = {
             "worker": worker,
@@ -86,22 +81,8 @@ def main() -> None:
 
 
 def _round(run: dict[str, Any], i: int, nodes: int) -> None:
-    """Round `i`: delete a random edge (even rounds) or insert a new one (odd)."""
-    edges, rng = run["edges"], run["rng"]
-    edges_in, roots_in = run["inputs"]
-    if i % 2 == 0:
-        edge = rng.choice(sorted(edges))
-        edges.discard(edge)
-        edges_in.remove(edge)
-    else:
-        edge = (rng.randrange(nodes), rng.randrange(nodes))
-        while edge in edges or edge[0] == edge[1]:
-            edge = (rng.randrange(nodes), rng.randrange(nodes))
-        edges.add(edge)
-        edges_in.insert(edge)
-    for session in (edges_in, roots_in):
-        session.advance_to(i + 2)
-        session.flush()
+    """Round `i` (`recursion.change_one_edge`), timed, its output kept."""
+    recursion.change_one_edge(i, run["edges"], run["rng"], nodes, *run["inputs"])
     start = time.perf_counter()
     run["worker"].step()
     run["seconds"] += time.perf_counter() - start

@@ -281,7 +281,7 @@ FRONTIERS = st.sampled_from([None, Antichain([(2, 1)]), Antichain([(3, 0), (1, 2
 
 @settings(LOCAL, max_examples=200)
 @given(
-    tables=st.booleans().flatmap(lambda numbers: _tables(numbers)),
+    tables=st.booleans().flatmap(_tables),
     frontier=FRONTIERS,
     negate_last=st.booleans(),
     way=st.sampled_from(["python", "codes", "numbers"]),

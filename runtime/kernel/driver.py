@@ -172,13 +172,8 @@ def _in_numbers(
     if may_overflow(diffs):
         return None
     arrays = [column(name) for name in names[:-1]]
-    for k, raw in enumerate(arrays[stamps:] if frontier else []):
-        # `lattice.advance_by`: per coordinate, the least over the frontier's elements
-        elements = iter(frontier or ())
-        advanced = np.maximum(raw, next(elements)[k])
-        for element in elements:
-            np.minimum(advanced, np.maximum(raw, element[k]), out=advanced)
-        arrays[stamps + k] = advanced
+    if frontier:
+        arrays[stamps:] = [_advanced(raw, k, frontier) for k, raw in enumerate(arrays[stamps:])]
     code = _packed_codes(arrays)
     if code is None:  # too wide to pack: sorted column by column, the first the primary
         order = np.lexsort(arrays[::-1])
@@ -196,6 +191,17 @@ def _in_numbers(
     rows = order[first[nonzero]]
     arrays = [pa.array(a[rows], f.type) for a, f in zip(arrays, schema, strict=False)]
     return pa.Table.from_arrays([*arrays, pa.array(sums[nonzero], pa.int64())], schema=schema)
+
+
+def _advanced(raw: np.ndarray, k: int, frontier: Antichain) -> np.ndarray:
+    """Time coordinate `k` of each row advanced to the non-empty `frontier`
+    (`lattice.advance_by`, per coordinate: the least over its elements of the greater of
+    the row's value and the element's)."""
+    elements = iter(frontier)
+    advanced = np.maximum(raw, next(elements)[k])
+    for element in elements:
+        np.minimum(advanced, np.maximum(raw, element[k]), out=advanced)
+    return advanced
 
 
 def _packed_codes(arrays: list[np.ndarray]) -> np.ndarray | None:
@@ -270,12 +276,9 @@ def _by_codes(
     if may_overflow(diffs):
         return None
     data, stamps = values[: len(columns)], values[len(columns) :]
-    if frontier:  # `lattice.advance_by`: per coordinate, the least over the frontier
+    if frontier:
         raw = [s.to_numpy().astype(np.int64) for s in stamps]
-        stamps = [
-            pa.array(np.min([np.maximum(r, f[k]) for f in frontier], axis=0), pa.int64())
-            for k, r in enumerate(raw)
-        ]
+        stamps = [pa.array(_advanced(r, k, frontier), pa.int64()) for k, r in enumerate(raw)]
     group, first = dense_codes(row_codes([*data, *stamps], len(diffs)))
     sums = np.zeros(len(first), np.int64)
     np.add.at(sums, group, diffs)
