@@ -192,26 +192,29 @@ class Renderer:
         if shared is not None:
             return shared, residual
         left, right = self.render(plan.left), self.render(plan.right)
-        # The expressions here are built afresh (`remap` copies), so aliases need not copy
-        # them; `alias_` copies the join condition's own `k`. The columns of wide inputs
-        # are built rather than parsed from their names (the same trees).
-        lk = [exp.alias_(k, f"__k{i}") for i, (k, _, _) in enumerate(keys)] or [
-            exp.alias_(exp.Literal.number(0), "__k0", copy=False)
+        # Outputs are `(name, expression)` pairs handed over as they are: the join
+        # condition's `k` is held by the plan, which never changes it, and `remap` copies.
+        lk = [(f"__k{i}", k) for i, (k, _, _) in enumerate(keys)] or [
+            ("__k0", exp.Literal.number(0))
         ]
         rk = [
-            exp.alias_(remap(k2, {j: j - la for j in refs(k2)}), f"__k{i}", copy=False)
+            (f"__k{i}", remap(k2, {j: j - la for j in refs(k2)}))
             for i, (_, k2, _) in enumerate(keys)
-        ] or [exp.alias_(exp.Literal.number(0), "__k0", copy=False)]
-        lkeyed = left.map(*lk, *(col(i) for i in range(la)))
-        rkeyed = right.map(*rk, *(exp.alias_(col(j), f"_c{la + j}", copy=False) for j in range(ra)))
+        ] or [("__k0", exp.Literal.number(0))]
+        # A strict key is NULL-free on both sides: the same step keys the rows and drops
+        # those whose key is NULL (a condition over the input's own columns).
         strict = [i for i, (_, _, null_safe) in enumerate(keys) if not null_safe]
-        if strict:
-            not_null = [
-                exp.Not(this=exp.Is(this=exp.column(f"__k{i}"), expression=exp.Null()))
-                for i in strict
+
+        def keyed(c: Collection, named: list[tuple[str, exp.Expression]]) -> Collection:
+            where = [
+                exp.Not(this=exp.Is(this=named[i][1].copy(), expression=exp.Null())) for i in strict
             ]
-            lkeyed = lkeyed.filter(exp.and_(*not_null))
-            rkeyed = rkeyed.filter(exp.and_(*(p.copy() for p in not_null)))
+            return c.join_function(
+                [{"columns": named, "where": exp.and_(*where) if where else None}]
+            )
+
+        lkeyed = keyed(left, [*lk, *((f"_c{i}", col(i)) for i in range(la))])
+        rkeyed = keyed(right, [*rk, *((f"_c{la + j}", col(j)) for j in range(ra))])
         key_names = [f"__k{i}" for i in range(max(len(keys), 1))]
         return lkeyed.join(rkeyed, on=key_names), residual
 

@@ -55,10 +55,12 @@ def _segment(c: Collection, seg: Segment, time_scale: int) -> Collection:
     if unchanged and c.columns == tuple(names(n)):
         if all(e == col(i) for i, e in enumerate(seg.outputs)):
             return c
+    # The outputs are handed over as they are: neither the plan nor the runtime changes an
+    # expression a step holds (planner/expr.py), so no copy is needed.
     outputs = (
-        [exp.alias_(e, f"_c{i}") for i, e in enumerate(seg.outputs)]  # alias_ copies `e`
+        [(f"_c{i}", e) for i, e in enumerate(seg.outputs)]
         if n
-        else [exp.alias_(exp.Literal.number(0), "_c0")]  # arity 0 is carried as one column
+        else [("_c0", exp.Literal.number(0))]  # arity 0 is carried as one column
     )
     where = exp.and_(*(p.copy() for p in safe.predicates)) if safe.predicates else None
     diff = "-1" if seg.negated else None
@@ -70,7 +72,10 @@ def _segment(c: Collection, seg: Segment, time_scale: int) -> Collection:
 
 
 def temporal_branches(
-    columns: list[exp.Expression], where: exp.Expression | None, interval: Interval, sign: int
+    columns: list[tuple[str, exp.Expression]],
+    where: exp.Expression | None,
+    interval: Interval,
+    sign: int,
 ) -> list[dict]:
     """Runtime branches: the row counted `sign * interval.sign` times from the interval's
     lower bound (the row's time if none) until its upper bound (if any).
@@ -92,7 +97,7 @@ def temporal_branches(
     if hi is None:
         return [enter]
     leave = {
-        "columns": [e.copy() for e in columns],
+        "columns": columns,
         "where": cond.copy() if cond is not None else None,
         "time": hi,
         "diff": _diff(-weight),

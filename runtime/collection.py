@@ -53,6 +53,9 @@ from dsql.runtime.operators.reduce_logic import (
 )
 
 Expr = str | exp.Expression
+#: An output column: `"expr AS name"` text or tree, a bare column, or `(name, expression)`
+#: (taken as it is: the caller hands the expression over and never changes it).
+Named = Expr | tuple[str, exp.Expression]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -77,8 +80,10 @@ def parse_expression(text: Expr, dialect: str) -> exp.Expression:
         ) from error
 
 
-def parse_named(text: Expr, dialect: str) -> tuple[str, exp.Expression]:
-    """`(name, expression)` from `"expr AS name"` or a bare column reference."""
+def parse_named(text: Named, dialect: str) -> tuple[str, exp.Expression]:
+    """`(name, expression)` from `"expr AS name"`, a bare column reference, or itself."""
+    if isinstance(text, tuple):
+        return text
     e = parse_expression(text, dialect)
     if isinstance(e, exp.Alias):
         return e.alias, e.this
@@ -352,8 +357,9 @@ class Collection:
     def _identity(self) -> list[tuple[str, exp.Expression]]:
         return rel.passthrough(self.columns)
 
-    def map(self, *outputs: Expr) -> Collection:
-        """Each row replaced by the named expressions (`"a + 1 AS b"`, or a column name)."""
+    def map(self, *outputs: Named) -> Collection:
+        """Each row replaced by the named expressions (`"a + 1 AS b"`, a column name, or
+        `(name, expression)`)."""
         if not outputs:
             raise SchemaError("map needs at least one output column")
         return self._linear(Branches.single([parse_named(o, self.worker.dialect) for o in outputs]))
@@ -395,7 +401,7 @@ class Collection:
     def join_function(self, branches: Sequence[dict[str, Any]]) -> Collection:
         """The general linear operator: per row, one output per branch.
 
-        Each branch is a dict with `columns` (list of `"expr AS name"`), and
+        Each branch is a dict with `columns` (list of `"expr AS name"` or `(name, expression)`), and
         optionally `where` (a condition), `time` (an expression for the time the
         output is at least at; a list gives one per time coordinate) and `diff`
         (a factor for the diff). Output time = lattice join with the input time;

@@ -160,9 +160,10 @@ class Linear:
                 not_null += [source[n] for n in names]
             renamed = {}
             for name, e in branch.columns:
-                if not isinstance(e, exp.Column) or e.table or e.name not in source:
+                read = rel.column_name(e)
+                if read is None or read not in source:
                     return None
-                renamed[name] = source[e.name]
+                renamed[name] = source[read]
             source = renamed
         return Selection(tuple(source.items()), tuple(dict.fromkeys(not_null)))
 
@@ -365,15 +366,16 @@ def static_schema(step: Step, schema: pa.Schema) -> pa.Schema | None:
                 return None
             fields.append(pa.field(name, constant))
             continue
-        source = types.get(e.name)  # `name` walks the node: read it once
-        if e.table or source is None or source not in STABLE_TYPES:
+        read = rel.column_name(e)
+        source = types.get(read) if read is not None else None
+        if source is None or source not in STABLE_TYPES:
             return None
         fields.append(pa.field(name, source))
     if branch.where is not None:
         for node in branch.where.walk():
             if not isinstance(node, _PLAIN):
                 return None
-            if isinstance(node, exp.Column) and (node.table or node.name not in types):
+            if isinstance(node, exp.Column) and rel.column_name(node) not in types:
                 return None
             if isinstance(node, exp.Literal) and node is branch.where:
                 return None  # `WHERE 1`: engines differ on non-boolean conditions

@@ -25,7 +25,23 @@ from dsql.runtime.lattice import DIFF, Antichain, time_columns
 
 def col(name: str, table: str | None = None) -> exp.Column:
     """A quoted column reference, optionally qualified by a table alias."""
+    if table is None:  # built directly: the runtime makes one per column per step
+        ident = exp.Identifier(this=name, quoted=True)
+        return exp.Column(this=ident, table=None, db=None, catalog=None)
     return exp.column(name, table=table, quoted=True)
+
+
+def column_name(e: exp.Expression) -> str | None:
+    """The column an unqualified column reference reads, None for any other expression
+    (read from the node's arguments: `Column.name` and `.table` cost several calls).
+
+    >>> column_name(col("a")), column_name(col("a", table="t")), column_name(lit(1))
+    ('a', None, None)
+    """
+    if not isinstance(e, exp.Column) or e.args.get("table") is not None:
+        return None
+    ident = e.args.get("this")
+    return ident.this if type(ident) is exp.Identifier else e.name
 
 
 def lit(value: int) -> exp.Expression:

@@ -250,6 +250,8 @@ def _in_python(
     keep = [(i, sums[row]) for row, i in first.items() if sums[row] != 0]
     if not fit_int64(d for _, d in keep):
         return None  # the query reports the overflow
+    if len(keep) == len(diffs) and not frontier:  # every row kept as it is, in order
+        return pa.Table.from_arrays([*values, pa.array(diffs, pa.int64())], schema=schema)
     indices = pa.array([i for i, _ in keep], pa.int64())
     arrays = [v.take(indices) for v in values[: len(columns)]]
     if frontier:
