@@ -255,7 +255,9 @@ def _runtime_steps(
             return None
         n = len(seg.outputs)
         outputs = tuple((f"_c{i}", e.copy()) for i, e in enumerate(seg.outputs))
-        where = exp.and_(*(p.copy() for p in seg.predicates)) if seg.predicates else None
+        where = (
+            exp.and_(*(p.copy() for p in seg.predicates), copy=False) if seg.predicates else None
+        )
         if where is not None:
             where = _parameters(where, params)
         diff = rel.lit(-1) if seg.negated else None

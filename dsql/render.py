@@ -210,7 +210,7 @@ class Renderer:
                 exp.Not(this=exp.Is(this=named[i][1].copy(), expression=exp.Null())) for i in strict
             ]
             return c.join_function(
-                [{"columns": named, "where": exp.and_(*where) if where else None}]
+                [{"columns": named, "where": exp.and_(*where, copy=False) if where else None}]
             )
 
         lkeyed = keyed(left, [*lk, *((f"_c{i}", col(i)) for i in range(la))])

@@ -62,7 +62,7 @@ def _segment(c: Collection, seg: Segment, time_scale: int) -> Collection:
         if n
         else [("_c0", exp.Literal.number(0))]  # arity 0 is carried as one column
     )
-    where = exp.and_(*(p.copy() for p in safe.predicates)) if safe.predicates else None
+    where = exp.and_(*(p.copy() for p in safe.predicates), copy=False) if safe.predicates else None
     diff = "-1" if seg.negated else None
     sign = -1 if seg.negated else 1
     if not intervals:
@@ -91,7 +91,7 @@ def temporal_branches(
     window = [exp.GT(this=hi.copy(), expression=lo.copy())] if lo is not None and hi else []
     parts = [p.copy() for p in ([where] if where is not None else [])]
     parts += [g.copy() for g in interval.guard] + known + window
-    cond = exp.and_(*parts) if parts else None
+    cond = exp.and_(*parts, copy=False) if parts else None
     weight = sign * interval.sign
     enter = {"columns": columns, "where": cond, "time": lo, "diff": _diff(weight)}
     if hi is None:

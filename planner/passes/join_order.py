@@ -105,7 +105,7 @@ def _reorder(node: Plan, visit) -> Plan:  # type: ignore[no-untyped-def]
         ready = [k for k in pending if touches[k] <= placed]
         pending = [k for k in pending if k not in ready]
         on = [remap(preds[k], {i: position[i] for i in refs(preds[k])}) for k in ready]
-        tree = Join(tree, child, "inner", exp.and_(*on) if on else None)
+        tree = Join(tree, child, "inner", exp.and_(*on, copy=False) if on else None)
     assert tree is not None and not pending
     return Project(tree, tuple(position[i] for i in range(node.arity)))
 
