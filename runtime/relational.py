@@ -26,8 +26,7 @@ from dsql.runtime.lattice import DIFF, Antichain, time_columns
 def col(name: str, table: str | None = None) -> exp.Column:
     """A quoted column reference, optionally qualified by a table alias."""
     if table is None:  # built directly: the runtime makes one per column per step
-        ident = exp.Identifier(this=name, quoted=True)
-        return exp.Column(this=ident, table=None, db=None, catalog=None)
+        return exp.Column(this=exp.Identifier(this=name, quoted=True))
     return exp.column(name, table=table, quoted=True)
 
 

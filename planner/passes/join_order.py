@@ -32,6 +32,8 @@ Project (#0, #2, #1)
 
 from __future__ import annotations
 
+import heapq
+
 from sqlglot import exp
 
 from dsql.planner.expr import conjuncts, held_refs, refs, remap
@@ -42,11 +44,15 @@ from dsql.planner.stateful import Join
 def order_joins(plan: Plan) -> Plan:
     """The plan with every tree of inner joins ordered so joins have conditions."""
     memo: dict[int, Plan] = {}
+    # A chain left in its order has its left input visited next, and that input is a
+    # prefix of the chain: its flattening is a prefix of the chain's, so it is sliced
+    # from it (`_Flat.prefix`) rather than flattened again, level after level.
+    known: dict[int, _Flat] = {}
 
     def visit(node: Plan) -> Plan:
         if id(node) not in memo:
             if _is_inner(node):
-                memo[id(node)] = _reorder(node, visit)
+                memo[id(node)] = _reorder(node, visit, known)
             else:
                 memo[id(node)] = node.with_inputs(tuple(visit(i) for i in node.inputs))
         return memo[id(node)]
@@ -58,33 +64,55 @@ def _is_inner(node: Plan) -> bool:
     return isinstance(node, Join) and node.kind == "inner"
 
 
-def _flatten(
-    node: Plan, offset: int, leaves: list[tuple[Plan, int]], preds: list[exp.Expression]
-) -> None:
-    """Collect the inputs (with their first column's position) and the conjuncts, the
-    conjuncts' columns numbered over the whole tree's output."""
-    if not _is_inner(node):
-        leaves.append((node, offset))
-        return
-    assert isinstance(node, Join)
-    _flatten(node.left, offset, leaves, preds)
-    _flatten(node.right, offset + node.left.arity, leaves, preds)
-    if node.on is not None:  # (no copy where nothing moves: the left spine of a chain)
-        shifted = node.on if not offset else remap(node.on, {i: i + offset for i in refs(node.on)})
-        preds.extend(conjuncts(shifted))
+class _Flat:
+    """A tree of inner joins flattened: its inputs (each with its first column's position
+    in the tree's output), its conjuncts over those positions, the inputs each conjunct
+    touches, and for each inner join on its left spine (whose columns start at 0) how
+    many inputs and conjuncts its own flattening has (a prefix of these)."""
+
+    def __init__(self, node: Plan) -> None:
+        self.leaves: list[tuple[Plan, int]] = []
+        self.preds: list[exp.Expression] = []
+        self.spine: dict[int, tuple[int, int]] = {}
+        self._flatten(node, 0)
+        owner = {}  # global column -> leaf number
+        for n, (leaf, start) in enumerate(self.leaves):
+            for i in range(start, start + leaf.arity):
+                owner[i] = n
+        self.touches = [{owner[i] for i in held_refs(p)} for p in self.preds]
+
+    def _flatten(self, node: Plan, offset: int) -> None:
+        if not _is_inner(node):
+            self.leaves.append((node, offset))
+            return
+        assert isinstance(node, Join)
+        self._flatten(node.left, offset)
+        self._flatten(node.right, offset + node.left.arity)
+        if node.on is not None:  # (no copy where nothing moves: the left spine of a chain)
+            shifted = (
+                node.on if not offset else remap(node.on, {i: i + offset for i in refs(node.on)})
+            )
+            self.preds.extend(conjuncts(shifted))
+        if not offset:
+            self.spine[id(node)] = (len(self.leaves), len(self.preds))
+
+    def prefix(self, node: Plan) -> _Flat:
+        """The flattening of `node`, an inner join on this tree's left spine."""
+        leaves, preds = self.spine[id(node)]
+        flat = _Flat.__new__(_Flat)
+        flat.leaves, flat.preds = self.leaves[:leaves], self.preds[:preds]
+        flat.touches, flat.spine = self.touches[:preds], self.spine
+        return flat
 
 
-def _reorder(node: Plan, visit) -> Plan:  # type: ignore[no-untyped-def]
-    leaves: list[tuple[Plan, int]] = []
-    preds: list[exp.Expression] = []
-    _flatten(node, 0, leaves, preds)
-    owner = {}  # global column -> leaf number
-    for n, (leaf, start) in enumerate(leaves):
-        for i in range(start, start + leaf.arity):
-            owner[i] = n
-    touches = [{owner[i] for i in held_refs(p)} for p in preds]
+def _reorder(node: Plan, visit, known: dict[int, _Flat]) -> Plan:  # type: ignore[no-untyped-def]
+    flat = known.pop(id(node), None) or _Flat(node)
+    leaves, preds, touches = flat.leaves, flat.preds, flat.touches
     order = _greedy(len(leaves), touches)
     if order == list(range(len(leaves))):
+        assert isinstance(node, Join)
+        if _is_inner(node.left):
+            known[id(node.left)] = flat.prefix(node.left)
         return node.with_inputs(tuple(visit(i) for i in node.inputs))
     # Build the left-deep tree in the new order; `position` maps global columns to the
     # columns of the tree built so far.
@@ -111,20 +139,43 @@ def _reorder(node: Plan, visit) -> Plan:  # type: ignore[no-untyped-def]
 
 
 def _greedy(count: int, touches: list[set[int]]) -> list[int]:
-    """Input numbers in join order: each next one the first connected to those taken."""
-    order = [0]
-    taken = {0}
+    """Input numbers in join order: each next one the first connected to those taken.
+
+    An input is connected when some conjunct touches it, a taken input, and no other
+    untaken one. Taking inputs only shrinks what a conjunct misses, so an input once
+    connected stays so until taken: the connected ones wait in a heap, and each take
+    updates only the conjuncts touching the input taken (a 64-way join's conjuncts were
+    all scanned at every step, for every sub-chain)."""
+    missing = [set(t) for t in touches]
+    touching: list[list[int]] = [[] for _ in range(count)]
+    for k, t in enumerate(touches):
+        if len(t) > 1:  # a conjunct of one input connects nothing
+            for n in t:
+                touching[n].append(k)
+    connected: list[int] = []
+    taken = [False] * count
+    order: list[int] = []
+    first_free = 0
+
+    def take(n: int) -> None:
+        taken[n] = True
+        order.append(n)
+        for k in touching[n]:
+            left = missing[k]
+            left.discard(n)
+            if len(left) == 1:
+                heapq.heappush(connected, next(iter(left)))
+
+    take(0)
     while len(order) < count:
-        # An input is connected when some predicate touches it, a taken input, and no
-        # other: the predicate's one untaken input.
-        connected = []
-        for t in touches:
-            missing = t - taken
-            if len(missing) == 1 and len(missing) < len(t):
-                connected.extend(missing)
-        nxt = min(connected) if connected else min(n for n in range(count) if n not in taken)
-        order.append(nxt)
-        taken.add(nxt)
+        while connected and taken[connected[0]]:
+            heapq.heappop(connected)
+        if connected:
+            take(heapq.heappop(connected))
+            continue
+        while taken[first_free]:
+            first_free += 1
+        take(first_free)
     return order
 
 
