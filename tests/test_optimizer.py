@@ -311,3 +311,28 @@ def test_join_order_keeps_many_way_joins_exact(links, from_order) -> None:  # no
         bound = con.session.plan(sqlglot.parse_one(query, read="postgres"))
         plan = optimize(decorrelate(bound.plan))
         assert all(j.on is not None for j in walk(plan) if isinstance(j, Join))
+
+
+def _greedy_by_definition(count: int, touches: list[set[int]]) -> list[int]:
+    """Join order as join_order's docstring defines it, every conjunct scanned per step."""
+    order, taken = [0], {0}
+    while len(order) < count:
+        connected = [n for t in touches if len(t) > 1 and len(t - taken) == 1 for n in t - taken]
+        nxt = min(connected) if connected else min(set(range(count)) - taken)
+        order.append(nxt)
+        taken.add(nxt)
+    return order
+
+
+@given(
+    st.integers(1, 12).flatmap(
+        lambda n: st.tuples(
+            st.just(n), st.lists(st.sets(st.integers(0, n - 1), max_size=3), max_size=16)
+        )
+    )
+)
+def test_join_order_takes_the_first_connected_input(case: tuple[int, list[set[int]]]) -> None:
+    from dsql.planner.passes.join_order import _greedy
+
+    count, touches = case
+    assert _greedy(count, touches) == _greedy_by_definition(count, touches)
