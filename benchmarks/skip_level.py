@@ -297,8 +297,9 @@ class Profile:
         for name in self.KERNEL_CALLS:
             attr = getattr(type(kernel), name, None)
             if hasattr(kernel, name) and not isinstance(attr, property):
-                setattr(kernel, name, self._wrap(getattr(kernel, name), f"kernel.{name}",
-                                                 nested=True))
+                setattr(
+                    kernel, name, self._wrap(getattr(kernel, name), f"kernel.{name}", nested=True)
+                )
 
     def _wrap(self, fn: Callable, label: str, count_jobs: bool = False, nested: bool = False):
         def wrapped(*args: Any, **kwargs: Any) -> Any:
@@ -467,8 +468,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         t_round = flow.step()
         prof.end()
         res["load"] = {
-            "stage_s": t_stage, "round_s": t_round, "total_s": t_stage + t_round,
-            "jobs": jobs.last() - j0, "rows_out": flow.rows_out, "net": flow.net,
+            "stage_s": t_stage,
+            "round_s": t_round,
+            "total_s": t_stage + t_round,
+            "jobs": jobs.last() - j0,
+            "rows_out": flow.rows_out,
+            "net": flow.net,
             "poll_s": flow.poll_s,
         }
         res["stats_after_load"] = flow.stats()
@@ -495,9 +500,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             flow.step()
             (lat if i >= args.warmup else warm).append(now() - t0)
         res["rounds"] = {
-            "n": len(lat), "p50": median(lat), "p95": pct(lat, 0.95), "max": max(lat, default=0),
-            "min": min(lat, default=0), "jobs_per_round": (jobs.last() - j0) / max(1, len(lat)),
-            "all": lat, "warmup": warm,
+            "n": len(lat),
+            "p50": median(lat),
+            "p95": pct(lat, 0.95),
+            "max": max(lat, default=0),
+            "min": min(lat, default=0),
+            "jobs_per_round": (jobs.last() - j0) / max(1, len(lat)),
+            "all": lat,
+            "warmup": warm,
         }
         print(f"[rounds] p50 {ms(res['rounds']['p50'])} p95 {ms(res['rounds']['p95'])}", flush=True)
 
@@ -527,12 +537,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             t_round = flow.step()
             prof.end()
             next_p += k
-            res["changes"].append({
-                "k": k, "python_loop_s": t_loop, "stage_s": t_stage, "round_s": t_round,
-                "total_s": t_stage + t_round, "jobs": jobs.last() - j0,
-                "rows_out": (flow.rows_out - before) if before is not None else None,
-                "per_s_round": k / t_round, "per_s_total": k / (t_stage + t_round),
-            })
+            res["changes"].append(
+                {
+                    "k": k,
+                    "python_loop_s": t_loop,
+                    "stage_s": t_stage,
+                    "round_s": t_round,
+                    "total_s": t_stage + t_round,
+                    "jobs": jobs.last() - j0,
+                    "rows_out": (flow.rows_out - before) if before is not None else None,
+                    "per_s_round": k / t_round,
+                    "per_s_total": k / (t_stage + t_round),
+                }
+            )
             print(f"[changes] K={k:,}: {ms(t_round)} round, {ms(t_stage)} staging", flush=True)
 
         # ---------------------------------------------------------------- 4. profiled rounds
@@ -558,7 +575,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 totals.append(now() - t0)
                 jround.append(jobs.last() - j0)
             res["single_profiled"] = {
-                "rounds": args.profile_rounds, "p50": median(totals), "jobs": median(jround),
+                "rounds": args.profile_rounds,
+                "p50": median(totals),
+                "jobs": median(jround),
             }
         res["profile"] = {phase: prof.summary(phase) for phase in prof.phases}
 
@@ -627,10 +646,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for phase in bprof.phases:
             res["profile"][phase] = bprof.summary(phase)
         res["book"] = {
-            "n": n, "k": int(len(ps)), "load_stage_s": t_load_stage, "load_round_s": t_load,
-            "build_s": t_build, "stage_s": t_stage, "round_s": t_changes,
+            "n": n,
+            "k": int(len(ps)),
+            "load_stage_s": t_load_stage,
+            "load_round_s": t_load,
+            "build_s": t_build,
+            "stage_s": t_stage,
+            "round_s": t_changes,
             "total_s": t_load_stage + t_load + t_stage + t_changes,
-            "jobs": jobs.last() - j0, "net": book.net, "rows_out": book.rows_out,
+            "jobs": jobs.last() - j0,
+            "net": book.net,
+            "rows_out": book.rows_out,
             "stats": book.stats(),
         }
         res["mem_after_book"] = memory()
@@ -711,99 +737,197 @@ def figures(args: argparse.Namespace, res: dict[str, Any]) -> list[tuple[str, st
     rows: list[tuple[str, str, str]] = []
     b = res["baselines"]
     if "session_start_s" in res:
-        rows.append(("Spark session start / first action",
-                     f"{ms(res['session_start_s'])} / {ms(res['first_action_s'])}", "once"))
+        rows.append(
+            (
+                "Spark session start / first action",
+                f"{ms(res['session_start_s'])} / {ms(res['first_action_s'])}",
+                "once",
+            )
+        )
     load = res.get("load")
     if load:
-        rows.append((f"load N={args.n:,}: total", ms(load["total_s"]),
-                     f"flush {ms(load['stage_s'])} + round {ms(load['round_s'])}; "
-                     f"{load['jobs']} Spark jobs; {_n(load['rows_out'])} output rows"
-                     + (f"; capture poll {ms(load['poll_s'])}" if args.sink == "capture" else "")))
+        rows.append(
+            (
+                f"load N={args.n:,}: total",
+                ms(load["total_s"]),
+                f"flush {ms(load['stage_s'])} + round {ms(load['round_s'])}; "
+                f"{load['jobs']} Spark jobs; {_n(load['rows_out'])} output rows"
+                + (f"; capture poll {ms(load['poll_s'])}" if args.sink == "capture" else ""),
+            )
+        )
     r = res.get("rounds")
     if r:
         warm = r.get("warmup") or []
-        rows.append((f"single-change round p50 / p95 ({r['n']} rounds)",
-                     f"{ms(r['p50'])} / {ms(r['p95'])}",
-                     f"min {ms(r['min'])}, max {ms(r['max'])}; "
-                     f"{r['jobs_per_round']:.1f} Spark jobs/round"
-                     + (f"; after {len(warm)} warm-up rounds "
-                        f"({', '.join(ms(x) for x in warm)}), not counted" if warm else "")))
+        rows.append(
+            (
+                f"single-change round p50 / p95 ({r['n']} rounds)",
+                f"{ms(r['p50'])} / {ms(r['p95'])}",
+                f"min {ms(r['min'])}, max {ms(r['max'])}; "
+                f"{r['jobs_per_round']:.1f} Spark jobs/round"
+                + (
+                    f"; after {len(warm)} warm-up rounds "
+                    f"({', '.join(ms(x) for x in warm)}), not counted"
+                    if warm
+                    else ""
+                ),
+            )
+        )
     sp = res.get("single_profiled")
     if sp:
-        rows.append((f"single-change round p50, profiled ({sp['rounds']} rounds)", ms(sp["p50"]),
-                     f"{sp['jobs']:.0f} Spark jobs/round; breakdown below"))
+        rows.append(
+            (
+                f"single-change round p50, profiled ({sp['rounds']} rounds)",
+                ms(sp["p50"]),
+                f"{sp['jobs']:.0f} Spark jobs/round; breakdown below",
+            )
+        )
     for c in res["changes"]:
-        rows.append((f"{c['k']:,} changes at {c['k']:,} times, one flush",
-                     f"{c['per_s_total']:,.0f} changes/s",
-                     f"round {ms(c['round_s'])} ({c['per_s_round']:,.0f}/s), staging "
-                     f"{ms(c['stage_s'])} (update_at loop {ms(c['python_loop_s'])}); "
-                     f"{c['jobs']} jobs; {_n(c['rows_out'])} output rows"))
+        rows.append(
+            (
+                f"{c['k']:,} changes at {c['k']:,} times, one flush",
+                f"{c['per_s_total']:,.0f} changes/s",
+                f"round {ms(c['round_s'])} ({c['per_s_round']:,.0f}/s), staging "
+                f"{ms(c['stage_s'])} (update_at loop {ms(c['python_loop_s'])}); "
+                f"{c['jobs']} jobs; {_n(c['rows_out'])} output rows",
+            )
+        )
     if res.get("pathway"):
         rows += pathway_peer.rows(res["pathway"], args.n, ms)
     if "book" in res:
         bk = res["book"]
-        ok = "" if bk["net"] is None else (
-            " (OK)" if bk["net"] == bk["expected"] else " (MISMATCH)")
+        ok = (
+            "" if bk["net"] is None else (" (OK)" if bk["net"] == bk["expected"] else " (MISMATCH)")
+        )
         rate = bk["k"] / max(bk["round_s"] + bk["stage_s"], 1e-9)
-        rows.append((f"book: load {bk['n']:,} + {bk['k']:,} changes at their own times",
-                     ms(bk["total_s"]),
-                     f"target for 10M + 10M: <= 40 s. Load "
-                     f"{ms(bk['load_stage_s'] + bk['load_round_s'])}; changes in one flush: flush "
-                     f"{ms(bk['stage_s'])} + round {ms(bk['round_s'])} ({rate:,.0f} changes/s); "
-                     f"{bk['jobs']} jobs; join size {_n(bk['net'])} vs "
-                     f"DuckDB {_n(bk['expected'])}{ok}"))
+        rows.append(
+            (
+                f"book: load {bk['n']:,} + {bk['k']:,} changes at their own times",
+                ms(bk["total_s"]),
+                f"target for 10M + 10M: <= 40 s. Load "
+                f"{ms(bk['load_stage_s'] + bk['load_round_s'])}; changes in one flush: flush "
+                f"{ms(bk['stage_s'])} + round {ms(bk['round_s'])} ({rate:,.0f} changes/s); "
+                f"{bk['jobs']} jobs; join size {_n(bk['net'])} vs "
+                f"DuckDB {_n(bk['expected'])}{ok}",
+            )
+        )
         for name, st in bk["stats"].items():
-            rows.append((f"book arrangement {name}",
-                         f"{st['rows']:,} rows, {gib(st['bytes'])}, {st['batches']} batch(es)",
-                         "after the changes"))
-    rows.append(("DuckDB recompute: count(*) of the join", ms(median(b["duckdb_count"])),
-                 f"median of {len(b['duckdb_count'])}; {b['join_rows']:,} rows"))
-    rows.append(("DuckDB recompute: join to Arrow", ms(median(b["duckdb_arrow"])),
-                 f"median of {len(b['duckdb_arrow'])}"))
+            rows.append(
+                (
+                    f"book arrangement {name}",
+                    f"{st['rows']:,} rows, {gib(st['bytes'])}, {st['batches']} batch(es)",
+                    "after the changes",
+                )
+            )
+    rows.append(
+        (
+            "DuckDB recompute: count(*) of the join",
+            ms(median(b["duckdb_count"])),
+            f"median of {len(b['duckdb_count'])}; {b['join_rows']:,} rows",
+        )
+    )
+    rows.append(
+        (
+            "DuckDB recompute: join to Arrow",
+            ms(median(b["duckdb_arrow"])),
+            f"median of {len(b['duckdb_arrow'])}",
+        )
+    )
     if "spark_count" in b:
-        rows.append(("Spark SQL recompute (cached DF): count(*)", ms(median(b["spark_count"])),
-                     f"median of {len(b['spark_count'])}; {b['spark_count_jobs']:.0f} jobs each; "
-                     f"caching took {ms(b['spark_cache_s'])}"))
-        rows.append(("Spark SQL recompute (cached DF): toArrow", ms(median(b["spark_arrow"])),
-                     f"median of {len(b['spark_arrow'])}"))
-        rows.append(("Spark trivial action spark.range(1).count()",
-                     f"{ms(median(b['spark_trivial']))} p50",
-                     f"p95 {ms(pct(b['spark_trivial'], 0.95))} over {len(b['spark_trivial'])}"))
+        rows.append(
+            (
+                "Spark SQL recompute (cached DF): count(*)",
+                ms(median(b["spark_count"])),
+                f"median of {len(b['spark_count'])}; {b['spark_count_jobs']:.0f} jobs each; "
+                f"caching took {ms(b['spark_cache_s'])}",
+            )
+        )
+        rows.append(
+            (
+                "Spark SQL recompute (cached DF): toArrow",
+                ms(median(b["spark_arrow"])),
+                f"median of {len(b['spark_arrow'])}",
+            )
+        )
+        rows.append(
+            (
+                "Spark trivial action spark.range(1).count()",
+                f"{ms(median(b['spark_trivial']))} p50",
+                f"p95 {ms(pct(b['spark_trivial'], 0.95))} over {len(b['spark_trivial'])}",
+            )
+        )
     if r:
         p50 = r["p50"]
         if "spark_count" in b:
-            rows.append(("ratio: round p50 / Spark recompute (count)",
-                         _ratio(p50, median(b["spark_count"])), "target at N=10M: <= 1/100"))
-            rows.append(("ratio: round p50 / trivial Spark action",
-                         f"{p50 / median(b['spark_trivial']):.1f}x", "target: <= 5x"))
-        rows.append(("ratio: round p50 / DuckDB recompute (count)",
-                     _ratio(p50, median(b["duckdb_count"])), ""))
-        rows.append(("ratio: round p50 / DuckDB recompute (to Arrow)",
-                     _ratio(p50, median(b["duckdb_arrow"])), ""))
+            rows.append(
+                (
+                    "ratio: round p50 / Spark recompute (count)",
+                    _ratio(p50, median(b["spark_count"])),
+                    "target at N=10M: <= 1/100",
+                )
+            )
+            rows.append(
+                (
+                    "ratio: round p50 / trivial Spark action",
+                    f"{p50 / median(b['spark_trivial']):.1f}x",
+                    "target: <= 5x",
+                )
+            )
+        rows.append(
+            (
+                "ratio: round p50 / DuckDB recompute (count)",
+                _ratio(p50, median(b["duckdb_count"])),
+                "",
+            )
+        )
+        rows.append(
+            (
+                "ratio: round p50 / DuckDB recompute (to Arrow)",
+                _ratio(p50, median(b["duckdb_arrow"])),
+                "",
+            )
+        )
     for name, st in res.get("stats_after_load", {}).items():
         fin = res["stats_final"][name]
-        rows.append((f"arrangement {name}",
-                     f"{st['rows']:,} rows, {gib(st['bytes'])}, {st['batches']} batch(es)",
-                     f"after rounds and change loops: {fin['rows']:,} rows, {gib(fin['bytes'])}, "
-                     f"{fin['batches']} batches"))
+        rows.append(
+            (
+                f"arrangement {name}",
+                f"{st['rows']:,} rows, {gib(st['bytes'])}, {st['batches']} batch(es)",
+                f"after rounds and change loops: {fin['rows']:,} rows, {gib(fin['bytes'])}, "
+                f"{fin['batches']} batches",
+            )
+        )
     if res.get("trace_dir_bytes"):
-        rows.append(("Parquet trace files on disk (end of phases 1-4)",
-                     gib(res["trace_dir_bytes"]), ""))
-    for label, key in (("after start", "mem_start"), ("after load", "mem_after_load"),
-                       ("after rounds+changes", "mem_after_rounds"),
-                       ("after book", "mem_after_book"), ("at end", "mem_end")):
+        rows.append(
+            ("Parquet trace files on disk (end of phases 1-4)", gib(res["trace_dir_bytes"]), "")
+        )
+    for label, key in (
+        ("after start", "mem_start"),
+        ("after load", "mem_after_load"),
+        ("after rounds+changes", "mem_after_rounds"),
+        ("after book", "mem_after_book"),
+        ("at end", "mem_end"),
+    ):
         m = res.get(key)
         if not m:
             continue
-        jvm = (f"JVM RSS {gib(m['jvm_rss'])} (peak {gib(m['jvm_peak'])}), "
-               if "jvm_rss" in m else "")
-        rows.append((f"memory {label}", jvm + f"driver Python RSS {gib(m['python_rss'])}",
-                     f"Python peak {gib(m['python_peak'])}"))
+        jvm = f"JVM RSS {gib(m['jvm_rss'])} (peak {gib(m['jvm_peak'])}), " if "jvm_rss" in m else ""
+        rows.append(
+            (
+                f"memory {label}",
+                jvm + f"driver Python RSS {gib(m['python_rss'])}",
+                f"Python peak {gib(m['python_peak'])}",
+            )
+        )
     ck = res.get("check")
     if ck and ck["net"] is not None:
         ok = "OK" if ck["net"] == ck["expected"] else "MISMATCH"
-        rows.append(("check: join size (sum of output diffs) vs DuckDB",
-                     f"{ck['net']:,} vs {ck['expected']:,}", ok))
+        rows.append(
+            (
+                "check: join size (sum of output diffs) vs DuckDB",
+                f"{ck['net']:,} vs {ck['expected']:,}",
+                ok,
+            )
+        )
     elif ck:
         rows.append(("check", "-", "probe sink: the output is never evaluated"))
     return rows
@@ -835,8 +959,10 @@ def profile_rows(res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
     rows = []
     for label in sorted(labels, key=order):
-        if all(prof[phase].get(label, (0.0, 0))[0] < 5e-5 and not prof[phase].get(label, (0, 0))[1]
-               for phase in phases):
+        if all(
+            prof[phase].get(label, (0.0, 0))[0] < 5e-5 and not prof[phase].get(label, (0, 0))[1]
+            for phase in phases
+        ):
             continue  # a step that takes no time anywhere (e.g. finish of a stateless node)
         cells = [label]
         for phase in phases:
@@ -848,11 +974,19 @@ def profile_rows(res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 def profile_caption(res: dict[str, Any]) -> str:
     sp = res.get("single_profiled")
-    extra = (f"'single' is the median of {sp['rounds']} profiled single-change rounds (round p50 "
-             f"{ms(sp['p50'])}, {sp['jobs']:.0f} Spark jobs). ") if sp else ""
-    return ("Where the time goes, per profiled round: median time (and Spark jobs, 'j') of each "
-            "node's step and finish, and of the kernel calls (outermost level only; they overlap "
-            "the node rows). " + extra)
+    extra = (
+        (
+            f"'single' is the median of {sp['rounds']} profiled single-change rounds (round p50 "
+            f"{ms(sp['p50'])}, {sp['jobs']:.0f} Spark jobs). "
+        )
+        if sp
+        else ""
+    )
+    return (
+        "Where the time goes, per profiled round: median time (and Spark jobs, 'j') of each "
+        "node's step and finish, and of the kernel calls (outermost level only; they overlap "
+        "the node rows). " + extra
+    )
 
 
 def print_console(args: argparse.Namespace, res: dict[str, Any]) -> None:
@@ -905,24 +1039,35 @@ def markdown(args: argparse.Namespace, res: dict[str, Any], command: str) -> str
         lines.append(f"| {f} | {v} | {n} |")
     phases, prof = profile_rows(res)
     if prof:
-        lines += ["", profile_caption(res), "",
-                  "| step | " + " | ".join(phases) + " |",
-                  "|---|" + "---:|" * len(phases)]
+        lines += [
+            "",
+            profile_caption(res),
+            "",
+            "| step | " + " | ".join(phases) + " |",
+            "|---|" + "---:|" * len(phases),
+        ]
         for row in prof:
             lines.append("| " + " | ".join(row) + " |")
     if "rounds" in res:
         lat = res["rounds"]["all"]
-        lines += ["", "Single-change round latencies (ms, in order): "
-                  + ", ".join(f"{x * 1000:.0f}" for x in lat)]
+        lines += [
+            "",
+            "Single-change round latencies (ms, in order): "
+            + ", ".join(f"{x * 1000:.0f}" for x in lat),
+        ]
     for note in res["notes"]:
         lines.append(f"\nNote: {note}")
     return "\n".join(lines) + "\n"
 
 
 def update_results(args: argparse.Namespace, res: dict[str, Any], command: str) -> None:
-    text = RESULTS.read_text() if RESULTS.exists() else (
-        "# Benchmark results\n\nWritten by the scripts in this directory (see README.md); "
-        "each section is replaced when its configuration is run again.\n\n"
+    text = (
+        RESULTS.read_text()
+        if RESULTS.exists()
+        else (
+            "# Benchmark results\n\nWritten by the scripts in this directory (see README.md); "
+            "each section is replaced when its configuration is run again.\n\n"
+        )
     )
     section = markdown(args, res, command)
     title = section_title(args)
@@ -938,30 +1083,55 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=1_000_000, help="rows of manages (default 1M)")
     ap.add_argument("--rounds", type=int, default=30, help="single-change rounds (default 30)")
-    ap.add_argument("--changes", type=lambda s: [int(x) for x in s.split(",") if x],
-                    default=[10_000], help="comma-separated K for the change loop (default 10000)")
-    ap.add_argument("--warmup", type=int, default=3,
-                    help="single-change rounds run before the timed ones, not counted (default 3)")
+    ap.add_argument(
+        "--changes",
+        type=lambda s: [int(x) for x in s.split(",") if x],
+        default=[10_000],
+        help="comma-separated K for the change loop (default 10000)",
+    )
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=3,
+        help="single-change rounds run before the timed ones, not counted (default 3)",
+    )
     ap.add_argument("--kernel", choices=("spark", "auto", "local"), default="spark")
-    ap.add_argument("--sink", choices=("count", "capture", "probe"), default="count",
-                    help="count: aggregate action per round (default); capture: collect to "
-                         "the driver; probe: nothing evaluates the join output")
-    ap.add_argument("--profile-rounds", type=int, default=5,
-                    help="extra single-change rounds timed per node and kernel call (default 5)")
-    ap.add_argument("--book", action="store_true",
-                    help="also run load + N changes in one flush on a fresh dataflow")
-    ap.add_argument("--book-only", action="store_true",
-                    help="run only the book phase (and the baselines)")
-    ap.add_argument("--book-changes", type=int, default=None,
-                    help="changes for --book (default N)")
+    ap.add_argument(
+        "--sink",
+        choices=("count", "capture", "probe"),
+        default="count",
+        help="count: aggregate action per round (default); capture: collect to "
+        "the driver; probe: nothing evaluates the join output",
+    )
+    ap.add_argument(
+        "--profile-rounds",
+        type=int,
+        default=5,
+        help="extra single-change rounds timed per node and kernel call (default 5)",
+    )
+    ap.add_argument(
+        "--book",
+        action="store_true",
+        help="also run load + N changes in one flush on a fresh dataflow",
+    )
+    ap.add_argument(
+        "--book-only", action="store_true", help="run only the book phase (and the baselines)"
+    )
+    ap.add_argument("--book-changes", type=int, default=None, help="changes for --book (default N)")
     ap.add_argument("--reps", type=int, default=5, help="repetitions of each recompute baseline")
     ap.add_argument("--arrow-reps", type=int, default=3, help="repetitions of Spark's toArrow")
     ap.add_argument("--trivial-reps", type=int, default=30)
     ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
-    ap.add_argument("--pathway", action="store_true",
-                    help="also run the workload in Pathway (pathway_peer.py), if importable")
-    ap.add_argument("--pathway-python", default=sys.executable,
-                    help="the interpreter with pathway installed (default: this one)")
+    ap.add_argument(
+        "--pathway",
+        action="store_true",
+        help="also run the workload in Pathway (pathway_peer.py), if importable",
+    )
+    ap.add_argument(
+        "--pathway-python",
+        default=sys.executable,
+        help="the interpreter with pathway installed (default: this one)",
+    )
     args = ap.parse_args(argv)
     command = "python benchmarks/skip_level.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     t0 = now()
@@ -969,8 +1139,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.pathway:
         print("[pathway]", flush=True)
         res["pathway"], why = pathway_peer.run_subprocess(
-            args.pathway_python, args.n, args.rounds, args.warmup, args.changes,
-            "rows" if args.sink == "capture" else "count")
+            args.pathway_python,
+            args.n,
+            args.rounds,
+            args.warmup,
+            args.changes,
+            "rows" if args.sink == "capture" else "count",
+        )
         if why:
             print(why, flush=True)
             res["notes"].append(why)

@@ -24,14 +24,38 @@ SIZE = 10
 
 # The book's output for size 10: ((manager, (boss, person)), time, diff).
 BOOK_LISTING = [
-    ((0, (0, 0)), 0, 1), ((0, (0, 1)), 0, 1), ((0, (0, 2)), 2, 1), ((1, (0, 2)), 0, 1),
-    ((1, (0, 2)), 2, -1), ((1, (0, 3)), 0, 1), ((1, (0, 4)), 4, 1), ((1, (0, 5)), 5, 1),
-    ((2, (0, 4)), 2, 1), ((2, (0, 4)), 4, -1), ((2, (0, 5)), 2, 1), ((2, (0, 5)), 5, -1),
-    ((2, (0, 6)), 6, 1), ((2, (0, 7)), 7, 1), ((2, (0, 8)), 8, 1), ((2, (1, 4)), 0, 1),
-    ((2, (1, 4)), 2, -1), ((2, (1, 5)), 0, 1), ((2, (1, 5)), 2, -1), ((3, (1, 6)), 0, 1),
-    ((3, (1, 6)), 6, -1), ((3, (1, 7)), 0, 1), ((3, (1, 7)), 7, -1), ((3, (1, 9)), 9, 1),
-    ((4, (1, 8)), 4, 1), ((4, (1, 8)), 8, -1), ((4, (1, 9)), 4, 1), ((4, (1, 9)), 9, -1),
-    ((4, (2, 8)), 0, 1), ((4, (2, 8)), 4, -1), ((4, (2, 9)), 0, 1), ((4, (2, 9)), 4, -1),
+    ((0, (0, 0)), 0, 1),
+    ((0, (0, 1)), 0, 1),
+    ((0, (0, 2)), 2, 1),
+    ((1, (0, 2)), 0, 1),
+    ((1, (0, 2)), 2, -1),
+    ((1, (0, 3)), 0, 1),
+    ((1, (0, 4)), 4, 1),
+    ((1, (0, 5)), 5, 1),
+    ((2, (0, 4)), 2, 1),
+    ((2, (0, 4)), 4, -1),
+    ((2, (0, 5)), 2, 1),
+    ((2, (0, 5)), 5, -1),
+    ((2, (0, 6)), 6, 1),
+    ((2, (0, 7)), 7, 1),
+    ((2, (0, 8)), 8, 1),
+    ((2, (1, 4)), 0, 1),
+    ((2, (1, 4)), 2, -1),
+    ((2, (1, 5)), 0, 1),
+    ((2, (1, 5)), 2, -1),
+    ((3, (1, 6)), 0, 1),
+    ((3, (1, 6)), 6, -1),
+    ((3, (1, 7)), 0, 1),
+    ((3, (1, 7)), 7, -1),
+    ((3, (1, 9)), 9, 1),
+    ((4, (1, 8)), 4, 1),
+    ((4, (1, 8)), 8, -1),
+    ((4, (1, 9)), 4, 1),
+    ((4, (1, 9)), 9, -1),
+    ((4, (2, 8)), 0, 1),
+    ((4, (2, 8)), 4, -1),
+    ((4, (2, 9)), 0, 1),
+    ((4, (2, 9)), 4, -1),
 ]
 
 
@@ -99,8 +123,7 @@ def test_friends_of_friends_share_one_arrangement(kernel: Kernel) -> None:
     capture = fof.capture()
 
     arrangements_of_knows = [
-        n for n in worker.nodes
-        if isinstance(n, ArrangeNode) and n.inputs[0] is knows_input.node
+        n for n in worker.nodes if isinstance(n, ArrangeNode) and n.inputs[0] is knows_input.node
     ]
     assert arrangements_of_knows == [knows.node]
     joins = [n for n in worker.nodes if isinstance(n, JoinNode)]
@@ -116,7 +139,8 @@ def test_friends_of_friends_share_one_arrangement(kernel: Kernel) -> None:
     got: list[tuple] = []
     for time, (knows_changes, query_changes) in enumerate(rounds):
         for session, changes, log in (
-            (knows_input, knows_changes, sent_knows), (query_input, query_changes, sent_query)
+            (knows_input, knows_changes, sent_knows),
+            (query_input, query_changes, sent_query),
         ):
             for row, diff in changes:
                 session.update(row, diff)
@@ -155,6 +179,13 @@ def test_concat_with_swapped_self_consolidates(kernel: Kernel) -> None:
     assert sorted(u for u in raw if u[0] == (0, 0)) == [((0, 0), 0, 1), ((0, 0), 0, 1)]
     # ... after it, once with count 2; the other rows once each.
     assert sorted(consolidated) == sorted(
-        [((0, 0), 0, 2), ((0, 1), 0, 1), ((1, 0), 0, 1), ((1, 2), 0, 1), ((2, 1), 0, 1),
-         ((1, 3), 0, 1), ((3, 1), 0, 1)]
+        [
+            ((0, 0), 0, 2),
+            ((0, 1), 0, 1),
+            ((1, 0), 0, 1),
+            ((1, 2), 0, 1),
+            ((2, 1), 0, 1),
+            ((1, 3), 0, 1),
+            ((3, 1), 0, 1),
+        ]
     )

