@@ -16,6 +16,7 @@ holds, so facts about one (`held_refs`, `held_key`) are remembered by identity.
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Hashable, Iterator
 from copy import deepcopy
 from typing import TYPE_CHECKING, Any
@@ -107,20 +108,20 @@ def held_key(expression: exp.Expression) -> Hashable:
     return _held(_HELD_KEYS, expression, lambda: text_key(expression))
 
 
-def _held(table: dict[int, tuple[exp.Expression, Any]], e: exp.Expression, compute: Any) -> Any:
+def _held(table: dict[int, tuple[weakref.ref, Any]], e: exp.Expression, compute: Any) -> Any:
     entry = table.get(id(e))
-    if entry is not None and entry[0] is e:  # the entry holds `e`: its id is not reused
+    if entry is not None and entry[0]() is e:
         return entry[1]
     value = compute()
-    if len(table) >= _HELD_ENTRIES:
-        table.clear()
-    table[id(e)] = (e, value)
+    key = id(e)
+    # The entry goes when `e` does: holding `e` itself kept thousands of dead plans'
+    # trees alive, and each full garbage collection walked them.
+    table[key] = (weakref.ref(e, lambda _, key=key: table.pop(key, None)), value)
     return value
 
 
-_HELD_REFS: dict[int, tuple[exp.Expression, Any]] = {}
-_HELD_KEYS: dict[int, tuple[exp.Expression, Any]] = {}
-_HELD_ENTRIES = 16384
+_HELD_REFS: dict[int, tuple[weakref.ref, Any]] = {}
+_HELD_KEYS: dict[int, tuple[weakref.ref, Any]] = {}
 
 
 def remap(expression: exp.Expression, mapping: dict[int, int | exp.Expression]) -> exp.Expression:

@@ -34,7 +34,7 @@ negation, at the end. The steps and the closed form of a stretch of them
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlglot import exp
 
@@ -66,6 +66,14 @@ class JoinFunction:
 
     input_arity: int
     steps: tuple[Step, ...] = ()
+    #: Memos, held by the function itself so that they die with it: its `segments`, and
+    #: whether `optimize` produced it (a normal form is its own). A table keyed by
+    #: identity kept up to thousands of dead functions' expression trees alive, and each
+    #: of Python's full garbage collections walked them (a quarter of select5.test).
+    _segments_memo: tuple[tuple[Segment, TableStep | None], ...] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    _normal: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         arity = self.input_arity
@@ -155,7 +163,9 @@ class JoinFunction:
         Computed once per function (the passes and rendering ask repeatedly); the
         segments are shared, so callers copy an expression before changing it.
         """
-        return _memo(_SEGMENTS, self, self._segments)
+        if self._segments_memo is None:
+            object.__setattr__(self, "_segments_memo", self._segments())
+        return self._segments_memo  # type: ignore[return-value]
 
     def _segments(self) -> tuple[tuple[Segment, TableStep | None], ...]:
         parts: list[tuple[Segment, TableStep | None]] = []
@@ -182,10 +192,10 @@ class JoinFunction:
         are projected away before the table function. A function `optimize`
         returned is its own normal form (the passes re-optimize the same function).
         """
-        if _NORMAL.get(id(self)) is self:
+        if self._normal:
             return self
         result = self._optimize()
-        _remember(_NORMAL, result, result)
+        object.__setattr__(result, "_normal", True)
         return result
 
     def _optimize(self) -> JoinFunction:
@@ -287,28 +297,6 @@ class JoinFunction:
                     lines.append("negate")
             arity = _arity_after(step, arity)
         return lines
-
-
-#: Per-function results, by identity (each entry holds its function, so the id stays
-#: unique): the normal forms `optimize` produced, and `segments`.
-_NORMAL: dict[int, JoinFunction] = {}
-_SEGMENTS: dict[int, tuple[JoinFunction, tuple[tuple[Segment, TableStep | None], ...]]] = {}
-_MEMO_ENTRIES = 4096
-
-
-def _remember(table: dict, fn: JoinFunction, value: object) -> None:
-    if len(table) >= _MEMO_ENTRIES:
-        table.clear()
-    table[id(fn)] = value
-
-
-def _memo(table: dict, fn: JoinFunction, compute):  # type: ignore[no-untyped-def]
-    entry = table.get(id(fn))
-    if entry is not None and entry[0] is fn:
-        return entry[1]
-    value = compute()
-    _remember(table, fn, (fn, value))
-    return value
 
 
 def _arity_after(step: Step, arity: int) -> int:

@@ -10,6 +10,7 @@ own evaluation of the unfolded expression, NULLs included.
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 
 import duckdb
@@ -19,8 +20,9 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from dsql.errors import SchemaError, UnsupportedError
+from dsql.planner import expr as expr_module
 from dsql.planner import types
-from dsql.planner.expr import parse_expr
+from dsql.planner.expr import held_refs, parse_expr
 from dsql.planner.linear import JoinFunction
 from dsql.planner.linear_steps import FilterStep, MapStep, NegateStep, ProjectStep, Step, TableStep
 from dsql.planner.passes.fold import fold
@@ -130,6 +132,25 @@ def test_optimize_preserves_meaning(fn: JoinFunction, data: Rows) -> None:
     optimized = fn.optimize()
     assert run(optimized, data) == run(fn, data)
     assert optimized.optimize().describe() == optimized.describe(), "optimize is idempotent"
+
+
+def test_memos_live_with_what_they_describe() -> None:
+    """A function's segments and normal form, and an expression's held refs, are
+    remembered while it lives and released with it (a table that held them kept dead
+    plans alive)."""
+    fn = JoinFunction(2, (MapStep((parse_expr("_c0 + _c1"),), (INT,)), ProjectStep((2, 0))))
+    assert fn.segments() is fn.segments()
+    normal = fn.optimize()
+    assert normal.optimize() is normal
+    assert normal == JoinFunction(normal.input_arity, normal.steps), "memos are not compared"
+
+    e = parse_expr("_c0 + _c3")
+    assert held_refs(e) == {0, 3} and held_refs(e) is held_refs(e)
+    key = id(e)
+    assert key in expr_module._HELD_REFS
+    del e
+    gc.collect()
+    assert key not in expr_module._HELD_REFS
 
 
 @SETTINGS
