@@ -28,7 +28,7 @@ from sqlglot import exp
 
 from dsql.errors import UnsupportedError
 from dsql.planner import types
-from dsql.planner.expr import col, conjuncts, refs, remap
+from dsql.planner.expr import col, conjuncts, held_col, refs, remap
 from dsql.planner.linear import JoinFunction
 from dsql.planner.passes.fuse import as_function
 from dsql.planner.plan import (
@@ -213,8 +213,9 @@ class Renderer:
                 [{"columns": named, "where": exp.and_(*where, copy=False) if where else None}]
             )
 
-        lkeyed = keyed(left, [*lk, *((f"_c{i}", col(i)) for i in range(la))])
-        rkeyed = keyed(right, [*rk, *((f"_c{la + j}", col(j)) for j in range(ra))])
+        # The runtime never changes a join_function's outputs: the references are shared.
+        lkeyed = keyed(left, [*lk, *((f"_c{i}", held_col(i)) for i in range(la))])
+        rkeyed = keyed(right, [*rk, *((f"_c{la + j}", held_col(j)) for j in range(ra))])
         key_names = [f"__k{i}" for i in range(max(len(keys), 1))]
         return lkeyed.join(rkeyed, on=key_names), residual
 

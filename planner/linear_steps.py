@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from dsql.planner.expr import col, conjuncts, held_key, held_refs, index, remap
+from dsql.planner.expr import conjuncts, held_col, held_key, held_refs, index, remap
 from dsql.planner.plan import Column
 from dsql.planner.temporal import Interval, presence
 
@@ -193,7 +193,7 @@ def closed_form(arity: int, steps: tuple[Step, ...]) -> Segment:
                 meta = [meta[i] for i in outs]
             case NegateStep():
                 negated = not negated
-    final = tuple(col(o) if type(o) is int else o for o in outputs)
+    final = tuple(held_col(o) if type(o) is int else o for o in outputs)
     return Segment(arity, final, tuple(meta), tuple(preds), negated)  # type: ignore[arg-type]
 
 
