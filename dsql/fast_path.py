@@ -31,7 +31,7 @@ import sqlglot
 from sqlglot import exp
 
 from dsql.planner.decorrelate import decorrelate
-from dsql.planner.expr import Outer, SubqueryExpr, col
+from dsql.planner.expr import Outer, SubqueryExpr, is_col
 from dsql.planner.linear import JoinFunction
 from dsql.planner.optimize import optimize
 from dsql.planner.plan import (
@@ -261,7 +261,7 @@ def _runtime_steps(
         if where is not None:
             where = _parameters(where, params)
         diff = rel.lit(-1) if seg.negated else None
-        plain = n == width and all(e == col(i) for i, e in enumerate(seg.outputs))
+        plain = n == width and all(is_col(e, i) for i, e in enumerate(seg.outputs))
         if not (plain and where is None and diff is None):
             steps.append(Branches((Branch(outputs or (("_c0", rel.lit(0)),), where, (), diff),)))
         width = n or 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dsql.errors import UnsupportedError
-from dsql.planner.expr import index
+from dsql.planner.expr import is_col
 from dsql.planner.linear import JoinFunction
 from dsql.planner.linear_steps import Segment
 from dsql.planner.temporal import Interval, mentions_mz_now
@@ -53,10 +53,7 @@ def _segment(c: Collection, seg: Segment, time_scale: int) -> Collection:
     # The cheap tests first: comparing the outputs hashes every expression.
     unchanged = n == seg.input_arity and not (safe.predicates or intervals or seg.negated)
     if unchanged and c.columns == tuple(names(n)):
-        if all(
-            type(e) is exp.Column and not e.table and index(e) == i
-            for i, e in enumerate(seg.outputs)
-        ):
+        if all(is_col(e, i) for i, e in enumerate(seg.outputs)):
             return c
     # The outputs are handed over as they are: neither the plan nor the runtime changes an
     # expression a step holds (planner/expr.py), so no copy is needed.

@@ -53,6 +53,12 @@ def held_col(i: int) -> exp.Column:
 _HELD_COLS: dict[int, exp.Column] = {}
 
 
+def is_col(e: exp.Expression, i: int) -> bool:
+    """Whether `e` is an unqualified reference to input column `i` (what `col(i)` builds),
+    decided without building one to compare."""
+    return type(e) is exp.Column and e.args.get("table") is None and index(e) == i
+
+
 def index(column: exp.Column) -> int | None:
     """The position a `_c{i}` reference points at (None for other columns)."""
     ident = column.args.get("this")
@@ -309,6 +315,7 @@ __all__ = [
     "held_key",
     "held_refs",
     "index",
+    "is_col",
     "infer_type",
     "nodes",
     "parse_expr",

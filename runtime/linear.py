@@ -355,30 +355,22 @@ def static_schema(step: Step, schema: pa.Schema) -> pa.Schema | None:
     branch = step.branches[0]
     if not _constant_diff(branch.diff) or any(t is not None for t in branch.time):
         return None
+    fields = []
     types = dict(zip(schema.names, schema.types, strict=True))  # a schema's lookups are linear
     if len(types) != len(schema):
         return None
-    # Per column only dict lookups (a wide join's steps carry hundreds of columns): an
-    # unqualified reference's name is read from its arguments, as `rel.column_name` does.
-    stable: dict[str, pa.DataType] = {}
-    fields: list[tuple[str, pa.DataType]] = []
     for name, e in branch.columns:
-        if type(e) is exp.Column and e.args.get("table") is None:
-            ident = e.args.get("this")
-            read = ident.this if type(ident) is exp.Identifier else e.name
-            source = stable.get(read)
-            if source is None:
-                source = types.get(read)
-                if source is None or source not in STABLE_TYPES:
-                    return None
-                stable[read] = source
-        elif isinstance(e, exp.Column):
-            return None
-        else:
-            source = _constant_type(e)
-            if source is None:
+        if not isinstance(e, exp.Column):
+            constant = _constant_type(e)
+            if constant is None:
                 return None
-        fields.append((name, source))
+            fields.append(pa.field(name, constant))
+            continue
+        read = rel.column_name(e)
+        source = types.get(read) if read is not None else None
+        if source is None or source not in STABLE_TYPES:
+            return None
+        fields.append(pa.field(name, source))
     if branch.where is not None:
         for node in branch.where.walk():
             if not isinstance(node, _PLAIN):
