@@ -96,6 +96,9 @@ class EnterArrangedNode(Arranged):
         self._lifted: dict[int, Frame] = {}
         #: The outer round's batch and its index: every inner step probes it.
         self._current_index: tuple[Frame, Any] | None = None
+        #: The lifted history and outer batch as one table's index, made at the first
+        #: inner step of an outer round that reads them (`_whole_index`; False: cannot).
+        self._whole: Any = None
         super().__init__(source.worker, (source,), source.schema, loop.depth, scope=loop)
 
     @property
@@ -116,6 +119,11 @@ class EnterArrangedNode(Arranged):
         return [self._lift(f) for f in frames]
 
     def history_with_keys(self, probe: Frame, by: Sequence[str]) -> list[Frame] | None:
+        if self._step > 0:
+            whole = self._whole_index()
+            rows = None if whole is None else whole.rows(probe, by)
+            if rows is not None:
+                return [rows] if self.kernel.rows(rows) else []
         picked = self.source.history_with_keys(probe, by)
         if picked is not None and self._step > 0 and self.source.current is not None:
             rows = self._current_rows(self.source.current.frame, probe, by)
@@ -124,6 +132,27 @@ class EnterArrangedNode(Arranged):
             return None
         name = time_columns(self.depth)[-1]
         return [self.kernel.append_time(f, name, 0) for f in picked]
+
+    def _whole_index(self) -> Any:
+        """The index of the outer trace's batches and the outer round's batch, lifted to
+        round 0, as one table, when they are few rows in the driver (`WHOLE_ROWS`), else
+        None. Made once per outer round: each inner step then probes one index, where it
+        probed every batch of the trace and the round's batch and lifted what it found
+        (the closure benchmark's join of each step with the entered edges)."""
+        if self._whole is None:
+            self._whole = False
+            frames = self.source.history()
+            if self.source.current is not None:
+                frames = [*frames, self.source.current.frame]
+            kernel = self.kernel
+            local = frames and all(kernel.placement(f) == "local" for f in frames)
+            rows = sum(kernel.rows(f) or 0 for f in frames) if local else WHOLE_ROWS + 1
+            if rows <= WHOLE_ROWS:
+                table = kernel.union(frames) if len(frames) > 1 else frames[0]
+                stored = kernel.materialize(table, self.keys, rows)
+                lifted = kernel.append_time(stored.frame, time_columns(self.depth)[-1], 0)
+                self._whole = kernel.key_index(lifted, self.keys) or False
+        return self._whole or None
 
     def _current_rows(self, frame: Frame, probe: Frame, by: Sequence[str]) -> Frame | None:
         """The rows of the outer round's batch `frame` with the keys of `probe`, through
@@ -143,6 +172,7 @@ class EnterArrangedNode(Arranged):
             live = {id(f) for f in self.source.history()}
             self._lifted = {k: v for k, v in self._lifted.items() if k in live}
             self._current_index = None
+            self._whole = None
             outer = self.source.current
             if outer is not None:
                 table = None if outer.table is None else _round_zero_table(outer.table, self.depth)
@@ -154,6 +184,12 @@ class EnterArrangedNode(Arranged):
 
     def describe(self) -> str:
         return f"EnterArranged(keys={', '.join(self.keys) or '()'})"
+
+
+#: An entered arrangement of at most this many rows is read at inner steps through one
+#: index of all its rows (`EnterArrangedNode._whole_index`): made once per outer round,
+#: at the cost of a few of its probes.
+WHOLE_ROWS = 1 << 16
 
 
 def _round_zero_table(table: pa.Table, depth: int) -> pa.Table:

@@ -9,6 +9,7 @@ are re-checked at later interesting times `(t, i)`.
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import oracle
@@ -19,6 +20,7 @@ from test_runtime_oracle import LOCAL, History, Pipeline, check_history, example
 
 from dsql.runtime.collection import Collection
 from dsql.runtime.dataflow import Worker
+from dsql.runtime.iterate import EnterArrangedNode
 from dsql.runtime.kernel.base import Kernel
 from dsql.runtime.kernel.local import LocalKernel
 from dsql.runtime.scope import ScopeNode
@@ -287,6 +289,34 @@ def test_reachability_and_parity_fixed_history() -> None:
         (),
     )
     check_history(LocalKernel(), both, GRAPH_HISTORY)
+
+
+def test_an_entered_arrangement_read_through_one_index(monkeypatch) -> None:
+    # Enough edges (a few hundred) that each inner step reads the entered arrangement,
+    # outer round's batch included, through one index made per outer round; edges
+    # inserted and deleted at several times per flush, the oracle at every time.
+    made = []
+    whole_index = EnterArrangedNode._whole_index
+
+    def spy(self: EnterArrangedNode) -> Any:
+        index = whole_index(self)
+        made.append(index is not None)
+        return index
+
+    monkeypatch.setattr(EnterArrangedNode, "_whole_index", spy)
+    rng = random.Random(7)
+    edges = sorted({(rng.randrange(40), rng.randrange(40)) for _ in range(400)})
+    first = [(e, 0, 1) for e in edges]
+    later = [(e, 1 + i % 3, -1) for i, e in enumerate(edges[:12])]
+    later += [((40 + i, i), 2 + i % 2, 1) for i in range(6)] + [((3, 45), 3, 1)]
+    # A path of new nodes: reached at later inner steps through edges of this batch.
+    later += [((3, 50), 2, 1), ((50, 51), 2, 1), ((51, 52), 4, 1), ((52, 53), 2, 1)]
+    history = example(
+        ((first, 1), ([((0,), 0, 1), ((41,), 0, 1)], 1)),
+        ((later, 5), ([((0,), 3, -1)], 5)),
+    )
+    check_history(LocalKernel(), REACH, history)
+    assert any(made)
 
 
 # --- compaction: a loop's state does not grow with the rounds of input ---------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import doctest
 import importlib
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -58,6 +59,15 @@ def test_antichain_is_minimal_and_advance_by_preserves_order(elements, t) -> Non
         for s in [(i, j) for i in range(7) for j in range(7)]:
             if frontier.less_equal(s):
                 assert less_equal(t, s) == less_equal(advanced, s)
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5), st.integers(0, 3)), max_size=40))
+def test_antichain_of_columns_is_the_constructors(rows) -> None:
+    # As arrays of one, two or three coordinates: the same minimal elements.
+    for depth in (1, 2, 3):
+        times = [r[:depth] for r in rows]
+        columns = [np.array([t[i] for t in times], np.int64) for i in range(depth)]
+        assert Antichain.of_columns(columns) == Antichain(times)
 
 
 @pytest.fixture(params=["local", "spark"])

@@ -193,11 +193,20 @@ class KeyIndex:
         """The table positions of the rows of the distinct keys at `at`, each key's run
         laid end to end, and the runs' lengths (None: every run is one row)."""
         low = self.bounds[at]
+        if self._one_row_per_key():  # no run to lay out
+            return self.order[low], None
         counts = self.bounds[at + 1] - low
-        if len(at) and int(counts.max()) == 1:  # one row per key: no run to lay out
+        if len(at) and int(counts.max()) == 1:
             return self.order[low], None
         starts = np.repeat(low - (np.cumsum(counts) - counts), counts)
         return self.order[starts + np.arange(int(counts.sum()))], counts
+
+    def _one_row_per_key(self) -> bool:
+        """Whether every distinct key has one row (asked once)."""
+        single = self.cache.get("single")
+        if single is None:
+            single = self.cache["single"] = len(self.distinct) == len(self.order)
+        return single
 
     def _slots(self) -> _Slots | None:
         """The index's slot table (see `SLOT_KEYS`), built when first asked; None when
@@ -281,13 +290,10 @@ class KeyIndex:
         as numbers gathers them itself (`ints`)."""
         if len(self.keys) > 1 and not self.packing:
             return None
-        codes = _probe_codes(self, probe, tuple(by))
-        if codes is None:
+        found = _probed_keys(self, probe, tuple(by))
+        if found is None:
             return None
-        ordered, order, inside = codes
-        ordered, order = ordered[inside], order[inside]
-        first = driver.run_starts(ordered)
-        wanted, probe_rows = ordered[first], order[first]
+        wanted, probe_rows = found
         if len(self.distinct) < len(wanted) and self._slots() is None:
             # Fewer keys here than probed: each searched among the probe's, both sorted.
             at = np.searchsorted(wanted, self.distinct)
@@ -479,6 +485,31 @@ def _probe_codes(
 #: The last probe coded by `_probe_codes`: the probe, its columns with the index's
 #: packing and key types, and the codes.
 _last_codes: tuple[pa.Table, tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+#: The last codes `_probed_keys` read, and what it made of them.
+_last_keys: tuple[tuple, tuple[np.ndarray, np.ndarray]] | None = None
+
+
+def _probed_keys(
+    index: KeyIndex, probe: pa.Table, by: tuple[str, ...]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The distinct keys of `probe` that can match (`_probe_codes`), sorted, and for each
+    the position of a probe row with it; None as `_probe_codes`. A trace probes each of
+    its batches with the same probe: the last result is kept with the codes it came
+    from."""
+    global _last_keys
+    codes = _probe_codes(index, probe, by)
+    if codes is None:
+        return None
+    memo = _last_keys
+    if memo is not None and memo[0] is codes:
+        return memo[1]
+    ordered, order, inside = codes
+    if not inside.all():
+        ordered, order = ordered[inside], order[inside]
+    first = driver.run_starts(ordered)
+    result = (ordered[first], order[first])
+    _last_keys = (codes, result)
+    return result
 
 
 def _canonical(columns: int) -> tuple[tuple[int, int, int], ...]:

@@ -449,9 +449,9 @@ class ReduceNode(TracedNode):
         if lower is None:
             query = parse_one(f"SELECT DISTINCT {_list(times)} FROM pending", read="spark")
             lower = self.kernel.to_arrow(self.kernel.query(query, {"pending": pending.frame}))
-        rows = set(zip(*(lower[t].to_pylist() for t in times), strict=True))
+        columns = [lower[t].to_numpy() for t in times]
         self._pending = pending.frame
-        self._pending_lower = Antichain(sorted(rows))
+        self._pending_lower = Antichain.of_columns(columns)
 
     def release(self) -> None:
         super().release()
