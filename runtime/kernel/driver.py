@@ -166,9 +166,16 @@ def _in_numbers(
     equal rows, in the order `_by_codes` gives; None when a sum could overflow."""
 
     def column(name: str) -> np.ndarray:
-        return np.concatenate([t.column(name).to_numpy() for t, _ in parts]).astype(np.int64)
+        pieces = [t.column(name).to_numpy() for t, _ in parts]
+        whole = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        return whole.astype(np.int64, copy=False)  # a copy only where it must
 
-    diffs = np.concatenate([t.column(DIFF).to_numpy().astype(np.int64) * sign for t, sign in parts])
+    def signed(table: pa.Table, sign: int) -> np.ndarray:
+        diffs = table.column(DIFF).to_numpy().astype(np.int64, copy=False)
+        return diffs if sign == 1 else diffs * sign
+
+    pieces = [signed(t, sign) for t, sign in parts]
+    diffs = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
     if may_overflow(diffs):
         return None
     arrays = [column(name) for name in names[:-1]]
@@ -216,7 +223,8 @@ def _packed_codes(arrays: list[np.ndarray]) -> np.ndarray | None:
         if bound > 2**62:
             return None
         code *= span
-        code += a - low
+        code += a  # in place: no array of differences
+        code -= low
     return code
 
 
@@ -605,8 +613,15 @@ def sort_order(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if (high - low).bit_length() + bits > 63:
         order = np.argsort(values, kind="stable")
         return values[order].astype(np.int64), order.astype(np.int64)
-    packed = np.sort(((values.astype(np.int64) - low) << bits) | np.arange(n, dtype=np.int64))
-    return (packed >> bits) + low, packed & ((1 << bits) - 1)
+    packed = values.astype(np.int64)  # a copy, worked in place: each array is paid for
+    packed -= low
+    packed <<= bits
+    packed |= np.arange(n, dtype=np.int64)
+    packed.sort()
+    ordered = packed >> bits
+    ordered += low
+    packed &= (1 << bits) - 1
+    return ordered, packed
 
 
 def distinct_sorted(values: np.ndarray) -> np.ndarray:
