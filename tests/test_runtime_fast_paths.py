@@ -284,23 +284,24 @@ FRONTIERS = st.sampled_from([None, Antichain([(2, 1)]), Antichain([(3, 0), (1, 2
     tables=st.booleans().flatmap(_tables),
     frontier=FRONTIERS,
     negate_last=st.booleans(),
-    way=st.sampled_from(["python", "codes", "numbers"]),
+    way=st.sampled_from(["python", "codes", "numbers", "bins"]),
 )
 def test_driver_consolidation_equals_the_query(
     tables: list[pa.Table], frontier: Antichain | None, negate_last: bool, way: str
 ) -> None:
-    """Each of the driver's three ways (Python's sums for a few rows, sums per row code
-    beyond, numpy alone for NULL-free integer columns: `way` forces one where it
-    applies) against DuckDB's query."""
+    """Each of the driver's ways (Python's sums for a few rows, sums per row code
+    beyond, numpy alone for NULL-free integer columns, sorted or counted into bins when
+    their codes are dense: `way` forces one where it applies) against DuckDB's query."""
     kernel, columns = LocalKernel(), ("i", "s", "b", "d")
     signs = [1] * (len(tables) - 1) + [-1 if negate_last else 1]
-    bounds = driver.PYTHON_ROWS, driver.NUMERIC_ROWS
+    bounds = driver.PYTHON_ROWS, driver.NUMERIC_ROWS, driver.BINS_PER_ROW
     try:
         driver.PYTHON_ROWS = bounds[0] if way == "python" else 0
-        driver.NUMERIC_ROWS = bounds[1] if way == "numbers" else -1
+        driver.NUMERIC_ROWS = bounds[1] if way in ("numbers", "bins") else -1
+        driver.BINS_PER_ROW = 1 << 16 if way == "bins" else 0
         fast = driver.consolidate(tables, columns, 2, frontier, signs)
     finally:
-        driver.PYTHON_ROWS, driver.NUMERIC_ROWS = bounds
+        driver.PYTHON_ROWS, driver.NUMERIC_ROWS, driver.BINS_PER_ROW = bounds
     assert fast is not None
     names = {f"b{i}": t for i, t in enumerate(tables)}
     parts = []
@@ -317,6 +318,42 @@ def test_driver_consolidation_equals_the_query(
     slow = kernel.query(query, names)
     assert fast.schema == slow.schema
     assert sorted(map(str, fast.to_pylist())) == sorted(map(str, slow.to_pylist()))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_driver_consolidation_by_bins_equals_by_sorting(seed: int, monkeypatch) -> None:
+    """Dense integer rows (a loop's leave: node pairs at a few times), several parts with
+    a negated one, times advanced or not: counted into bins, the same table, row for
+    row and in the same order, as sorted."""
+    rng = np.random.default_rng(seed)
+    schema = pa.schema(
+        [(c, pa.int32()) for c in "ab"] + [(t, pa.int64()) for t in ("__time__", "__time1__")]
+    )
+    schema = schema.append(pa.field("__diff__", pa.int64()))
+
+    def part(rows: int) -> pa.Table:
+        columns = [rng.integers(-3, 20, rows), rng.integers(0, 25, rows)]
+        columns += [rng.integers(0, 3, rows), rng.integers(0, 4, rows)]
+        columns.append(rng.choice([-2, -1, 1, 1, 3], rows))
+        return pa.table(columns, schema=schema)
+
+    tables, signs = [part(3000), part(2000), part(1000)], [1, -1, 1]
+    binned = []
+    counted = driver._by_bins
+    monkeypatch.setattr(driver, "_by_bins", lambda *a: binned.append(1) or counted(*a))
+    for frontier in (None, Antichain([(1, 2)])):
+        results = []
+        for bins in (0, driver.BINS_PER_ROW):
+            kept = driver.BINS_PER_ROW
+            try:
+                driver.BINS_PER_ROW = bins
+                results.append(driver.consolidate(tables, ("a", "b"), 2, frontier, signs))
+            finally:
+                driver.BINS_PER_ROW = kept
+        by_sorting, by_bins = results
+        assert by_bins is not None and by_bins.num_rows
+        assert by_bins.equals(by_sorting)
+    assert len(binned) == 2  # once per frontier: the codes are dense
 
 
 @settings(LOCAL, max_examples=80)

@@ -181,7 +181,10 @@ def _in_numbers(
     arrays = [column(name) for name in names[:-1]]
     if frontier:
         arrays[stamps:] = [_advanced(raw, k, frontier) for k, raw in enumerate(arrays[stamps:])]
-    code = _packed_codes(arrays)
+    packing = _packed_codes(arrays)
+    code = None if packing is None else packing[0]
+    if packing is not None and len(code) and _dense(packing[1], diffs):
+        return _by_bins(code, packing[1], diffs, schema)
     if code is None:  # too wide to pack: sorted column by column, the first the primary
         order = np.lexsort(arrays[::-1])
         starts = np.zeros(len(order), bool)
@@ -211,11 +214,13 @@ def _advanced(raw: np.ndarray, k: int, frontier: Antichain) -> np.ndarray:
     return advanced
 
 
-def _packed_codes(arrays: list[np.ndarray]) -> np.ndarray | None:
+def _packed_codes(
+    arrays: list[np.ndarray],
+) -> tuple[np.ndarray, list[tuple[int, int]]] | None:
     """One int64 per row, ordered as the rows are column by column (`row_codes` over
-    NULL-free integers, with no Arrow call), or None when the columns' spans together
-    exceed 62 bits."""
-    code, bound = np.zeros(len(arrays[0]), np.int64), 1
+    NULL-free integers, with no Arrow call), and per column its least value and span
+    (the code's digits); None when the columns' spans together exceed 62 bits."""
+    code, bound, digits = np.zeros(len(arrays[0]), np.int64), 1, []
     for a in arrays:
         low = int(a.min())
         span = int(a.max()) - low + 1
@@ -225,7 +230,43 @@ def _packed_codes(arrays: list[np.ndarray]) -> np.ndarray | None:
         code *= span
         code += a  # in place: no array of differences
         code -= low
-    return code
+        digits.append((low, span))
+    return code, digits
+
+
+#: Rows whose codes span at most this many values per row are consolidated by counting
+#: into one bin per code (`_by_bins`) rather than by sorting: a loop's leave gathers
+#: 640k closure pairs among 1M codes (1,000 x 1,000 nodes, one outer time).
+BINS_PER_ROW = 4
+
+
+def _dense(digits: list[tuple[int, int]], diffs: np.ndarray) -> bool:
+    """Whether rows coded with `digits` are consolidated by bins: their codes are dense
+    (`BINS_PER_ROW`), and every sum is exact in a float64 (the bins' sums are floats)."""
+    size = 1
+    for _, span in digits:
+        size *= span
+    return size <= BINS_PER_ROW * len(diffs) and float(np.abs(diffs).sum()) < 2.0**53
+
+
+def _by_bins(
+    code: np.ndarray, digits: list[tuple[int, int]], diffs: np.ndarray, schema: pa.Schema
+) -> pa.Table:
+    """`_in_numbers`'s result from dense codes: the diffs summed in one bin per code, the
+    non-zero bins' codes (in code order, as the sort gives them) read back into columns."""
+    size = 1
+    for _, span in digits:
+        size *= span
+    sums = np.bincount(code, weights=diffs, minlength=size)
+    present = np.flatnonzero(sums)
+    columns, rest = [], present
+    for low, span in reversed(digits):
+        rest, value = np.divmod(rest, span)
+        value += low
+        columns.append(value)
+    arrays = [pa.array(a, f.type) for a, f in zip(reversed(columns), schema, strict=False)]
+    total = sums[present].astype(np.int64)
+    return pa.Table.from_arrays([*arrays, pa.array(total, pa.int64())], schema=schema)
 
 
 def _in_python(
