@@ -398,6 +398,8 @@ def _offsets(values: np.ndarray, low: int, span: int) -> tuple[np.ndarray, np.nd
     on a few values)."""
     offset = values - low
     within = offset.view(np.uint64) < span
+    if within.all():  # the usual case: no copy with the outsiders zeroed
+        return offset, within
     return np.where(within, offset, 0), within
 
 
@@ -633,14 +635,18 @@ class KeyDirectory:
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """Per row of `table`, its key's place in the box (a place in it whatever the
         key), and whether the key is inside; None when a key is NULL."""
-        places = np.zeros(table.num_rows, np.int64)
-        inside = np.ones(table.num_rows, bool)
+        places = inside = None
         for name, low, span in zip(names, self.lows, self.spans, strict=True):
             values = _as_int64(table[name])
             if values.null_count:
                 return None
             offset, within = _offsets(values.to_numpy(), low, span)
-            inside &= within
-            places *= span
-            places += offset
+            if places is None or inside is None:  # the first column: its own arrays
+                places, inside = offset, within
+            else:
+                inside &= within
+                places *= span
+                places += offset
+        if places is None or inside is None:
+            return np.zeros(table.num_rows, np.int64), np.ones(table.num_rows, bool)
         return places, inside
