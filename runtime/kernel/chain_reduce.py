@@ -300,9 +300,15 @@ class _Chain:
         """Per (key, value) group of the rows and per ready candidate of its key, the
         rows' diffs accumulated at the candidate (non-zero sums only): keys, values,
         candidate positions, sums. None when the pairs would be too many."""
-        width = int(vid.max()) + 1 if len(vid) else 1
-        group, gfirst = dense_codes(kid * width + vid)
-        gkid, gvid = kid[gfirst], vid[gfirst]
+        if not vid.any():  # no values (a distinct): each key with rows is a group
+            present = np.flatnonzero(np.bincount(kid, minlength=len(self.per_key)))
+            number = np.zeros(len(self.per_key), np.int64)
+            number[present] = np.arange(len(present))
+            group, gkid, gvid = number[kid], present, np.zeros(len(present), np.int64)
+        else:
+            width = int(vid.max()) + 1
+            group, gfirst = dense_codes(kid * width + vid)
+            gkid, gvid = kid[gfirst], vid[gfirst]
         rank = np.searchsorted(self.stamps, stamp)
         codes = group * self.span + rank
         sorted_codes, order = driver.sort_order(codes)
@@ -311,11 +317,11 @@ class _Chain:
         pairs = int(count.sum())
         if pairs > MAX_PAIRS:
             return None
-        pair_group = np.repeat(np.arange(len(gfirst)), count)
+        pair_group = np.repeat(np.arange(len(gkid)), count)
         offset = np.arange(pairs) - np.repeat(np.cumsum(count) - count, count)
         pair_c = self.key_start[gkid][pair_group] + offset
         pair_rank = self.cand[pair_c] % self.span
-        start = np.searchsorted(sorted_codes, np.arange(len(gfirst)) * self.span)
+        start = np.searchsorted(sorted_codes, np.arange(len(gkid)) * self.span)
         end = np.searchsorted(sorted_codes, pair_group * self.span + pair_rank, "right")
         sums = running[end] - running[start[pair_group]]
         keep = sums != 0

@@ -655,8 +655,10 @@ def sort_order(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     [[-2, 1, 5, 5], [1, 3, 0, 2]]
     """
     n = len(values)
-    head = values[:64]
-    if n < 2 or (np.all(head[1:] >= head[:-1]) and np.all(values[1:] >= values[:-1])):
+    sample = values[:: max(1, n // 64)]  # 64 values across: sorted runs end to end fail it
+    if n < 2 or (
+        np.all(sample[1:] >= sample[:-1]) and (n <= 64 or np.all(values[1:] >= values[:-1]))
+    ):
         return values.astype(np.int64), np.arange(n, dtype=np.int64)  # sorted already
     low, high = int(values.min()), int(values.max())
     bits = (n - 1).bit_length()

@@ -76,8 +76,8 @@ def _indexable(t: pa.DataType) -> bool:
 
 def _as_int64(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     """An integer or date column as int64 values (NULLs kept), for sorting and search."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
+    if isinstance(column, pa.ChunkedArray):  # one chunk: itself, not a copy
+        column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     if column.type == pa.date32():
         column = column.view(pa.int32())
     return column if column.type == pa.int64() else column.cast(pa.int64())
