@@ -237,7 +237,8 @@ def _packed_codes(
 
 #: Rows whose codes span at most this many values per row are consolidated by counting
 #: into one bin per code (`_by_bins`) rather than by sorting: a loop's leave gathers
-#: 640k closure pairs among 1M codes (1,000 x 1,000 nodes, one outer time).
+#: 640k closure pairs among 1M codes (1,000 x 1,000 nodes, one outer time). A join's key
+#: codes as dense are used as they are (`_matches_by_codes`: one count per code).
 BINS_PER_ROW = 4
 
 
