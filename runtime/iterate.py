@@ -145,13 +145,13 @@ class EnterArrangedNode(Arranged):
             if self.source.current is not None:
                 frames = [*frames, self.source.current.frame]
             kernel = self.kernel
-            local = frames and all(kernel.placement(f) == "local" for f in frames)
-            rows = sum(kernel.rows(f) or 0 for f in frames) if local else WHOLE_ROWS + 1
-            if rows <= WHOLE_ROWS:
-                table = kernel.union(frames) if len(frames) > 1 else frames[0]
-                stored = kernel.materialize(table, self.keys, rows)
-                lifted = kernel.append_time(stored.frame, time_columns(self.depth)[-1], 0)
-                self._whole = kernel.key_index(lifted, self.keys) or False
+            if frames and all(kernel.placement(f) == "local" for f in frames):
+                rows = sum(kernel.rows(f) or 0 for f in frames)  # a local frame's are known
+                if rows <= WHOLE_ROWS:
+                    table = kernel.union(frames) if len(frames) > 1 else frames[0]
+                    stored = kernel.materialize(table, self.keys, rows)
+                    lifted = kernel.append_time(stored.frame, time_columns(self.depth)[-1], 0)
+                    self._whole = kernel.key_index(lifted, self.keys) or False
         return self._whole or None
 
     def _current_rows(self, frame: Frame, probe: Frame, by: Sequence[str]) -> Frame | None:

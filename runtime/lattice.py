@@ -135,10 +135,7 @@ class Antichain:
         # Minimal: its second below every second of a lesser first coordinate.
         keep = np.ones(len(first), bool)
         np.less(second[1:], np.minimum.accumulate(second)[:-1], out=keep[1:])
-        times = zip(first[keep].tolist(), second[keep].tolist(), strict=True)
-        result = cls.__new__(cls)
-        object.__setattr__(result, "elements", tuple(times))
-        return result
+        return cls(zip(first[keep].tolist(), second[keep].tolist(), strict=True))
 
     def __iter__(self) -> Iterator[Time]:
         return iter(self.elements)

@@ -320,11 +320,22 @@ def test_driver_consolidation_equals_the_query(
     assert sorted(map(str, fast.to_pylist())) == sorted(map(str, slow.to_pylist()))
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_driver_consolidation_by_bins_equals_by_sorting(seed: int, monkeypatch) -> None:
-    """Dense integer rows (a loop's leave: node pairs at a few times), several parts with
-    a negated one, times advanced or not: counted into bins, the same table, row for
-    row and in the same order, as sorted."""
+@settings(LOCAL, max_examples=60)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    parts=st.lists(
+        st.tuples(st.integers(0, 1500), st.sampled_from([1, -1])), min_size=1, max_size=3
+    ),
+    low=st.integers(-3, 3),
+    frontier=st.sampled_from([None, (1, 2), (0, 3)]),
+)
+def test_driver_consolidation_by_bins_equals_by_sorting(
+    seed: int, parts: list[tuple[int, int]], low: int, frontier: tuple[int, int] | None
+) -> None:
+    """Dense integer rows (a loop's leave: node pairs at a few times) in a few parts,
+    some negated, times advanced or not: counted into bins, the same table, row for row
+    and in the same order, as sorted. The rows' values are drawn from a small box, so
+    that every draw of more than 90 rows takes the bins."""
     rng = np.random.default_rng(seed)
     schema = pa.schema(
         [(c, pa.int32()) for c in "ab"] + [(t, pa.int64()) for t in ("__time__", "__time1__")]
@@ -332,28 +343,32 @@ def test_driver_consolidation_by_bins_equals_by_sorting(seed: int, monkeypatch) 
     schema = schema.append(pa.field("__diff__", pa.int64()))
 
     def part(rows: int) -> pa.Table:
-        columns = [rng.integers(-3, 20, rows), rng.integers(0, 25, rows)]
+        columns = [rng.integers(low, low + 6, rows), rng.integers(0, 5, rows)]
         columns += [rng.integers(0, 3, rows), rng.integers(0, 4, rows)]
         columns.append(rng.choice([-2, -1, 1, 1, 3], rows))
         return pa.table(columns, schema=schema)
 
-    tables, signs = [part(3000), part(2000), part(1000)], [1, -1, 1]
+    tables = [part(rows) for rows, _ in parts]
+    signs = [sign for _, sign in parts]
+    rows = sum(t.num_rows for t in tables)
     binned = []
     counted = driver._by_bins
-    monkeypatch.setattr(driver, "_by_bins", lambda *a: binned.append(1) or counted(*a))
-    for frontier in (None, Antichain([(1, 2)])):
-        results = []
-        for bins in (0, driver.BINS_PER_ROW):
-            kept = driver.BINS_PER_ROW
-            try:
-                driver.BINS_PER_ROW = bins
-                results.append(driver.consolidate(tables, ("a", "b"), 2, frontier, signs))
-            finally:
-                driver.BINS_PER_ROW = kept
-        by_sorting, by_bins = results
-        assert by_bins is not None and by_bins.num_rows
-        assert by_bins.equals(by_sorting)
-    assert len(binned) == 2  # once per frontier: the codes are dense
+    kept = driver.BINS_PER_ROW, driver._by_bins
+    results = []
+    try:
+        driver._by_bins = lambda *a: binned.append(1) or counted(*a)
+        for bins in (0, kept[0]):
+            driver.BINS_PER_ROW = bins
+            at = Antichain([frontier]) if frontier else None
+            results.append(driver.consolidate(tables, ("a", "b"), 2, at, signs))
+    finally:
+        driver.BINS_PER_ROW, driver._by_bins = kept
+    by_sorting, by_bins = results
+    assert by_bins is not None and by_bins.equals(by_sorting)
+    # At most 6 x 5 x 3 x 4 = 360 codes, dense from 90 rows (4 a row); Python's sums
+    # up to `PYTHON_ROWS` rows.
+    if rows >= 360 // driver.BINS_PER_ROW or rows <= driver.PYTHON_ROWS:
+        assert len(binned) == (rows > driver.PYTHON_ROWS)
 
 
 @settings(LOCAL, max_examples=80)

@@ -31,6 +31,7 @@ nested, decimal and temporal types beyond `date32`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -184,7 +185,7 @@ def _in_numbers(
         arrays[stamps:] = [_advanced(raw, k, frontier) for k, raw in enumerate(arrays[stamps:])]
     packing = _packed_codes(arrays)
     code = None if packing is None else packing[0]
-    if packing is not None and len(code) and _dense(packing[1], diffs):
+    if packing is not None and _dense(packing[1], diffs):
         return _by_bins(code, packing[1], diffs, schema)
     if code is None:  # too wide to pack: sorted column by column, the first the primary
         order = np.lexsort(arrays[::-1])
@@ -245,9 +246,7 @@ BINS_PER_ROW = 4
 def _dense(digits: list[tuple[int, int]], diffs: np.ndarray) -> bool:
     """Whether rows coded with `digits` are consolidated by bins: their codes are dense
     (`BINS_PER_ROW`), and every sum is exact in a float64 (the bins' sums are floats)."""
-    size = 1
-    for _, span in digits:
-        size *= span
+    size = math.prod(span for _, span in digits)
     return size <= BINS_PER_ROW * len(diffs) and float(np.abs(diffs).sum()) < 2.0**53
 
 
@@ -256,9 +255,7 @@ def _by_bins(
 ) -> pa.Table:
     """`_in_numbers`'s result from dense codes: the diffs summed in one bin per code, the
     non-zero bins' codes (in code order, as the sort gives them) read back into columns."""
-    size = 1
-    for _, span in digits:
-        size *= span
+    size = math.prod(span for _, span in digits)
     sums = np.bincount(code, weights=diffs, minlength=size)
     present = np.flatnonzero(sums)
     columns, rest = [], present

@@ -635,18 +635,16 @@ class KeyDirectory:
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """Per row of `table`, its key's place in the box (a place in it whatever the
         key), and whether the key is inside; None when a key is NULL."""
-        places = inside = None
-        for name, low, span in zip(names, self.lows, self.spans, strict=True):
+        columns = list(zip(names, self.lows, self.spans, strict=True))  # never empty
+        offsets = []
+        for name, low, span in columns:
             values = _as_int64(table[name])
             if values.null_count:
                 return None
-            offset, within = _offsets(values.to_numpy(), low, span)
-            if places is None or inside is None:  # the first column: its own arrays
-                places, inside = offset, within
-            else:
-                inside &= within
-                places *= span
-                places += offset
-        if places is None or inside is None:
-            return np.zeros(table.num_rows, np.int64), np.ones(table.num_rows, bool)
+            offsets.append(_offsets(values.to_numpy(), low, span))
+        places, inside = offsets[0]  # the first column's own arrays, then the rest's
+        for (_, _, span), (offset, within) in zip(columns[1:], offsets[1:], strict=True):
+            inside &= within
+            places *= span
+            places += offset
         return places, inside
