@@ -635,15 +635,12 @@ class KeyDirectory:
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """Per row of `table`, its key's place in the box (a place in it whatever the
         key), and whether the key is inside; None when a key is NULL."""
-        columns = list(zip(names, self.lows, self.spans, strict=True))  # never empty
-        offsets = []
-        for name, low, span in columns:
+        places, inside = np.zeros(table.num_rows, np.int64), np.ones(table.num_rows, bool)
+        for name, low, span in zip(names, self.lows, self.spans, strict=True):
             values = _as_int64(table[name])
             if values.null_count:
                 return None
-            offsets.append(_offsets(values.to_numpy(), low, span))
-        places, inside = offsets[0]  # the first column's own arrays, then the rest's
-        for (_, _, span), (offset, within) in zip(columns[1:], offsets[1:], strict=True):
+            offset, within = _offsets(values.to_numpy(), low, span)
             inside &= within
             places *= span
             places += offset
