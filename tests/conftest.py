@@ -75,8 +75,45 @@ def kernel(request):
 _POOL = pytest.StashKey["object"]()
 
 
+# --- Longer oracle campaigns -------------------------------------------------------------
+# CI runs each hypothesis test's few examples, many derandomized, so every run checks the
+# same histories. DSQL_HYPOTHESIS_SCALE=N multiplies every selected test's `max_examples`
+# by N and draws them at random (no derandomizing, no example database, no deadline or
+# health checks): a campaign against the oracles, e.g.
+#   DSQL_HYPOTHESIS_SCALE=8 python -m pytest -q tests/test_sql.py tests/test_sql_recursive.py
+HYPOTHESIS_SCALE = int(os.environ.get("DSQL_HYPOTHESIS_SCALE") or 1)
+
+
+def _scale_hypothesis(items) -> None:  # noqa: ANN001
+    """Each hypothesis test's settings, widened by `HYPOTHESIS_SCALE` (see above)."""
+    from hypothesis import HealthCheck, settings
+
+    for item in items:
+        test = getattr(item, "obj", None)
+        if getattr(test, "hypothesis", None) is None:
+            continue
+        # The settings `@settings` attached; hypothesis reads them when the test runs.
+        old = getattr(test, "_hypothesis_internal_use_settings", None)
+        if old is None:
+            raise pytest.UsageError(
+                "DSQL_HYPOTHESIS_SCALE: this hypothesis version keeps a test's settings "
+                "elsewhere; run without it"
+            )
+        test._hypothesis_internal_use_settings = settings(
+            old,
+            max_examples=old.max_examples * HYPOTHESIS_SCALE,
+            derandomize=False,
+            database=None,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            print_blob=True,
+        )
+
+
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only selected files start
 def pytest_collection_modifyitems(session, config, items):  # noqa: ANN001, ANN201
+    if HYPOTHESIS_SCALE > 1:
+        _scale_hypothesis(items)
     waiting = [i for i in items if i.get_closest_marker("slt_background")]
     if not waiting or config.option.collectonly:
         return
