@@ -65,16 +65,6 @@ def kernel(request):
     return SparkKernel(request.getfixturevalue("spark"))
 
 
-# --- sqllogictest files in background processes ---------------------------------------------
-# Tests marked `slt_background` (SQLite's largest files, tests/test_slt_runner.py) wait for
-# runs started in child processes as soon as the run's tests are collected (slt/background.py):
-# the files run beside the rest of the suite, big ones split into chunks of their queries,
-# and those tests are moved to its end. DSQL_SLT_WORKERS (default 2) runners run at once from
-# the start: they are niced, so they take only the CPU the foreground leaves.
-
-_POOL = pytest.StashKey["object"]()
-
-
 # --- Longer oracle campaigns -------------------------------------------------------------
 # CI runs each hypothesis test's few examples, many derandomized, so every run checks the
 # same histories. DSQL_HYPOTHESIS_SCALE=N multiplies every selected test's `max_examples`
@@ -88,8 +78,9 @@ def _scale_hypothesis(items) -> None:  # noqa: ANN001
     """Each hypothesis test's settings, widened by `HYPOTHESIS_SCALE` (see above)."""
     from hypothesis import HealthCheck, settings
 
-    for item in items:
-        test = getattr(item, "obj", None)
+    # One test function per parametrization's item: each is widened once.
+    tests = {id(t): t for t in (getattr(i, "obj", None) for i in items)}
+    for test in tests.values():
         if getattr(test, "hypothesis", None) is None:
             continue
         # The settings `@settings` attached; hypothesis reads them when the test runs.
@@ -108,6 +99,16 @@ def _scale_hypothesis(items) -> None:  # noqa: ANN001
             suppress_health_check=list(HealthCheck),
             print_blob=True,
         )
+
+
+# --- sqllogictest files in background processes ---------------------------------------------
+# Tests marked `slt_background` (SQLite's largest files, tests/test_slt_runner.py) wait for
+# runs started in child processes as soon as the run's tests are collected (slt/background.py):
+# the files run beside the rest of the suite, big ones split into chunks of their queries,
+# and those tests are moved to its end. DSQL_SLT_WORKERS (default 2) runners run at once from
+# the start: they are niced, so they take only the CPU the foreground leaves.
+
+_POOL = pytest.StashKey["object"]()
 
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only selected files start
