@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlglot import parse_one
 
 from dsql.runtime import lattice
 from dsql.runtime.collection import import_arrangement
@@ -163,6 +164,63 @@ def test_map_batches_slow_path(kernel) -> None:
     worker.step()
     got = sorted((r["y"], r["__time__"], r["__diff__"]) for r in out.poll().to_pylist())
     assert got == [(10, 0, 1), (10, 1, -1), (20, 0, 1)]
+
+
+def test_spark_frames_know_their_time_bounds(spark) -> None:
+    # A small frame from the Arrow table it was made from, a stored batch from its
+    # Parquet footers, a query's frame not at all: none of it runs a job.
+    kernel = SparkKernel(spark, small_rows=4)
+    table = pa.table({"k": [3, 1, 2, 5, 4, 6], "__time__": [7, 2, 9, 4, 4, 5], "__diff__": [1] * 6})
+    small = kernel.from_arrow(table.slice(0, 2))
+    stored = kernel.materialize(kernel.from_arrow(table), ["k"])
+    assert stored.rows == 6 and stored.table is None  # written as Parquet
+    query = kernel.query(parse_one("SELECT * FROM t WHERE k > 1"), {"t": small})
+    spark.sparkContext.setJobGroup("bounds", "time bounds of frames")
+    try:
+        assert kernel.bounds(small, "__time__") == (2, 7)
+        assert kernel.bounds(stored.frame, "__time__") == (2, 9)
+        assert kernel.bounds(stored.frame, "k") == (1, 6)
+        assert kernel.bounds(query, "__time__") is None
+        assert kernel.bounds(kernel.from_arrow(table.slice(0, 0)), "__time__") is None
+        assert spark.sparkContext.statusTracker().getJobIdsForGroup("bounds") == []
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        kernel.release(stored.frame)
+
+
+def test_settled_reduce_on_spark_runs_one_pipeline(spark, monkeypatch) -> None:
+    # One write a round: each step is settled at its time, and Spark runs
+    # the settled pipeline (the affected keys' rows picked by a join), not the general one.
+    from dsql.runtime.operators import reduce_settled
+
+    settled = []
+    run = reduce_settled.SettledQueries.run
+
+    def counted(self, node, source, rows):
+        settled.append(rows.stamp)
+        return run(self, node, source, rows)
+
+    monkeypatch.setattr(reduce_settled.SettledQueries, "run", counted)
+    worker = Worker(SparkKernel(spark))
+    data = worker.new_input({"k": "int", "v": "int"})
+    totals = data.to_collection().reduce(["k"], aggregates=["count(*) AS n", "sum(v) AS s"])
+    out = totals.capture()
+    for t, (insert, remove) in enumerate(
+        [([(1, 10), (2, 20), (None, 5)], []), ([(1, 11)], [(2, 20)]), ([(None, 6)], [(1, 10)])]
+    ):
+        for row in insert:
+            data.insert(row)
+        for row in remove:
+            data.remove(row)
+        data.advance_to(t + 1)
+        data.flush()
+        worker.step()
+    accumulated: dict[tuple, int] = {}
+    for r in out.poll().to_pylist():
+        row = (r["k"], r["n"], r["s"])
+        accumulated[row] = accumulated.get(row, 0) + r["__diff__"]
+    assert {row for row, n in accumulated.items() if n} == {(1, 1, 11), (None, 2, 11)}
+    assert settled == [(0,), (1,), (2,)]
 
 
 def test_capture_holds_future_updates_until_frontier_passes() -> None:

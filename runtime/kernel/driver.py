@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -403,6 +404,23 @@ def distinct_from_sums(
     at = pa.array(keep, pa.int64())
     arrays = [delta[n].take(at) for n in names[:-1]]
     return pa.Table.from_arrays([*arrays, pa.array(fix[keep], pa.int64())], schema=schema)
+
+
+def bounds(table: pa.Table, column: str) -> tuple[Any, Any] | None:
+    """The least and greatest value of a column of `table` (None: it has no rows; a
+    bound is None where the column holds only NULLs, as `min_max` says).
+
+    >>> bounds(pa.table({"t": [4, 2, 9]}), "t")
+    (2, 9)
+    """
+    if table.num_rows == 0:
+        return None
+    values = table[column]
+    if values.num_chunks == 1 and values.type == pa.int64() and not values.null_count:
+        data = values.chunk(0).to_numpy()  # a tenth of `min_max`'s cost on a few rows
+        return int(data.min()), int(data.max())
+    extremes = pc.min_max(values)
+    return extremes["min"].as_py(), extremes["max"].as_py()
 
 
 def may_overflow(diffs: np.ndarray) -> bool:

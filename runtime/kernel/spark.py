@@ -19,6 +19,11 @@ consolidates: the consolidation's groups are finer than the keys, so Spark needs
 exchange of its own for them, and the result is written in that partitioning. One
 shuffle per merge, not two, and nothing cached.
 
+A frame's time bounds (`bounds`), which let a reduce step that is settled at one time
+run its one pipeline rather than the general step's seven stored stages, come without
+a job: from the Arrow table a small frame was made from, or from a stored batch's
+Parquet footers where the driver sees its files.
+
 A probe of a stored batch by a few keys from the driver (`rows_with_key`, the auto
 kernel's join and reduce over a big arrangement) is one such filtered read, collected
 as Arrow. Under a local master the driver sees the files Spark wrote, and pyarrow
@@ -33,6 +38,7 @@ import re
 import shutil
 import tempfile
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +82,11 @@ class SparkKernel(Kernel):
         #: on first use, yes under a local master).
         self.driver_reads: bool | None = None
         self._root: str | None = None
+        #: The Arrow table each frame made by `from_arrow` came from, while the frame
+        #: lives: what `bounds` reads without an action.
+        self._arrow: weakref.WeakKeyDictionary[DataFrame, pa.Table] = weakref.WeakKeyDictionary()
+        #: Per stored batch's path, its columns' bounds from the Parquet footers.
+        self._footer_bounds: dict[str, dict[str, tuple[Any, Any] | None]] = {}
 
     @property
     def spark(self) -> SparkSession:
@@ -90,8 +101,26 @@ class SparkKernel(Kernel):
         if table.num_rows == 0:
             from pyspark.sql.pandas.types import from_arrow_schema
 
-            return self.spark.createDataFrame([], from_arrow_schema(table.schema))
-        return self.spark.createDataFrame(table)
+            frame = self.spark.createDataFrame([], from_arrow_schema(table.schema))
+        else:
+            frame = self.spark.createDataFrame(table)
+        self._arrow[frame] = table
+        return frame
+
+    def bounds(self, frame: DataFrame, column: str) -> tuple[Any, Any] | None:
+        """From the Arrow table a frame was made from, or from a stored batch's Parquet
+        footers where the driver reads its files (statistics every writer here records);
+        None for other frames: a time bound must not cost a job."""
+        table = self._arrow.get(frame)
+        if table is not None:
+            return driver.bounds(table, column)
+        path = self._paths.get(id(frame))
+        if path is None or not self._driver_sees_files():
+            return None
+        known = self._footer_bounds.setdefault(path, {})
+        if column not in known:
+            known[column] = _footer_bounds(path, column)
+        return known[column]
 
     def to_arrow(self, frame: DataFrame) -> pa.Table:
         try:
@@ -319,6 +348,7 @@ class SparkKernel(Kernel):
         path = self._paths.pop(id(frame), None)
         if path is not None:
             self._datasets.pop(path, None)
+            self._footer_bounds.pop(path, None)
             shutil.rmtree(path, ignore_errors=True)
 
     def nbytes(self, frame: DataFrame) -> int:
@@ -358,6 +388,35 @@ class SparkKernel(Kernel):
             for branch in branches
         ]
         return exp.Anonymous(this="INLINE", expressions=[exp.Array(expressions=structs)])
+
+
+def _footer_bounds(path: str, column: str) -> tuple[int, int] | None:
+    """The least and greatest value of integer `column` over the row groups of the
+    Parquet files under `path`, from their footers' statistics; None when a non-empty
+    group has none, the column is not of integers, or no group has rows."""
+    import pyarrow.parquet as pq
+
+    low: int | None = None
+    high: int | None = None
+    for name in sorted(os.listdir(path)):
+        if not name.endswith(".parquet"):
+            continue
+        metadata = pq.read_metadata(os.path.join(path, name))
+        schema = metadata.schema.to_arrow_schema()
+        if column not in schema.names or not pa.types.is_integer(schema.field(column).type):
+            return None
+        leaves = [metadata.schema.column(j).path for j in range(metadata.num_columns)]
+        at = leaves.index(column)  # a leaf's place, which nested columns before it shift
+        for group in range(metadata.num_row_groups):
+            chunk = metadata.row_group(group)
+            if chunk.num_rows == 0:
+                continue
+            stats = chunk.column(at).statistics
+            if stats is None or not stats.has_min_max:
+                return None
+            low = stats.min if low is None else min(low, stats.min)
+            high = stats.max if high is None else max(high, stats.max)
+    return None if low is None or high is None else (int(low), int(high))
 
 
 def _read_alike(kind: pa.DataType) -> bool:

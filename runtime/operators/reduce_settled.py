@@ -11,7 +11,9 @@ correction at `t` is
 
 so the general step's grid, candidates and Möbius inversion reduce to the logic and
 one subtraction. The affected keys' rows are picked in the driver
-(`Kernel.rows_with_keys`, `SettledRows`), then set to time `t`; the accumulation and the
+(`Kernel.rows_with_keys`, `SettledRows`), or by a join with the new keys where the
+kernel cannot pick them (Spark: part of the step's one pipeline, where the general
+step runs seven stored stages), then set to time `t`; the accumulation and the
 subtraction run in the driver too when they are small (`Kernel.consolidate_small`),
 leaving one statement, the logic itself. A logic with a one-pass form in the driver
 (`ReduceLogic.settled_in_arrow`: Distinct, one grouping of the rows as the traces hold
@@ -95,9 +97,10 @@ def settled_inputs(
     cut: bool = False,
 ) -> SettledRows | None:
     """The affected keys' input and output rows when the step is settled (module
-    docstring); None when it is not, or when the kernel cannot pick the keys' rows
-    without a query. `history` and `outputs`: the input's history and the output trace
-    (or at least every row of the affected keys; `cut`: only those rows)."""
+    docstring); None when it is not. `history` and `outputs`: the input's history and
+    the output trace (or at least every row of the affected keys; `cut`: only those
+    rows). Where the kernel cannot pick a frame's rows of those keys without a query,
+    they are the query (`_of_keys`: lazy on Spark, part of the step's one pipeline)."""
     if node.pending() or source.current is None or not node.keys:
         return None
     kernel, names, delta = node.kernel, time_columns(node.depth), source.current.frame
@@ -116,11 +119,22 @@ def settled_inputs(
             if not known and not _at_most(kernel, frame, names, stamp):
                 return None
             rows = frame if cut else kernel.rows_with_keys(frame, node.keys, delta)
-            if rows is None:
-                return None
-            kept.append(rows)
+            kept.append(_of_keys(kernel, frame, node.keys, delta) if rows is None else rows)
         sides[side] = kept
     return SettledRows(tuple(stamp), sides["inp"], sides["outp"])
+
+
+def _of_keys(kernel: Any, frame: Frame, keys: Sequence[str], probe: Frame) -> Frame:
+    """The rows of `frame` whose `keys` equal those of some row of `probe` (NULL equals
+    NULL), by a query: its join with the probe's distinct keys."""
+
+    def build() -> Prepared:
+        match = " AND ".join(f"f.{quote(k)} <=> k.{quote(k)}" for k in keys)
+        distinct = f"SELECT DISTINCT {name_list(keys)} FROM probe"
+        return kernel.prepare(_parse(f"SELECT f.* FROM src f JOIN ({distinct}) k ON {match}"))
+
+    prepared = kernel.cached(("rows-of-keys", tuple(keys)), build)
+    return kernel.query(prepared, {"src": frame, "probe": probe})
 
 
 def settled_by_sums(node: ReduceNode, source: Arranged, rnd: Round) -> pa.Table | None:
