@@ -85,6 +85,9 @@ class SparkKernel(Kernel):
         #: The Arrow table each frame made by `from_arrow` came from, while the frame
         #: lives: what `bounds` reads without an action.
         self._arrow: weakref.WeakKeyDictionary[DataFrame, pa.Table] = weakref.WeakKeyDictionary()
+        #: Frames computed from such frames alone (queries and unions over them, while
+        #: they live): `materialize` reads their head without caching them first.
+        self._from_driver: weakref.WeakSet[DataFrame] = weakref.WeakSet()
         #: Per stored batch's path, its columns' bounds from the Parquet footers.
         self._footer_bounds: dict[str, dict[str, tuple[Any, Any] | None]] = {}
 
@@ -105,6 +108,7 @@ class SparkKernel(Kernel):
         else:
             frame = self.spark.createDataFrame(table)
         self._arrow[frame] = table
+        self._from_driver.add(frame)
         return frame
 
     def bounds(self, frame: DataFrame, column: str) -> tuple[Any, Any] | None:
@@ -150,9 +154,16 @@ class SparkKernel(Kernel):
     def run(self, prepared: Prepared, inputs: Mapping[str, Frame]) -> DataFrame:
         frames = {bound: inputs[name] for name, bound in prepared.tables if name in inputs}
         try:
-            return self.spark.sql(prepared.text, **frames)
+            result = self.spark.sql(prepared.text, **frames)
         except Exception as error:  # noqa: BLE001
             raise _engine_error(error, prepared.text) from error
+        self._derived(result, frames.values())
+        return result
+
+    def _derived(self, result: DataFrame, inputs: Any) -> None:
+        """Mark `result` as computed from the driver's rows when all `inputs` are."""
+        if all(frame in self._from_driver for frame in inputs):
+            self._from_driver.add(result)
 
     def materialize(
         self, frame: DataFrame, keys: Sequence[str] = (), estimate: int | None = None
@@ -205,13 +216,19 @@ class SparkKernel(Kernel):
             if estimate is not None and estimate <= self.small_rows:
                 table = frame.toArrow()
                 return Stored(self.from_arrow(table), table.num_rows, table)
-            if not partitioned:  # read more than once: head, range bounds, rows
-                frame = frame.persist()
             if estimate is None:  # no idea of the size: look at the head first
+                # Cached first, as it is read again if big; but a frame computed from the
+                # driver's rows alone is most likely small, and caching costs as much as
+                # its job (0.1 s): if it is big after all, it is computed again.
+                cache = not partitioned and frame not in self._from_driver
+                frame = frame.persist() if cache else frame
                 head = frame.limit(self.small_rows + 1).toArrow()
                 if head.num_rows <= self.small_rows:
-                    frame.unpersist(blocking=False)
+                    if cache:
+                        frame.unpersist(blocking=False)
                     return Stored(self.from_arrow(head), head.num_rows, head)
+            if not partitioned and not frame.is_cached:  # read again: range bounds, rows
+                frame = frame.persist()
             stored = self._write(frame, keys, partitioned)
             if not partitioned:
                 frame.unpersist(blocking=False)
@@ -380,6 +397,8 @@ class SparkKernel(Kernel):
         result = frames[0]
         for frame in frames[1:]:
             result = result.unionByName(frame)
+        if len(frames) > 1:
+            self._derived(result, frames)
         return result
 
     def fanout(self, branches: Sequence[Sequence[tuple[str, exp.Expression]]]) -> exp.Expression:
