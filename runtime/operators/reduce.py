@@ -118,7 +118,9 @@ def _queries(
     )
     # Grid values per coordinate, at or beyond the least new value of that coordinate.
     lows = ", ".join(f"MIN({_q(t)}) AS {_q('lo_' + t)}" for t in times)
-    base.append(stage("lo", f"SELECT {_list(keys)}, {lows} FROM nt GROUP BY {_list(keys)}"))
+    # Stored only where it is read more than once (by each coordinate's grid values).
+    lo = f"SELECT {_list(keys)}, {lows} FROM nt GROUP BY {_list(keys)}"
+    base.append(stage("lo", lo, store=d > 1))
     grid_sources = f"SELECT {_list(kt)} FROM hist UNION ALL SELECT {_list(kt)} FROM nt"
     for c, t in enumerate(times):
         base.append(
@@ -146,7 +148,8 @@ def _queries(
     base.append(stage("ready", f"SELECT * FROM cand c WHERE NOT {_beyond('c', d)}", store=False))
 
     # E = logic(accumulated input) - accumulated output, at every ready candidate.
-    acc = stage("acc", _accumulate_at("SELECT * FROM ready", "hist", keys, vals, d))
+    # Read once (by the logic's `desired`, itself read once by `err`): not stored.
+    acc = stage("acc", _accumulate_at("SELECT * FROM ready", "hist", keys, vals, d), store=False)
     current = _accumulate_at("SELECT * FROM ready", "outp", keys, out_cols, d, negate=True)
     allc = [*keys, *out_cols, *times]
     errors = (
