@@ -188,17 +188,22 @@ def test_spark_frames_know_their_time_bounds(spark) -> None:
         kernel.release(stored.frame)
 
 
-def test_spark_materializes_frames_of_driver_rows_uncached(spark) -> None:
+def test_spark_materializes_frames_of_driver_rows_uncached(spark, monkeypatch) -> None:
     # A query over frames made from Arrow is materialized from its head, uncached: held
-    # as Arrow when small, computed again and written when it is not.
+    # as Arrow when small; when it is not, cached only then, to be written.
     kernel = SparkKernel(spark, small_rows=4)
     table = pa.table({"k": [3, 1, 2, 5, 4, 6], "__time__": [1] * 6, "__diff__": [1] * 6})
     rows = kernel.from_arrow(table)
+    cached = []
+    persist = type(rows).persist
+    monkeypatch.setattr(type(rows), "persist", lambda f, *a: cached.append(f) or persist(f, *a))
     for where, expected in (("k > 3", [4, 5, 6]), ("k > 0", [1, 2, 3, 4, 5, 6])):
         query = kernel.query(parse_one(f"SELECT * FROM t WHERE {where}"), {"t": rows})
+        cached.clear()
         stored = kernel.materialize(query, ["k"])
-        assert not query.is_cached
-        assert (stored.table is None) == (len(expected) > 4)  # big: written as Parquet
+        big = len(expected) > 4
+        assert cached == ([query] if big else [])  # before: cached first, whatever its size
+        assert (stored.table is None) == big  # big: written as Parquet
         assert sorted(kernel.to_arrow(stored.frame)["k"].to_pylist()) == expected
         kernel.release(stored.frame)
 

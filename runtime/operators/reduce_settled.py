@@ -112,14 +112,17 @@ def settled_inputs(
         # A trace's batches know their times' ranges: when none is later than the stamp,
         # no frame of it needs its own check (the delta is at the stamp).
         known = bounded(arranged.history_upper(), tuple(stamp))
-        kept = []
+        kept, unpicked = [], []
         for frame in parts:
             if kernel.rows(frame) == 0:
                 continue
             if not known and not _at_most(kernel, frame, names, stamp):
                 return None
             rows = frame if cut else kernel.rows_with_keys(frame, node.keys, delta)
-            kept.append(_of_keys(kernel, frame, node.keys, delta) if rows is None else rows)
+            (unpicked if rows is None else kept).append(frame if rows is None else rows)
+        if unpicked:  # one join with the new keys for all of them
+            union = kernel.union(unpicked) if len(unpicked) > 1 else unpicked[0]
+            kept.append(_of_keys(kernel, union, node.keys, delta))
         sides[side] = kept
     return SettledRows(tuple(stamp), sides["inp"], sides["outp"])
 
