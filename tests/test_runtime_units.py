@@ -208,9 +208,13 @@ def test_spark_materializes_frames_of_driver_rows_uncached(spark, monkeypatch) -
         kernel.release(stored.frame)
 
 
-def test_settled_reduce_on_spark_runs_one_pipeline(spark, monkeypatch) -> None:
-    # One write a round: each step is settled at its time, and Spark runs
-    # the settled pipeline (the affected keys' rows picked by a join), not the general one.
+@pytest.mark.parametrize("placed", ["spark", "auto"])
+def test_settled_reduce_on_spark_runs_one_pipeline(spark, monkeypatch, placed) -> None:
+    # One write a round: each step is settled at its time. On Spark, Spark runs the
+    # settled pipeline (the affected keys' rows picked by a join), not the general one.
+    # Under automatic placement with a threshold of 2 rows, the input's first batch is
+    # stored by Spark: its time bounds come from the Parquet footers.
+    from dsql.runtime.kernel.auto import AutoKernel
     from dsql.runtime.operators import reduce_settled
 
     settled = []
@@ -221,7 +225,8 @@ def test_settled_reduce_on_spark_runs_one_pipeline(spark, monkeypatch) -> None:
         return run(self, node, source, rows)
 
     monkeypatch.setattr(reduce_settled.SettledQueries, "run", counted)
-    worker = Worker(SparkKernel(spark))
+    kernel = SparkKernel(spark) if placed == "spark" else AutoKernel(2, spark, notice=None)
+    worker = Worker(kernel)
     data = worker.new_input({"k": "int", "v": "int"})
     totals = data.to_collection().reduce(["k"], aggregates=["count(*) AS n", "sum(v) AS s"])
     out = totals.capture()
@@ -235,6 +240,9 @@ def test_settled_reduce_on_spark_runs_one_pipeline(spark, monkeypatch) -> None:
         data.advance_to(t + 1)
         data.flush()
         worker.step()
+        if t == 0:
+            batches = [b for n in worker.nodes if hasattr(n, "trace") for b in n.trace.batches]
+            assert "spark" in {kernel.placement(b.frame) for b in batches}
     accumulated: dict[tuple, int] = {}
     for r in out.poll().to_pylist():
         row = (r["k"], r["n"], r["s"])
