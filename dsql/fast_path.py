@@ -97,12 +97,13 @@ def peek(session: Session, bound: Query, optimized: Plan | None = None) -> pa.Ta
     # As the dataflow path does: every write so far is final, the trace is held at the
     # open tick (compaction stops there), then that tick closes too, so what the views
     # emit at it (a temporal bound that falls on it) is in the trace before it is read.
+    probe = None if fn is None else _pinned_keys(fn, arranged)
     tick = session.close_time()
     session._check_failed(session.relations[name])
     handle = arranged.trace_handle()
     try:
         session.close_time(force=True)
-        counts = _counts(session.worker.kernel, arranged, steps, tick, params)
+        counts = _counts(session.worker.kernel, arranged, steps, tick, params, probe)
     finally:
         handle.release()
     from dsql.results import present, repeat_rows
@@ -111,14 +112,26 @@ def peek(session: Session, bound: Query, optimized: Plan | None = None) -> pa.Ta
 
 
 def _counts(
-    kernel: Kernel, arranged: Arranged, steps: tuple[Step, ...], tick: int, params: list[int]
+    kernel: Kernel,
+    arranged: Arranged,
+    steps: tuple[Step, ...],
+    tick: int,
+    params: list[int],
+    probe: pa.Table | None = None,
 ) -> pa.Table:
     """The rows at `tick` with their counts (`__diff__`), by one query prepared once per
     shape (the tick is an input, `f`; the compared integers `params`, `p`): the history
     advanced to the tick and consolidated, `steps`, then summed. With no steps the
-    history is summed as it is."""
+    history is summed as it is. `probe`: the values of the first key the steps' filter
+    pins (`_pinned_keys`); the query then reads only the rows with those keys, where the
+    kernel can pick them from every batch (a point read of a table stored by Spark is
+    read from the few row groups that can hold the key, not by a job over the table)."""
     depth = arranged.depth
     frames = arranged.trace.frames()
+    if probe is not None and frames:
+        picked = [kernel.rows_with_keys(f, arranged.keys[:1], probe) for f in frames]
+        if all(p is not None for p in picked):
+            frames = [p for p in picked if p is not None]
     empty = batch_schema(arranged.schema, depth).empty_table()
     # With no rows the function still decides the columns' types.
     history = kernel.union(frames) if frames else kernel.from_arrow(empty)
@@ -130,6 +143,60 @@ def _counts(
         values = {f"p{i}": pa.array([v], pa.int64()) for i, v in enumerate(params)}
         inputs["p"] = kernel.from_arrow(pa.table(values))
     return kernel.to_arrow(kernel.query(prepared, inputs))
+
+
+def _pinned_keys(fn: JoinFunction, arranged: Arranged) -> pa.Table | None:
+    """The values of the arrangement's first key that a conjunct of `fn`'s first filter
+    pins (`key = literal`, `key IN (literals)`), as a one-column probe of the key's type;
+    None when no conjunct does, or a value is not a literal of the key's kind. Every row
+    the filter keeps has one of these values, so reading only those rows is exact."""
+    if not arranged.keys or not fn.segments():
+        return None
+    key = arranged.keys[0]
+    position = arranged.columns.index(key)
+    kind = arranged.schema.field(key).type
+    if not (pa.types.is_integer(kind) or pa.types.is_string(kind)):
+        return None
+    segment = fn.segments()[0][0]
+    for predicate in segment.predicates:
+        values = _pinned(predicate, position)
+        if values is None or any(isinstance(v, str) != pa.types.is_string(kind) for v in values):
+            continue
+        try:
+            return pa.table({key: pa.array(values, kind)})
+        except (pa.ArrowException, OverflowError, TypeError):
+            return None
+    return None
+
+
+def _pinned(predicate: exp.Expression, position: int) -> list[object] | None:
+    """The values `predicate` allows column `position` to take, when it is an equality
+    with a literal or an IN list of literals (NULL and booleans excluded); else None."""
+    if isinstance(predicate, exp.EQ):
+        sides = (predicate.this, predicate.expression)
+        for column, other in (sides, sides[::-1]):
+            if is_col(column, position):
+                return _literals([other])
+        return None
+    if isinstance(predicate, exp.In) and is_col(predicate.this, position):
+        if predicate.args.get("query") or predicate.args.get("unnest"):
+            return None
+        return _literals(predicate.expressions)
+    return None
+
+
+def _literals(items: list[exp.Expression]) -> list[object] | None:
+    """The Python values of plain integer or string literals (casts of them looked
+    through), or None if one is anything else."""
+    values = []
+    for item in items:
+        while isinstance(item, exp.Cast):
+            item = item.this
+        value = _literal(item)
+        if value is _NOT_LITERAL or value is None or isinstance(value, bool):
+            return None
+        values.append(value)
+    return values or None
 
 
 def _query(kernel: Kernel, arranged: Arranged, steps: tuple[Step, ...]) -> exp.Query:

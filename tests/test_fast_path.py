@@ -51,6 +51,14 @@ FAST = [
     "SELECT a, 7 AS seven FROM r WHERE b >= 3 AND a <> 1",
     "SELECT a FROM r WHERE b < 3000000000 AND a > -1",
     "SELECT a + 1 AS a1 FROM r WHERE 2 = a",
+    # a value of the first key pinned: only the rows with it are read (`_pinned_keys`)
+    "SELECT * FROM r WHERE a IN (1, 3, -2)",
+    "SELECT * FROM r WHERE a IN (2, NULL) AND b > 0",
+    "SELECT b FROM r WHERE a = 3000000000",
+    "SELECT b FROM r WHERE a = NULL",
+    "SELECT b FROM r WHERE a = CAST(1 AS bigint) OR b = 2",
+    "SELECT n, total FROM agg WHERE a = 1",
+    "SELECT c FROM pos WHERE a IN (1, 2) AND c < 4",
 ]
 
 
@@ -111,6 +119,33 @@ def test_fast_path_on_spark(spark) -> None:  # noqa: ANN001 - the session fixtur
     con.execute("ADVANCE BY 1000")
     con.execute("DELETE FROM r WHERE b = 3")
     _agree(con, "on spark")
+    con.close()
+
+
+def test_a_point_read_of_a_table_stored_by_spark_runs_no_job(spark) -> None:  # noqa: ANN001
+    """A read (or a DELETE) pinning the first column's value reads only the row groups
+    that can hold it, in the driver: no Spark job, where a job read the whole table."""
+    con = dsql.connect(kernel="auto", placement_threshold=2)
+    con.execute("CREATE TABLE t (k int, v text)")
+    con.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b'), (2, 'c'), (NULL, 'd'), (3, NULL)")
+    con.execute("CREATE TABLE u (s text, n int)")
+    con.execute("INSERT INTO u VALUES ('x', 1), ('y', 2), ('y', 3), (NULL, 4)")
+    con.execute("SELECT count(*) FROM t").fetchall()  # the tables' batches stored
+    assert con.session.worker.kernel.started
+    jobs = spark.sparkContext._jsc.sc().dagScheduler().numTotalJobs()  # noqa: SLF001
+    reads = {
+        "SELECT v FROM t WHERE k = 2": [("b",), ("c",)],
+        "SELECT * FROM t WHERE k IN (3, 7)": [(3, None)],
+        "SELECT n FROM u WHERE s = 'y'": [(2,), (3,)],
+        "SELECT n FROM u WHERE s IN ('x', 'zz') AND n > 0": [(1,)],
+    }
+    for sql, rows in reads.items():
+        assert sorted(con.execute(sql).fetchall(), key=repr) == rows, sql
+    con.execute("DELETE FROM t WHERE k = 2 AND v = 'b'")
+    assert spark.sparkContext._jsc.sc().dagScheduler().numTotalJobs() == jobs  # noqa: SLF001
+    assert sorted(con.execute("SELECT * FROM t").fetchall(), key=repr) == sorted(
+        [(1, "a"), (2, "c"), (None, "d"), (3, None)], key=repr
+    )
     con.close()
 
 
