@@ -221,7 +221,7 @@ def test_settled_reduce_on_spark_runs_one_pipeline(spark, monkeypatch, placed) -
     run = reduce_settled.SettledQueries.run
 
     def counted(self, node, source, rows):
-        settled.append(rows.stamp)
+        settled.append((rows.stamp, rows.whole))
         return run(self, node, source, rows)
 
     monkeypatch.setattr(reduce_settled.SettledQueries, "run", counted)
@@ -248,7 +248,8 @@ def test_settled_reduce_on_spark_runs_one_pipeline(spark, monkeypatch, placed) -
         row = (r["k"], r["n"], r["s"])
         accumulated[row] = accumulated.get(row, 0) + r["__diff__"]
     assert {row for row, n in accumulated.items() if n} == {(1, 1, 11), (None, 2, 11)}
-    assert settled == [(0,), (1,), (2,)]
+    # The first step's input is the new batch alone: its rows are not accumulated again.
+    assert settled == [((0,), True), ((1,), False), ((2,), False)]
 
 
 def test_capture_holds_future_updates_until_frontier_passes() -> None:
