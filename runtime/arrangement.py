@@ -151,7 +151,15 @@ class ArrangeNode(TracedNode):
         kernel, columns, depth = self.kernel, self.columns, self.depth
         if delta.deferred is not None:
             renamed = delta.deferred.renamed(delta.frame)
-            frame = None if renamed is None else kernel.consolidate_small([renamed], columns, depth)
+            if delta.consolidated:  # consolidated rows, every column kept: still so
+                query = delta.deferred.query
+                frame = (
+                    renamed if renamed is not None else kernel.query(query, {"src": delta.frame})
+                )
+            else:
+                frame = (
+                    None if renamed is None else kernel.consolidate_small([renamed], columns, depth)
+                )
             if frame is None:  # consolidate the linear input's query: one call
                 fused = delta.deferred.compose(
                     lambda inner: rel.consolidate(inner, columns, depth), "arrange-linear"
@@ -249,12 +257,20 @@ class ImportNode(Arranged):
         # The history is replayed at times advanced to the frontier the handle was
         # taken at: this dataflow starts there, and an update behind the frontier
         # would be at a time its operators (loops above all) treat as complete.
-        settled = self._settled(frames) if source.current is None else None
+        # At most the rows of the batches replayed: with that bound, a reader storing a
+        # big replay does not read its head into the driver first to learn it is big.
+        current = source.current
+        bound = None if current and current.rows is None else source.trace.rows
+        if bound is not None and current is not None:
+            bound += current.rows or 0
+        settled = self._settled(frames) if current is None else None
         if settled is not None:
-            self.current = Batch(settled, self.kernel.rows(settled))
+            rows = self.kernel.rows(settled)
+            self.current = Batch(settled, bound if rows is None else rows, consolidated=True)
             return self.current
         replay = rel.advance("h", self.columns, self.depth, self.handle.frontier)
-        self.current = Batch(self.kernel.query(replay, {"h": self.kernel.union(frames)}))
+        frame = self.kernel.query(replay, {"h": self.kernel.union(frames)})
+        self.current = Batch(frame, bound, consolidated=True)
         return self.current
 
     def _settled(self, frames: list[Frame]) -> Frame | None:

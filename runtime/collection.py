@@ -160,7 +160,8 @@ class LinearNode(Node):
         rows = None if bound is None or delta.rows is None else delta.rows * bound
         if self.consumers == 1 and self.readers[0].composes_linear:
             # The one reader folds this query into its own: one kernel call, not two.
-            return Batch(delta.frame, rows, deferred=self)
+            kept = delta.consolidated and self._keeps_every_column()
+            return Batch(delta.frame, rows, deferred=self, consolidated=kept)
         return Batch(self.kernel.query(self.query, {"src": delta.frame}), rows)
 
     def select_branch(self) -> Branch | None:

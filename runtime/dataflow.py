@@ -67,6 +67,7 @@ class Batch:
     applied: Any = None
     #: Whether the updates are known consolidated (no two share a row and a time, no diff
     #: is 0), as an arrangement's batches are: a reader that would consolidate need not.
+    #: With `deferred`, it says so of the updates once the deferred query is applied.
     consolidated: bool = False
 
 

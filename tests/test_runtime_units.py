@@ -252,6 +252,46 @@ def test_settled_reduce_on_spark_runs_one_pipeline(spark, monkeypatch, placed) -
     assert settled == [((0,), True), ((1,), False), ((2,), False)]
 
 
+def test_an_import_rearranged_by_a_permutation_is_not_consolidated_again(monkeypatch) -> None:
+    # An import replays consolidated batches, and a chain that keeps every column keeps
+    # them consolidated: the arrangement stores the chain's rows as they are (on Spark,
+    # a 2M-row view's first step saved a GROUP BY over the table).
+    from dsql.runtime.collection import import_arrangement
+
+    kernel = LocalKernel()
+    worker = Worker(kernel)
+    data = worker.new_input({"a": "int", "b": "int"})
+    table = data.to_collection().arrange_by_self()
+    for row in [(1, 2), (1, 2), (3, 4), (None, 5)]:
+        data.insert(row)
+    data.advance_to(1)
+    data.flush()
+    worker.step()
+    imported = import_arrangement(table.trace_handle()).as_collection()
+    swapped = imported.map("b AS x", "a AS y").arrange_by_key("y")
+    consolidated = []
+    small = kernel.consolidate_small
+
+    def counted(frames, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        consolidated.append(sum(f.num_rows for f in frames))
+        return small(frames, *args, **kwargs)
+
+    monkeypatch.setattr(kernel, "consolidate_small", counted)
+    data.advance_to(2)
+    data.flush()
+    worker.step()
+    assert consolidated == []
+    rows = kernel.union(swapped.trace.frames()).select(["x", "y", "__diff__"]).to_pylist()
+    assert sorted(rows, key=repr) == sorted(
+        [
+            {"x": 2, "y": 1, "__diff__": 2},
+            {"x": 4, "y": 3, "__diff__": 1},
+            {"x": 5, "y": None, "__diff__": 1},
+        ],
+        key=repr,
+    )
+
+
 def test_capture_holds_future_updates_until_frontier_passes() -> None:
     worker = Worker(LocalKernel())
     data = worker.new_input({"x": "int"})
