@@ -150,18 +150,15 @@ class ArrangeNode(TracedNode):
             return None
         kernel, columns, depth = self.kernel, self.columns, self.depth
         if delta.deferred is not None:
-            renamed = delta.deferred.renamed(delta.frame)
+            linear = delta.deferred
+            frame = linear.renamed(delta.frame)
             if delta.consolidated:  # consolidated rows, every column kept: still so
-                query = delta.deferred.query
-                frame = (
-                    renamed if renamed is not None else kernel.query(query, {"src": delta.frame})
-                )
-            else:
-                frame = (
-                    None if renamed is None else kernel.consolidate_small([renamed], columns, depth)
-                )
+                if frame is None:
+                    frame = kernel.query(linear.query, {"src": delta.frame})
+            elif frame is not None:
+                frame = kernel.consolidate_small([frame], columns, depth)
             if frame is None:  # consolidate the linear input's query: one call
-                fused = delta.deferred.compose(
+                fused = linear.compose(
                     lambda inner: rel.consolidate(inner, columns, depth), "arrange-linear"
                 )
                 frame = kernel.query(fused, {"src": delta.frame})
@@ -260,9 +257,8 @@ class ImportNode(Arranged):
         # At most the rows of the batches replayed: with that bound, a reader storing a
         # big replay does not read its head into the driver first to learn it is big.
         current = source.current
-        bound = None if current and current.rows is None else source.trace.rows
-        if bound is not None and current is not None:
-            bound += current.rows or 0
+        new_rows = 0 if current is None else current.rows
+        bound = None if new_rows is None else source.trace.rows + new_rows
         settled = self._settled(frames) if current is None else None
         if settled is not None:
             rows = self.kernel.rows(settled)

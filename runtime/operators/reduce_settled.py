@@ -29,7 +29,7 @@ general path).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -127,7 +127,8 @@ def settled_inputs(
             union = kernel.union(unpicked) if len(unpicked) > 1 else unpicked[0]
             kept.append(_of_keys(kernel, union, node.keys, delta))
         sides[side] = kept
-    whole = sides["inp"] == [delta] and source.current.consolidated
+    inp = sides["inp"]
+    whole = len(inp) == 1 and inp[0] is delta and source.current.consolidated
     return SettledRows(tuple(stamp), sides["inp"], sides["outp"], whole)
 
 
@@ -204,7 +205,8 @@ class SettledQueries:
     `ReduceLogic.desired`)."""
 
     pipeline: Any
-    direct: Any
+    #: The pipeline for `SettledRows.whole` input, rendered when first asked.
+    direct: Callable[[], Any]
     final: Prepared
 
     @classmethod
@@ -227,22 +229,21 @@ class SettledQueries:
                 f"SELECT {data}, -{quote(DIFF)} AS {quote(DIFF)} FROM outp"
                 f") u GROUP BY {data} HAVING SUM({quote(DIFF)}) <> 0) c"
             )
-            as_is = _parse(f"SELECT {group}, {quote(DIFF)} FROM inp")
-            # Each stage is read once (every logic reads `acc` once): nothing stored, so
-            # Spark runs the step as one query (storing `acc` cost a job of 0.3 s a step).
-            pipelines = [
-                kernel.prepare_pipeline(
-                    Pipeline(
-                        (
-                            Stage("acc", query, store=False),
-                            Stage("desired", desired.copy(), store=False),
-                        ),
-                        final.copy(),
-                    )
+
+            def pipeline(first: exp.Query) -> Any:
+                # Each stage is read once (every logic reads `acc` once): nothing stored,
+                # so Spark runs the step as one query (storing `acc` cost a job of 0.3 s).
+                stages = (
+                    Stage("acc", first, store=False),
+                    Stage("desired", desired.copy(), store=False),
                 )
-                for query in (acc, as_is)
-            ]
-            return cls(*pipelines, kernel.prepare(final))
+                return kernel.prepare_pipeline(Pipeline(stages, final.copy()))
+
+            def direct() -> Any:
+                as_is = _parse(f"SELECT {group}, {quote(DIFF)} FROM inp")
+                return kernel.cached(("reduce-settled-direct", *shape), lambda: pipeline(as_is))
+
+            return cls(pipeline(acc), direct, kernel.prepare(final))
 
         shape = (keys, vals, node.values, d, desired.sql(dialect=kernel.dialect))
         result: SettledQueries = kernel.cached(("reduce-settled", *shape), build)
@@ -255,7 +256,7 @@ class SettledQueries:
         inp, outp = frames["inp"], frames["outp"]
         acc = kernel.consolidate_small([inp], [*keys, *node.source_values], d)
         if acc is None:
-            pipeline = self.direct if rows.whole else self.pipeline
+            pipeline = self.direct() if rows.whole else self.pipeline
             result, stored = kernel.run_pipeline(pipeline, frames, keys)
             if stored:
                 result = kernel.materialize(result, keys).frame
