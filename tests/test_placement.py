@@ -18,6 +18,7 @@ from collections import Counter
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -344,3 +345,36 @@ def test_a_stored_batch_is_sorted_as_arrow_sorts_it(keys: list[int | None], wide
         assert _sorted_by(table, by).equals(table.sort_by([(c, "ascending") for c in by]))
     no_nulls = table.filter(pc.is_valid(table["k"]))
     assert _sorted_by(no_nulls, ["k"]).equals(no_nulls.sort_by([("k", "ascending")]))
+
+
+def test_a_stored_batch_renamed_is_written_in_the_order_it_has(spark, tmp_path) -> None:  # noqa: ANN001
+    # A view re-arranging a big table by its first column: the stored batch is sorted by
+    # (a, b), the renamed rows by `y` (its `a`) already, so the write needs no range
+    # bounds, shuffle or sort: the job of writing the rows as they are, and no other (the
+    # read back is given the schema the rows were written with).
+    from sqlglot import parse_one
+
+    from dsql.runtime.kernel.spark import SparkKernel
+
+    kernel = SparkKernel(spark, small_rows=2)
+    table = pa.table({"a": pa.array([3, 1, 2, 1, None, 2], pa.int64()), "b": [1, 2, 3, 4, 5, 6]})
+    stored = kernel.materialize(kernel.from_arrow(table), ["a", "b"])
+    query = parse_one("SELECT b AS x, a AS y, 7 AS z FROM (SELECT a, b FROM t) s WHERE b > 1")
+    renamed = kernel.query(query, {"t": stored.frame})
+    expected = _rows(kernel.to_arrow(renamed))
+    jobs = _spark_jobs(spark)
+    renamed.write.parquet(str(tmp_path / "plain"))
+    plain = _spark_jobs(spark) - jobs
+    jobs = _spark_jobs(spark)
+    again = kernel.materialize(renamed, ["y"], 5)
+    assert _spark_jobs(spark) - jobs == plain
+    assert again.rows == 5 and _rows(kernel.to_arrow(again.frame)) == expected
+    for part in pq.ParquetDataset(kernel._paths[id(again.frame)]).fragments:  # noqa: SLF001
+        keys = [k for k in part.to_table()["y"].to_pylist() if k is not None]
+        assert keys == sorted(keys)
+    # Keyed by a column the stored order does not lead with: partitioned and sorted.
+    for keys in (["x"], ["z"], ["y", "z"]):
+        jobs = _spark_jobs(spark)
+        other = kernel.materialize(kernel.query(query, {"t": stored.frame}), keys, 5)
+        assert _spark_jobs(spark) - jobs > plain, keys
+        assert _rows(kernel.to_arrow(other.frame)) == expected
