@@ -171,7 +171,8 @@ def _pinned_keys(fn: JoinFunction, arranged: Arranged) -> pa.Table | None:
 
 def _pinned(predicate: exp.Expression, position: int) -> list[object] | None:
     """The values `predicate` allows column `position` to take, when it is an equality
-    with a literal or an IN list of literals (NULL and booleans excluded); else None."""
+    with a literal or an IN list of literals (booleans excluded); else None. A NULL in
+    an IN list matches no row, so it adds no value; `= NULL` is not pinned."""
     if isinstance(predicate, exp.EQ):
         sides = (predicate.this, predicate.expression)
         for column, other in (sides, sides[::-1]):
@@ -181,18 +182,21 @@ def _pinned(predicate: exp.Expression, position: int) -> list[object] | None:
     if isinstance(predicate, exp.In) and is_col(predicate.this, position):
         if predicate.args.get("query") or predicate.args.get("unnest"):
             return None
-        return _literals(predicate.expressions)
+        return _literals(predicate.expressions, skip_null=True)
     return None
 
 
-def _literals(items: list[exp.Expression]) -> list[object] | None:
+def _literals(items: list[exp.Expression], skip_null: bool = False) -> list[object] | None:
     """The Python values of plain integer or string literals (casts of them looked
-    through), or None if one is anything else."""
+    through; NULLs left out with `skip_null`), or None if one is anything else or no
+    value is left."""
     values = []
     for item in items:
         while isinstance(item, exp.Cast):
             item = item.this
         value = _literal(item)
+        if value is None and skip_null:
+            continue
         if value is _NOT_LITERAL or value is None or isinstance(value, bool):
             return None
         values.append(value)

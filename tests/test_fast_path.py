@@ -136,6 +136,7 @@ def test_a_point_read_of_a_table_stored_by_spark_runs_no_job(spark) -> None:  # 
     reads = {
         "SELECT v FROM t WHERE k = 2": [("b",), ("c",)],
         "SELECT * FROM t WHERE k IN (3, 7)": [(3, None)],
+        "SELECT v FROM t WHERE k IN (NULL, 1, CAST(NULL AS int))": [("a",)],
         "SELECT n FROM u WHERE s = 'y'": [(2,), (3,)],
         "SELECT n FROM u WHERE s IN ('x', 'zz') AND n > 0": [(1,)],
     }
