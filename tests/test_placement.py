@@ -378,3 +378,31 @@ def test_a_stored_batch_renamed_is_written_in_the_order_it_has(spark, tmp_path) 
         other = kernel.materialize(kernel.query(query, {"t": stored.frame}), keys, 5)
         assert _spark_jobs(spark) - jobs > plain, keys
         assert _rows(kernel.to_arrow(other.frame)) == expected
+
+
+@pytest.mark.parametrize(
+    ("sql", "passed"),
+    [
+        ("SELECT b AS x, a, 2 AS t FROM s", (("x", "b"), ("a", "a"))),
+        ("SELECT y AS z FROM (SELECT a AS y FROM s WHERE b > 1) q WHERE y < 3", (("z", "a"),)),
+        ("SELECT a, explode(c) AS e FROM s", (("a", "a"),)),
+        ("SELECT a, SUM(b) FROM s GROUP BY a", None),
+        ("SELECT SUM(b) FROM s", None),
+        ("SELECT DISTINCT a FROM s", None),
+        ("SELECT a FROM s ORDER BY b", None),
+        ("SELECT a FROM s LIMIT 3", None),
+        ("SELECT * FROM s", None),
+        ("SELECT s.a FROM s JOIN u ON s.a = u.a", None),
+        ("SELECT a, ROW_NUMBER() OVER (ORDER BY b) FROM s", None),
+        ("SELECT a FROM s UNION ALL SELECT a FROM u", None),
+        ("SELECT a FROM s WHERE a IN (SELECT a FROM u)", None),
+        ("SELECT a FROM (SELECT a FROM s GROUP BY a) q", None),
+    ],
+)
+def test_which_queries_keep_their_input_rows_order(sql: str, passed: object) -> None:
+    # Only what keeps each partition's row order may carry a stored batch's key order.
+    from sqlglot import parse_one
+
+    from dsql.runtime.kernel.spark import _order_map
+
+    assert _order_map(parse_one(sql, read="spark")) == passed

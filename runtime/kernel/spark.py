@@ -551,6 +551,11 @@ def _order_map(query: exp.Expression) -> tuple[tuple[str, str], ...] | None:
         return None
     if query.args.get("limit") or query.args.get("offset"):
         return None
+    where = query.args.get("where")
+    if any(
+        e.find(exp.Query, exp.Exists) for e in [*query.expressions, *([where] if where else [])]
+    ):
+        return None  # a subquery may be planned as a join, which may reorder
     source = query.args.get("from_")
     inner = source.this if isinstance(source, exp.From) else None
     below: dict[str, str] | None = None
