@@ -372,11 +372,16 @@ def test_a_stored_batch_renamed_is_written_in_the_order_it_has(spark, tmp_path) 
     for part in pq.ParquetDataset(kernel._paths[id(again.frame)]).fragments:  # noqa: SLF001
         keys = [k for k in part.to_table()["y"].to_pylist() if k is not None]
         assert keys == sorted(keys)
+    # Of unknown size: cached to read its head, and no longer once written.
+    unknown = kernel.query(query, {"t": stored.frame})
+    assert kernel.materialize(unknown, ["y"]).rows == 5 and not unknown.is_cached
     # Keyed by a column the stored order does not lead with: partitioned and sorted.
     for keys in (["x"], ["z"], ["y", "z"]):
         jobs = _spark_jobs(spark)
-        other = kernel.materialize(kernel.query(query, {"t": stored.frame}), keys, 5)
+        fresh = kernel.query(query, {"t": stored.frame})
+        other = kernel.materialize(fresh, keys, 5)
         assert _spark_jobs(spark) - jobs > plain, keys
+        assert not fresh.is_cached
         assert _rows(kernel.to_arrow(other.frame)) == expected
 
 

@@ -260,11 +260,10 @@ class SparkKernel(Kernel):
             # Rows already in key order within each partition (a stored batch's columns
             # renamed) are written as they are: no range bounds, shuffle or sort.
             ordered = bool(keys) and self._order.get(frame, ())[: len(keys)] == tuple(keys)
-            cache = not partitioned and not ordered and not frame.is_cached
-            if cache:  # read again: range bounds, rows
-                frame = frame.persist()
+            if not partitioned and not ordered and not frame.is_cached:
+                frame = frame.persist()  # read again: range bounds, rows
             stored = self._write(frame, keys, partitioned, ordered)
-            if cache:
+            if not partitioned:  # cached here or for the head
                 frame.unpersist(blocking=False)
             if stored.rows > self.small_rows:
                 return stored
