@@ -385,6 +385,19 @@ def test_a_stored_batch_renamed_is_written_in_the_order_it_has(spark, tmp_path) 
         assert _rows(kernel.to_arrow(other.frame)) == expected
 
 
+def test_a_batch_the_driver_stores_is_sorted_by_its_first_key(spark) -> None:  # noqa: ANN001
+    # Probes prune row groups on the first key alone, so that is the order written.
+    kernel = AutoKernel(threshold=2)
+    table = pa.table({"k": pa.array([3, 1, 2, 1, 2], pa.int64()), "v": [9, 8, 7, 6, 5]})
+    stored = kernel.materialize(table, ["k", "v"])
+    assert kernel.placement(stored.frame) == "spark"
+    path = kernel.remote._paths[id(stored.frame)]  # noqa: SLF001
+    written = pq.read_table(path)
+    assert written["k"].to_pylist() == [1, 1, 2, 2, 3]
+    assert _rows(written) == _rows(table)
+    assert kernel.remote._order[stored.frame] == ("k",)  # noqa: SLF001
+
+
 @pytest.mark.parametrize(
     ("sql", "passed"),
     [
