@@ -38,7 +38,6 @@ reads the matching row groups itself, in milliseconds rather than a job's tens.
 from __future__ import annotations
 
 import atexit
-import itertools
 import os
 import re
 import shutil
@@ -180,15 +179,19 @@ class SparkKernel(Kernel):
 
     def _keep_order(self, result: DataFrame, text: str, inputs: Any) -> None:
         """Record the order `result` keeps of its one input's (`_order`), if any."""
-        mapping = self._order_maps.get(text)
         sources = list(inputs)
-        if mapping is None or len(sources) != 1:
+        mapping = self._order_maps.get(text)
+        order = self._order.get(sources[0], ()) if len(sources) == 1 else ()
+        if mapping is None or not order:
             return
-        order = self._order.get(sources[0], ())
         named = {source: out for out, source in reversed(mapping)}
-        kept = tuple(itertools.takewhile(lambda c: c is not None, (named.get(c) for c in order)))
+        kept: list[str] = []
+        for column in order:  # the longest prefix of the order passed through
+            if column not in named:
+                break
+            kept.append(named[column])
         if kept:
-            self._order[result] = kept  # type: ignore[assignment]
+            self._order[result] = tuple(kept)
 
     def _derived(self, result: DataFrame, inputs: Any) -> None:
         """Mark `result` as computed from the driver's rows when all `inputs` are."""
@@ -539,7 +542,18 @@ def _engine_error(error: Exception, text: str | None = None) -> Exception:
 
 
 #: What a SELECT may not have and still keep its input's rows in order.
-_REORDERING = ("with", "joins", "laterals", "group", "having", "qualify", "distinct", "order")
+_REORDERING = (
+    "with",
+    "joins",
+    "laterals",
+    "group",
+    "having",
+    "qualify",
+    "distinct",
+    "order",
+    "limit",
+    "offset",
+)
 
 
 def _order_map(query: exp.Expression) -> tuple[tuple[str, str], ...] | None:
@@ -549,8 +563,6 @@ def _order_map(query: exp.Expression) -> tuple[tuple[str, str], ...] | None:
     BY or LIMIT), an input column passed through under an output name; None for any
     other query."""
     if not isinstance(query, exp.Select) or any(query.args.get(a) for a in _REORDERING):
-        return None
-    if query.args.get("limit") or query.args.get("offset"):
         return None
     where = query.args.get("where")
     if any(
@@ -569,7 +581,7 @@ def _order_map(query: exp.Expression) -> tuple[tuple[str, str], ...] | None:
         return None
     passed = []
     for e in query.expressions:
-        if isinstance(e, exp.Star) or e.find(exp.AggFunc, exp.Window, exp.Star):
+        if e.find(exp.AggFunc, exp.Window, exp.Star):  # `find` looks at `e` itself too
             return None
         column = e.unalias() if isinstance(e, exp.Alias) else e
         if isinstance(column, exp.Column):
