@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dsql.runtime.dataflow import Batch, Node, Round, batch_schema
+from dsql.runtime.kernel import driver
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 
 
@@ -105,10 +106,16 @@ def _complete_mask(table: pa.Table, times: tuple[str, ...], frontier: Antichain)
 def consolidate_table(
     table: pa.Table, columns: tuple[str, ...], times: tuple[str, ...]
 ) -> pa.Table:
-    """Sum diffs of equal (row, time) pairs in an Arrow table, drop zeros, sort by time."""
+    """Sum diffs of equal (row, time) pairs in an Arrow table, drop zeros, sort by time
+    (then by the columns): by numpy for NULL-free integers (`driver.consolidate_sorted`),
+    else by Arrow's grouping, or DuckDB's where a column is nested."""
     if table.num_rows == 0:
         return table
     keys = [*columns, *times]
+    ordered = driver.consolidate_sorted(table, [*times, *columns])
+    if ordered is not None:
+        schema = table.select(keys).schema.append(pa.field(DIFF, pa.int64()))
+        return ordered.select([*keys, DIFF]).cast(schema)
     if not all(_sortable(table.schema.field(k).type) for k in keys):
         return _consolidate_nested(table, keys, times)
     grouped = table.group_by(keys, use_threads=False).aggregate([(DIFF, "sum")])

@@ -28,6 +28,7 @@ from test_runtime_oracle import LOCAL, History, Op, Pipeline, Step, check_histor
 
 from dsql.errors import DsqlError
 from dsql.runtime import relational as rel
+from dsql.runtime.capture import consolidate_table
 from dsql.runtime.collection import Collection
 from dsql.runtime.dataflow import Worker
 from dsql.runtime.kernel import driver
@@ -369,6 +370,41 @@ def test_driver_consolidation_by_bins_equals_by_sorting(
     # up to `PYTHON_ROWS` rows.
     if rows >= 360 // driver.BINS_PER_ROW or rows <= driver.PYTHON_ROWS:
         assert len(binned) == (rows > driver.PYTHON_ROWS)
+
+
+@settings(LOCAL, max_examples=60)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    rows=st.integers(0, 600),
+    span=st.sampled_from([3, 1000, 2**62]),
+    depth=st.integers(1, 2),
+)
+def test_a_capture_consolidates_by_numpy_as_arrow_does(
+    seed: int, rows: int, span: int, depth: int
+) -> None:
+    """A capture's consolidation of NULL-free integers (`driver.consolidate_sorted`:
+    counted into bins, sorted by packed codes, or column by column when too wide to
+    pack, as `span` makes them) gives Arrow's grouping and sort row for row: the same
+    sums, schema and order (by time, then the columns)."""
+    rng = np.random.default_rng(seed)
+    times = ("__time__", "__time1__")[:depth]
+    table = pa.table(
+        {
+            "a": pa.array(rng.integers(-2, 3, rows), pa.int32()),
+            "b": rng.integers(-span, span, rows, dtype=np.int64),
+            **{t: rng.integers(0, 3, rows) for t in times},
+            "__diff__": rng.choice([-2, -1, 1, 1, 3], rows),
+        }
+    )
+    fast = consolidate_table(table, ("a", "b"), times)
+    kept = driver.consolidate_sorted
+    try:
+        driver.consolidate_sorted = lambda *a: None
+        slow = consolidate_table(table, ("a", "b"), times)
+    finally:
+        driver.consolidate_sorted = kept
+    assert fast.equals(slow)
+    assert (kept(table, [*times, "a", "b"]) is not None) == (driver.PYTHON_ROWS < rows)
 
 
 @settings(LOCAL, max_examples=80)

@@ -8,6 +8,7 @@ types, with exactly the result the kernel's query would give:
 - `consolidate`: the union of tables, times advanced to a frontier (when given),
   equal (row, time) pairs summed, zero sums dropped (`relational.consolidate` and
   `relational.advance`): by Python's sums for a few rows, else by sums per row code;
+  `consolidate_sorted` likewise for a capture's updates, sorted by time;
 - `distinct_step`: a settled distinct step (`operators.reduce_settled`) in one
   grouping;
 - `project`: columns selected and renamed, rows with NULL in some columns dropped (a
@@ -148,6 +149,28 @@ def consolidate(
     return _by_codes(values, diffs, columns, depth, frontier, schema)
 
 
+def consolidate_sorted(table: pa.Table, names: Sequence[str]) -> pa.Table | None:
+    """The rows of `table` summed per equal `names` (the other columns dropped but the
+    diff), zero sums dropped, sorted by `names` in order (a capture's updates, sorted
+    by time first), by numpy alone (`_in_numbers`): Arrow's hash grouping and sort take
+    3 times as long over the 640k pairs of a transitive closure. None unless the named
+    columns are integers without NULLs and the rows more than `PYTHON_ROWS` and at most
+    `NUMERIC_ROWS`, or when a sum could overflow.
+
+    >>> t = pa.table({"x": [2, 1, 2, 1], "__time__": [5, 5, 4, 5], "__diff__": [1, 1, 1, -1]})
+    >>> consolidate_sorted(pa.concat_tables([t] * 20), ["__time__", "x"]).to_pylist()
+    [{'__time__': 4, 'x': 2, '__diff__': 20}, {'__time__': 5, 'x': 2, '__diff__': 20}]
+    """
+    if not PYTHON_ROWS < table.num_rows <= NUMERIC_ROWS:
+        return None
+    names = [*names, DIFF]
+    schema = _output_schema(table.schema, names)
+    parts = [(table, 1)]
+    if schema is None or not _integers(parts, schema):
+        return None
+    return _in_numbers(parts, names, len(names) - 1, None, schema)
+
+
 def _integers(parts: list[tuple[pa.Table, int]], schema: pa.Schema) -> bool:
     """Whether every column of `schema` is of integers that int64 holds exactly, with no
     NULL in any part."""
@@ -187,7 +210,7 @@ def _in_numbers(
     packing = _packed_codes(arrays)
     code = None if packing is None else packing[0]
     if packing is not None and _dense(packing[1], diffs):
-        return _by_bins(code, packing[1], diffs, schema)
+        return _by_bins(packing[0], packing[1], diffs, schema)
     if code is None:  # too wide to pack: sorted column by column, the first the primary
         order = np.lexsort(arrays[::-1])
         starts = np.zeros(len(order), bool)
