@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -219,8 +220,8 @@ class Executor:
         )
 
     def _matching(
-        self, table: str, where: exp.Expression | None, extra: list[exp.Expression] = ()
-    ) -> pa.Table:  # type: ignore[assignment]
+        self, table: str, where: exp.Expression | None, extra: Sequence[exp.Expr] = ()
+    ) -> pa.Table:
         rel = self.session._table(table)
         query = exp.select(*[exp.column(c.name, quoted=True) for c in rel.columns], *extra).from_(
             exp.to_table(table)
@@ -334,10 +335,10 @@ class Executor:
                 raise SchemaError(f"unknown index '{stmt.of}'", hint="SHOW INDEXES lists them")
             return _rows({"name": [index.name], "create_sql": [index.sql]})
         if what == "create view":
-            rel = s.relations.get(stmt.of or "")
-            if rel is None or rel.kind == "table":
+            view = s.relations.get(stmt.of or "")
+            if view is None or view.kind == "table":
                 raise SchemaError(f"'{stmt.of}' is not a view")
-            return _rows({"name": [rel.name], "create_sql": [rel.sql]})
+            return _rows({"name": [view.name], "create_sql": [view.sql]})
         raise UnsupportedError(f"SHOW {what.upper()} is not supported")
 
 

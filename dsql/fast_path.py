@@ -326,11 +326,10 @@ def _runtime_steps(
             return None
         n = len(seg.outputs)
         outputs = tuple((f"_c{i}", e.copy()) for i, e in enumerate(seg.outputs))
-        where = (
+        condition = (
             exp.and_(*(p.copy() for p in seg.predicates), copy=False) if seg.predicates else None
         )
-        if where is not None:
-            where = _parameters(where, params)
+        where = _parameters(condition, params) if condition is not None else None
         diff = rel.lit(-1) if seg.negated else None
         plain = n == width and all(is_col(e, i) for i, e in enumerate(seg.outputs))
         if not (plain and where is None and diff is None):
@@ -351,7 +350,7 @@ def _runtime_steps(
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
 
 
-def _parameters(where: exp.Expression, params: list[int]) -> exp.Expression:
+def _parameters(where: exp.Expr, params: list[int]) -> exp.Expression:
     """`where` with each integer literal that a comparison reads replaced by column
     `p<i>` of the one-row relation `p` (its value appended to `params`), cast to the
     type the literal has (INT when it fits, else BIGINT): a comparison's truth, and

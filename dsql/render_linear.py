@@ -57,7 +57,7 @@ def _segment(c: Collection, seg: Segment, time_scale: int) -> Collection:
             return c
     # The outputs are handed over as they are: neither the plan nor the runtime changes an
     # expression a step holds (planner/expr.py), so no copy is needed.
-    outputs = (
+    outputs: list[tuple[str, exp.Expression]] = (
         [(f"_c{i}", e) for i, e in enumerate(seg.outputs)]
         if n
         else [("_c0", exp.Literal.number(0))]  # arity 0 is carried as one column
@@ -73,7 +73,7 @@ def _segment(c: Collection, seg: Segment, time_scale: int) -> Collection:
 
 def temporal_branches(
     columns: list[tuple[str, exp.Expression]],
-    where: exp.Expression | None,
+    where: exp.Expr | None,
     interval: Interval,
     sign: int,
 ) -> list[dict]:
@@ -109,7 +109,7 @@ def _diff(weight: int) -> str | None:
     return None if weight == 1 else str(weight)
 
 
-def _fold(kind: type[exp.Func], bounds: list[exp.Expression]) -> exp.Expression | None:
+def _fold(kind: type[exp.Func], bounds: list[exp.Expression]) -> exp.Expr | None:
     if not bounds:
         return None
     if len(bounds) == 1:

@@ -106,7 +106,7 @@ def _bind_item(
 
 
 def _bind_lateral(
-    fn: exp.Expression,
+    fn: exp.Expr,
     alias: str | None,
     aliases: tuple[str, ...],
     env: Env,
@@ -139,7 +139,7 @@ def _bind_lateral(
 MAX_CONSTANT_ROWS = 10_000_000
 
 
-def _check_constant_size(fn: exp.Expression) -> None:
+def _check_constant_size(fn: exp.Expr) -> None:
     """Refuse `generate_series`/`repeat_row` whose literal arguments ask for too many rows."""
     if isinstance(fn, exp.ExplodingGenerateSeries | exp.GenerateSeries):
         args = [fn.args.get("start"), fn.args.get("end"), fn.args.get("step")]
@@ -161,9 +161,7 @@ def _check_constant_size(fn: exp.Expression) -> None:
         )
 
 
-def _table_function(
-    fn: exp.Expression, binder: ExprBinder
-) -> tuple[str, exp.Expression, exp.DataType]:
+def _table_function(fn: exp.Expr, binder: ExprBinder) -> tuple[str, exp.Expression, exp.DataType]:
     bound = binder.bind(fn)
     _check_constant_size(bound)
     if isinstance(bound, exp.ExplodingGenerateSeries | exp.GenerateSeries):
@@ -224,7 +222,7 @@ def _bind_join(join: exp.Join, left: Plan, scope: Scope, env: Env) -> tuple[Plan
     )
     new_scope = scope.with_items((*scope.items, item))
     binder = ExprBinder(env, new_scope, bind_query).with_types(types_of(left) + types_of(right))
-    on_expr: exp.Expression | None = None
+    on_expr: exp.Expr | None = None
     if using or natural:
         names = (
             [u.name for u in using]

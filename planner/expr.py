@@ -66,7 +66,7 @@ def index(column: exp.Column) -> int | None:
     return int(name[2:]) if name.startswith("_c") and name[2:].isdigit() else None
 
 
-def parse_expr(text: str) -> exp.Expression:
+def parse_expr(text: str) -> exp.Expr:
     """An expression from PostgreSQL text (for tests and doctests)."""
     return sqlglot.parse_one(text, read="postgres")
 
@@ -136,9 +136,13 @@ def _held(table: dict[int, tuple[weakref.ref, Any]], e: exp.Expression, compute:
         return entry[1]
     value = compute()
     key = id(e)
+
+    def forget(_: weakref.ref) -> None:
+        table.pop(key, None)
+
     # The entry goes when `e` does: holding `e` itself kept thousands of dead plans'
     # trees alive, and each full garbage collection walked them.
-    table[key] = (weakref.ref(e, lambda _, key=key: table.pop(key, None)), value)
+    table[key] = (weakref.ref(e, forget), value)
     return value
 
 

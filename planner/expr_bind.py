@@ -119,7 +119,7 @@ class ExprBinder:
         self._types = column_types
         return self
 
-    def bind(self, e: exp.Expression) -> exp.Expression:
+    def bind(self, e: exp.Expr) -> exp.Expr:
         """The expression over positional references (a copy; `e` is unchanged)."""
         try:
             bound = self._bind(e.copy())
@@ -129,7 +129,7 @@ class ExprBinder:
             raise
         return bound
 
-    def _bind(self, e: exp.Expression) -> exp.Expression:
+    def _bind(self, e: exp.Expr) -> exp.Expr:
         match e:
             case exp.Column() if isinstance(e.this, exp.Star):
                 raise SchemaError("'*' is only allowed in a select list or count(*)")

@@ -60,7 +60,7 @@ class Scope:
         raise _unknown(name, table, self)
 
     def _find(self, name: str, table: str | None) -> int | None:
-        matches = []
+        matches: list[int] = []
         for item in self.items:
             if table is not None and item.alias != table:
                 continue
@@ -107,7 +107,7 @@ def column_name(e: exp.Expression) -> str:
     return "?column?"
 
 
-def position_of(e: exp.Expression) -> tuple[int, int] | None:
+def position_of(e: exp.Expr) -> tuple[int, int] | None:
     """The (line, col) sqlglot recorded for an expression's first identifier."""
     for node in e.walk():
         meta = getattr(node, "_meta", None) or {}

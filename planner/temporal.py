@@ -144,14 +144,14 @@ def _bounds(p: exp.Expression) -> list[tuple[exp.Expression | None, exp.Expressi
         return [(p.args["low"], None), (None, _plus_one(p.args["high"]))]
     if isinstance(p, exp.EQ | exp.GT | exp.GTE | exp.LT | exp.LTE):
         a, b = p.this, p.expression
-        flipped = {
+        flipped: dict[type[exp.Binary], type[exp.Binary]] = {
             exp.GT: exp.LT,
             exp.GTE: exp.LTE,
             exp.LT: exp.GT,
             exp.LTE: exp.GTE,
             exp.EQ: exp.EQ,
         }
-        kind = type(p)
+        kind: type[exp.Binary] = type(p)
         if is_mz_now(b) and not is_mz_now(a):
             a, b, kind = b, a, flipped[kind]
         if is_mz_now(a) and not mentions_mz_now(b):

@@ -22,7 +22,7 @@ from sqlglot.optimizer.annotate_types import annotate_types
 
 from dsql.errors import TypeMismatchError
 
-T = exp.DataType.Type
+T = exp.DType  # `exp.DataType.Type`, under the name type checkers take as a type
 
 _TO_ARROW: dict[T, pa.DataType] = {
     T.BOOLEAN: pa.bool_(),
@@ -168,7 +168,9 @@ def _annotate(expression: exp.Expression, inputs: Sequence[exp.DataType]) -> exp
     # expression reads, or the first one (the table must have a column), typed as before.
     read = {column.name for column in expression.find_all(exp.Column)}
     kept = [i for i in range(len(inputs)) if f"_c{i}" in read] or list(range(len(inputs)))[:1]
-    schema = {"_in": {f"_c{i}": inputs[i].sql("postgres") for i in kept} or {"_": "int"}}
+    schema: dict[str, object] = {
+        "_in": {f"_c{i}": inputs[i].sql("postgres") for i in kept} or {"_": "int"}
+    }
     holder = exp.select(expression).from_("_in")
     expression = holder.expressions[0]
     for column in expression.find_all(exp.Column):

@@ -59,12 +59,12 @@ Named = Expr | tuple[str, exp.Expression]
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse_cached(text: str, dialect: str) -> exp.Expression:
+def _parse_cached(text: str, dialect: str) -> exp.Expr:
     """Expression strings repeat (column names, `"0 AS _c0"`): parse each once."""
     return sqlglot.parse_one(text, read=dialect)
 
 
-def parse_expression(text: Expr, dialect: str) -> exp.Expression:
+def parse_expression(text: Expr, dialect: str) -> exp.Expr:
     """A sqlglot expression from SQL text; a ParseError with the position otherwise."""
     if isinstance(text, exp.Expression):
         return text
@@ -352,7 +352,7 @@ class Collection:
             return Collection(LinearNode(node.inputs[0], fused, prior=node))
         return Collection(LinearNode(node, Linear((step,))))
 
-    def _parse(self, text: Expr) -> exp.Expression:
+    def _parse(self, text: Expr) -> exp.Expr:
         return parse_expression(text, self.worker.dialect)
 
     def _identity(self) -> list[tuple[str, exp.Expression]]:

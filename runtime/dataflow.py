@@ -342,8 +342,8 @@ class Worker:
                 queued.add(node.id)
                 heapq.heappush(heap, node.id)
 
-        for node in (*self._fresh, *self._always.values(), *self._standing.values()):
-            add(node)
+        for fresh in (*self._fresh, *self._always.values(), *self._standing.values()):
+            add(fresh)
         self._fresh = []
         ran: list[Node] = []
         while heap:

@@ -291,7 +291,9 @@ def _constant_type(e: exp.Expression) -> pa.DataType | None:
         return pa.int32()
     if isinstance(e, exp.Cast) and not e.args.get("format"):
         to = e.args.get("to")
-        target = _CAST_TYPES.get(to.this) if isinstance(to, exp.DataType) else None
+        if not isinstance(to, exp.DataType):
+            return None
+        target = _CAST_TYPES.get(to.this)
         if target is None or to.expressions:
             return None
         if isinstance(e.this, exp.Null):

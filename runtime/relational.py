@@ -62,8 +62,8 @@ def greatest(*args: exp.Expression) -> exp.Expression:
 
 def select(
     source: str | exp.Query,
-    columns: Sequence[tuple[str, exp.Expression]] | Sequence[exp.Expression],
-    where: exp.Expression | None = None,
+    columns: Sequence[tuple[str, exp.Expr]] | Sequence[exp.Expr],
+    where: exp.Expr | None = None,
 ) -> exp.Select:
     """`SELECT columns FROM source [WHERE where]`; named columns are aliased."""
     projections = [
@@ -141,7 +141,7 @@ def join_on_keys(
     join of the two times, and the product of the diffs. `kind="semi"` keeps only
     the left columns but still multiplies by the right diffs.
     """
-    condition: exp.Expression | None = None
+    condition: exp.Expr | None = None
     for lk, rk in keys:
         eq = exp.NullSafeEQ(this=col(lk, "l"), expression=col(rk, "r"))
         condition = eq if condition is None else exp.and_(condition, eq)
@@ -158,10 +158,10 @@ def join_on_keys(
     return query.join(_table(right, "r"), on=condition, copy=False)
 
 
-def times_at_most(row: str, bound: str, depth: int) -> exp.Expression:
+def times_at_most(row: str, bound: str, depth: int) -> exp.Expr:
     """`row`'s time is `<=` `bound`'s time in the product order."""
     parts = [exp.LTE(this=col(t, row), expression=col(t, bound)) for t in time_columns(depth)]
-    result = parts[0]
+    result: exp.Expr = parts[0]
     for p in parts[1:]:
         result = exp.and_(result, p)
     return result
@@ -171,17 +171,17 @@ def beyond(frontier: Antichain, depth: int, table: str | None = None) -> exp.Exp
     """The times that are not complete: `>=` some element of `frontier`."""
     if not frontier:
         return exp.false()
-    options: list[exp.Expression] = []
+    options: list[exp.Expr] = []
     for f in frontier:
         parts = [
             exp.GTE(this=col(t, table), expression=lit(f[i]))
             for i, t in enumerate(time_columns(depth))
         ]
-        clause = parts[0]
+        clause: exp.Expr = parts[0]
         for p in parts[1:]:
             clause = exp.and_(clause, p)
         options.append(exp.paren(clause) if len(parts) > 1 else clause)
-    result = options[0]
+    result: exp.Expr = options[0]
     for o in options[1:]:
         result = exp.or_(result, o)
     return exp.paren(result)
@@ -201,7 +201,7 @@ def key_filter(column: str, values: pa.ChunkedArray | pa.Array) -> exp.Expressio
         return None
     present = [v for v in distinct if v is not None]
     literals = [exp.convert(v) for v in present]
-    condition: exp.Expression = (
+    condition: exp.Expr = (
         exp.In(this=col(column), expressions=literals) if literals else exp.false()
     )
     if len(present) < len(distinct):

@@ -129,9 +129,7 @@ class LocalKernel(Kernel):
     def prepare_many(self, branches: Sequence[Any], depth: int) -> Any:
         # Each branch's rows as one struct column, NULL where its condition fails: one
         # statement for all, the rows split apart in Arrow (`run_many`).
-        columns: list[exp.Expression] = [
-            exp.column(c, quoted=True) for c in (*time_columns(depth), DIFF)
-        ]
+        columns: list[exp.Expr] = [exp.column(c, quoted=True) for c in (*time_columns(depth), DIFF)]
         for i, branch in enumerate(branches):
             struct: exp.Expression = exp.Struct(
                 expressions=[
@@ -336,7 +334,9 @@ def _placeholder(name: str) -> str:
     return f"__dsql_input_{name}__"
 
 
-def _source(con: Any, registered: dict[str, Any], name: str, frame: pa.Table | None) -> str:
+def _source(
+    con: Any, registered: dict[str | tuple[str, str], Any], name: str, frame: pa.Table | None
+) -> str:
     """The quoted name under which `frame` (input `name`) is registered on `con`.
 
     DuckDB builds with `_register_source` register an Arrow table under a fresh name

@@ -386,9 +386,10 @@ class SparkKernel(Kernel):
             return None
         if path not in self._datasets:
             self._datasets[path] = self._dataset(path, frame)
-        if self._datasets[path] is None:
+        stored = self._datasets[path]
+        if stored is None:
             return None
-        dataset, schema = self._datasets[path]
+        dataset, schema = stored
         try:
             if column is None or keys is None:
                 return dataset.to_table().cast(schema)
@@ -412,7 +413,7 @@ class SparkKernel(Kernel):
         """Whether the driver reads the files executors write: a local master's are its own."""
         if self.driver_reads is None:
             try:
-                master = self.spark.conf.get("spark.master", "")
+                master = self.spark.conf.get("spark.master", "") or ""  # pyspark: str | None
             except Exception:  # noqa: BLE001 - a remote session may not say
                 master = ""
             self.driver_reads = master.startswith("local")
@@ -556,7 +557,7 @@ _REORDERING = (
 )
 
 
-def _order_map(query: exp.Expression) -> tuple[tuple[str, str], ...] | None:
+def _order_map(query: exp.Expr) -> tuple[tuple[str, str], ...] | None:
     """The (output, input) column pairs of a query that keeps its one input's rows in
     their order (a SELECT of columns and per-row expressions, maybe filtered, over one
     table or over such a SELECT: no join, grouping, aggregate, window, DISTINCT, ORDER

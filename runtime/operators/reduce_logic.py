@@ -131,7 +131,7 @@ def _by_group(keys: Sequence[str], depth: int) -> list[exp.Expression]:
 class Aggregates(ReduceLogic):
     """SQL aggregate expressions, each with an output name."""
 
-    aggregates: tuple[tuple[str, exp.Expression], ...]
+    aggregates: tuple[tuple[str, exp.Expr], ...]
 
     def __post_init__(self) -> None:
         for name, e in self.aggregates:
@@ -175,7 +175,7 @@ class Aggregates(ReduceLogic):
         return ", ".join(f"{e.sql()} AS {n}" for n, e in self.aggregates)
 
 
-def _rewrite(e: exp.Expression) -> exp.Expression | None:
+def _rewrite(e: exp.Expr) -> exp.Expression | None:
     """`e` with each aggregate weighted by `__diff__`; None if some aggregate has no rewrite."""
     unsupported = False
 
@@ -345,7 +345,7 @@ class PythonLogic(ReduceLogic):
 
 def parse_aggregates(items: Sequence[str | tuple[str, str]], dialect: str) -> Aggregates:
     """Aggregates from `"sum(x) AS s"` strings or `(name, expression)` pairs."""
-    pairs: list[tuple[str, exp.Expression]] = []
+    pairs: list[tuple[str, exp.Expr]] = []
     for item in items:
         if isinstance(item, tuple):
             pairs.append((item[0], parse_one(item[1], read=dialect)))

@@ -115,7 +115,8 @@ def settled_inputs(
         # A trace's batches know their times' ranges: when none is later than the stamp,
         # no frame of it needs its own check (the delta is at the stamp).
         known = bounded(arranged.history_upper(), tuple(stamp))
-        kept, unpicked = [], []
+        kept: list[Frame] = []
+        unpicked: list[Frame] = []
         for frame in parts:
             if kernel.rows(frame) == 0:
                 continue
