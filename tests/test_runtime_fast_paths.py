@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import oracle
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -442,15 +443,47 @@ def test_driver_distinct_step_equals_accumulate_then_subtract(
 JOIN_KEYS = st.sampled_from([("i",), ("s",), ("i", "s"), ("b", "d"), ()])
 
 
+def _tilted(table: pa.Table, tilt: str) -> pa.Table:
+    """`table` with its times made later than any drawn (`later`: a loop step's delta
+    against what entered it), its diffs all 1 (`ones`) or all positive, so that one side
+    decides a pair's time or diff (`driver._later`, `driver._product`) or nearly does."""
+    if tilt == "later":
+        for t in ("__time__", "__time1__"):
+            at = table.column_names.index(t)
+            table = table.set_column(at, t, pc.add(table[t], 5))
+    if tilt == "ones":
+        at = table.column_names.index("__diff__")
+        table = table.set_column(at, "__diff__", pa.array([1] * table.num_rows, pa.int64()))
+    if tilt == "positive":  # the least diff 1, but not every one
+        at = table.column_names.index("__diff__")
+        table = table.set_column(at, "__diff__", pc.abs(table["__diff__"]))
+    return table
+
+
+TILTS = st.sampled_from(["none", "later", "ones", "positive"])
+
+
 @settings(LOCAL, max_examples=80)
-@given(left=_tables(), right=_tables(), keys=JOIN_KEYS, arrays=st.booleans())
+@given(
+    left=_tables(),
+    right=_tables(),
+    keys=JOIN_KEYS,
+    arrays=st.booleans(),
+    tilts=st.tuples(TILTS, TILTS),
+)
 def test_driver_join_equals_the_query(
-    left: list[pa.Table], right: list[pa.Table], keys: tuple[str, ...], arrays: bool
+    left: list[pa.Table],
+    right: list[pa.Table],
+    keys: tuple[str, ...],
+    arrays: bool,
+    tilts: tuple[str, str],
 ) -> None:
     """Both of the driver's joins (Python's dict for a few rows, array operations for
     more: `arrays` forces them) against DuckDB's `relational.join_on_keys`, NULL keys
-    matching NULL."""
+    matching NULL; a side's times or diffs tilted (`_tilted`) or not."""
     kernel = LocalKernel()
+    left = [_tilted(t, tilts[0]) for t in left]
+    right = [_tilted(t, tilts[1]) for t in right]
     l_table = pa.concat_tables(left)
     r_table = pa.concat_tables(right).rename_columns(
         ["ri", "rs", "rb", "rd", "__time__", "__time1__", "__diff__"]
@@ -468,6 +501,17 @@ def test_driver_join_equals_the_query(
     slow = kernel.query(query, {"l": l_table, "r": r_table})
     assert fast.schema.names == slow.schema.names
     assert sorted(map(str, fast.to_pylist())) == sorted(map(str, slow.to_pylist()))
+
+
+def test_a_join_checks_each_pairs_diff_product_when_some_pair_may_overflow() -> None:
+    """Diffs whose extremes multiply past 2**62 are checked pair by pair: the pairs that
+    stay below give their products, a pair beyond declines the join."""
+    left, right = np.array([2**61, 1]), np.array([1, 3])
+    both = np.array([0, 1])
+    product = driver._product(left, both, right, both)
+    assert product is not None and product.tolist() == [2**61, 3]
+    assert driver._product(left, np.array([0]), right, np.array([1])) is None
+    assert driver._later(np.array([4, 9]), both, np.array([7, 2]), both).tolist() == [7, 9]
 
 
 def test_driver_declines_what_it_cannot_match() -> None:

@@ -591,17 +591,22 @@ def _matches_by_codes(
     if pairs > 2 * JOIN_ROWS:
         return None
     lefts = np.repeat(np.arange(left.num_rows), count)
-    within = np.arange(pairs) - np.repeat(np.cumsum(count) - count, count)
-    return lefts, order[np.repeat(low, count) + within]
+    # Pair p of left row i is match p - (i's first pair) of i's run, which starts at low.
+    at = np.repeat(low - (np.cumsum(count) - count), count)
+    at += np.arange(pairs)
+    return lefts, order[at]
 
 
 def _joined(
     left: pa.Table, right: pa.Table, lefts: np.ndarray, rights: np.ndarray, shape: JoinShape
 ) -> pa.Table | None:
-    """The output rows of the matched pairs; None when a diff product could overflow."""
-    ldiff = left[DIFF].to_numpy().astype(np.int64, copy=False)[lefts]
-    rdiff = right[DIFF].to_numpy().astype(np.int64, copy=False)[rights]
-    if len(lefts) and float(np.abs(ldiff.astype(np.float64) * rdiff).max()) >= 2.0**62:
+    """The output rows of the matched pairs; None when a diff product could overflow.
+
+    A time or diff column that one side decides for every pair (its times all at least
+    the other's, or its diffs all 1, as in a loop's step) is taken from that side alone,
+    and without a take when it holds one value."""
+    diff = _product(left[DIFF].to_numpy(), lefts, right[DIFF].to_numpy(), rights)
+    if diff is None:
         return None  # the query reports the overflow
     times = time_columns(shape.depth)
     data, values = list(shape.left_columns), list(shape.right_values)
@@ -612,12 +617,57 @@ def _joined(
             taken = side.select(names).take(pa.array(at, pa.int64()))
             arrays += [taken[n] for n in names]
     for t in times:
-        later = np.maximum(left[t].to_numpy()[lefts], right[t].to_numpy()[rights])
-        arrays.append(pa.array(later, pa.int64()))
-    arrays.append(pa.array(ldiff * rdiff, pa.int64()))
+        arrays.append(pa.array(_later(left[t].to_numpy(), lefts, right[t].to_numpy(), rights)))
+    arrays.append(pa.array(diff, pa.int64()))
     fields = [left.schema.field(n) for n in data] + [right.schema.field(n) for n in values]
     fields += [pa.field(t, pa.int64()) for t in (*times, DIFF)]
     return pa.Table.from_arrays(arrays, schema=_nullable_schema(pa.schema(fields)))
+
+
+def _later(
+    left: np.ndarray, lefts: np.ndarray, right: np.ndarray, rights: np.ndarray
+) -> np.ndarray:
+    """Per pair, the later of its left row's time in `left` and its right row's in
+    `right` (int64, never NULL)."""
+    if not len(lefts):
+        return np.zeros(0, np.int64)
+    (llow, lhigh), (rlow, rhigh) = _span(left), _span(right)
+    if llow >= rhigh:
+        return _taken(left, lefts, llow, lhigh)
+    if rlow >= lhigh:
+        return _taken(right, rights, rlow, rhigh)
+    return np.maximum(left[lefts], right[rights])
+
+
+def _product(
+    left: np.ndarray, lefts: np.ndarray, right: np.ndarray, rights: np.ndarray
+) -> np.ndarray | None:
+    """Per pair, the product of its rows' diffs; None when one could reach 2**62."""
+    if not len(lefts):
+        return np.zeros(0, np.int64)
+    (llow, lhigh), (rlow, rhigh) = _span(left), _span(right)
+    if max(-llow, lhigh) * max(-rlow, rhigh) >= 2**62:  # some pair may: each is checked
+        ldiff, rdiff = left[lefts], right[rights]
+        if float(np.abs(ldiff.astype(np.float64) * rdiff).max()) >= 2.0**62:
+            return None
+        return ldiff * rdiff
+    if llow == lhigh == 1:
+        return _taken(right, rights, rlow, rhigh)
+    if rlow == rhigh == 1:
+        return _taken(left, lefts, llow, lhigh)
+    return left[lefts] * right[rights]
+
+
+def _span(values: np.ndarray) -> tuple[int, int]:
+    """The least and greatest of the non-empty `values`."""
+    return int(values.min()), int(values.max())
+
+
+def _taken(values: np.ndarray, at: np.ndarray, low: int, high: int) -> np.ndarray:
+    """`values[at]` as int64, without a take when every value is `low` (== `high`)."""
+    if low == high:
+        return np.full(len(at), low, np.int64)
+    return values.astype(np.int64, copy=False)[at]
 
 
 def concat_columns(
