@@ -222,7 +222,11 @@ def _in_numbers(
         ordered, order = sort_order(code)
         starts = run_starts(ordered)
     first = np.flatnonzero(starts)
-    sums = np.add.reduceat(diffs[order], first)
+    low, high = int(diffs.min()), int(diffs.max())
+    if low == high:  # every diff alike (a join's or a distinct's): each run's length
+        sums = np.diff(first, append=len(order)) * low
+    else:
+        sums = np.add.reduceat(diffs[order], first)
     nonzero = sums != 0
     rows = order[first[nonzero]]
     arrays = [pa.array(a[rows], f.type) for a, f in zip(arrays, schema, strict=False)]
@@ -282,14 +286,24 @@ def _by_bins(
     size = math.prod(span for _, span in digits)
     sums = np.bincount(code, weights=diffs, minlength=size)
     present = np.flatnonzero(sums)
-    columns, rest = [], present
+    columns = _decoded(present, digits)
+    arrays = [pa.array(a, f.type) for a, f in zip(columns, schema, strict=False)]
+    total = sums[present].astype(np.int64)
+    return pa.Table.from_arrays([*arrays, pa.array(total, pa.int64())], schema=schema)
+
+
+def _decoded(codes: np.ndarray, digits: list[tuple[int, int]]) -> list[np.ndarray]:
+    """The column values of rows packed into `codes` by `_packed_codes` (its `digits`),
+    first column first; a column of one value costs no division."""
+    columns, rest = [], codes
     for low, span in reversed(digits):
+        if span == 1:  # one value: no digit in the code
+            columns.append(np.full(len(codes), low, np.int64))
+            continue
         rest, value = np.divmod(rest, span)
         value += low
         columns.append(value)
-    arrays = [pa.array(a, f.type) for a, f in zip(reversed(columns), schema, strict=False)]
-    total = sums[present].astype(np.int64)
-    return pa.Table.from_arrays([*arrays, pa.array(total, pa.int64())], schema=schema)
+    return columns[::-1]
 
 
 def _in_python(
