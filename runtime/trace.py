@@ -180,8 +180,11 @@ class Trace:
         rows: list[np.ndarray] = []
         columns: list[list[np.ndarray]] = [[] for _ in names]
         for batch in self.batches:
+            # Not made whole: the index joins up a concatenation's pieces only in the
+            # columns read (`KeyIndex.ints`), not in every column.
+            batch.rows_read = True
             found = self.kernel.key_matches(
-                batch.frame, self.keys, self._read_rows(batch), probe, by, names
+                batch.frame, self.keys, self._index(batch), probe, by, names
             )
             if found is None:
                 return None
