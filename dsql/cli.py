@@ -173,7 +173,7 @@ class Script:
         elif isinstance(stmt, grammar.Select):
             target = stmt.query
         elif isinstance(stmt, grammar.Subscribe | grammar.DeclareCursor):
-            target = getattr(stmt, "subscribe", stmt).target
+            target = (stmt.subscribe if isinstance(stmt, grammar.DeclareCursor) else stmt).target
         else:
             return  # writes, ADVANCE, FETCH: nothing to plan
         self.printer.plan(one_line(stmt.text), explain(s, target, self.explain_stage))

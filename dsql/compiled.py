@@ -95,10 +95,10 @@ def query_of(stmt: Any) -> Any:
     match stmt:
         case grammar.Select() | grammar.CreateView():
             return stmt.query
-        case grammar.Subscribe() if not isinstance(stmt.target, str):
-            return stmt.target
+        case grammar.Subscribe(target=str() as name):
+            return exp.select("*").from_(exp.to_table(name))
         case grammar.Subscribe():
-            return exp.select("*").from_(exp.to_table(stmt.target))
+            return stmt.target
     raise errors.UnsupportedError(
         f"compile takes a query, not {type(stmt).__name__}",
         hint="pass SELECT ... or CREATE VIEW ...",

@@ -138,6 +138,7 @@ class Executor:
                 if stmt.to is not None:
                     s.advance_to(_as_ms(stmt.to))
                 else:
+                    assert stmt.by is not None  # exactly one of `to` and `by` is set
                     s.advance_to(s.clock.now_ms() + _as_ms(stmt.by, interval=True))
                 return Result(status=f"ADVANCE {s.clock.now_ms()}")
             case grammar.Begin():

@@ -236,6 +236,7 @@ def at_time(session: Session, relation: Any, ms: int) -> Plan:
     from dsql.relation import _view_plan
 
     (statement,) = grammar.parse(relation.sql)
+    assert isinstance(statement, grammar.CreateView)  # a view's text is its CREATE VIEW
     return _view_plan(session.plan(replace_mz_now(statement.query, ms)))
 
 

@@ -52,7 +52,7 @@ class Index:
     keys: tuple[int, ...]
     key_names: tuple[str, ...]
     arrangement: Arrangement
-    nodes: tuple[Node, ...]
+    nodes: tuple[Node | None, ...]
     sql: str = ""
 
 
@@ -135,7 +135,9 @@ class Indexes:
             name = f"{base}{n}"
         return name
 
-    def _build(self, rel: Relation, keys: tuple[str, ...]) -> tuple[Arrangement, tuple[Node, ...]]:
+    def _build(
+        self, rel: Relation, keys: tuple[str, ...]
+    ) -> tuple[Arrangement, tuple[Node | None, ...]]:
         s = self.session
         if rel.arrangement is not None and rel.arrangement.keys == keys:
             return rel.arrangement, ()

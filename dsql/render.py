@@ -240,6 +240,7 @@ class Renderer:
             return out
         # SQL's empty-group rule: a row for each domain key with no input rows.
         if g:
+            assert plan.domain is not None  # a grouped reduce without one returned above
             domain = self.render(plan.domain).map(*(exp.alias_(col(i), f"_c{i}") for i in range(g)))
             present = c.map(*(exp.alias_(exp.column(k), f"_c{i}") for i, k in enumerate(key_cols)))
             missing = domain.antijoin(present, on=names(g))

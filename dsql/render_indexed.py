@@ -48,9 +48,10 @@ def relation_columns(plan: Plan) -> tuple[str, tuple[int, ...]] | None:
             return name, outputs
         case Linear(input=Get(name=name), function=fn) if len(fn.segments()) == 1:
             ((segment, table),) = fn.segments()
-            plain = all(isinstance(m, int) for m in segment.meta)
+            copied = tuple(m for m in segment.meta if isinstance(m, int))
+            plain = len(copied) == len(segment.meta)
             if table is None and plain and not (segment.predicates or segment.negated):
-                return name, tuple(int(m) for m in segment.meta)  # type: ignore[call-overload]
+                return name, copied
     return None
 
 

@@ -84,11 +84,13 @@ def temporal_branches(
     """
     lo = _fold(exp.Greatest, list(interval.lower))
     hi = _fold(exp.Least, list(interval.upper))
-    known = [
+    known: list[exp.Expression] = [
         exp.Not(this=exp.Is(this=b.copy(), expression=exp.Null()))
         for b in (*interval.lower, *interval.upper)
     ]
-    window = [exp.GT(this=hi.copy(), expression=lo.copy())] if lo is not None and hi else []
+    window: list[exp.Expression] = (
+        [exp.GT(this=hi.copy(), expression=lo.copy())] if lo is not None and hi else []
+    )
     parts = [p.copy() for p in ([where] if where is not None else [])]
     parts += [g.copy() for g in interval.guard] + known + window
     cond = exp.and_(*parts, copy=False) if parts else None

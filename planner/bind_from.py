@@ -32,7 +32,7 @@ from dsql.planner.bind_shape import (
     types_of,
     visible_plan,
 )
-from dsql.planner.expr import col
+from dsql.planner.expr import as_expression, col
 from dsql.planner.expr_bind import ExprBinder
 from dsql.planner.plan import (
     Column,
@@ -222,7 +222,7 @@ def _bind_join(join: exp.Join, left: Plan, scope: Scope, env: Env) -> tuple[Plan
     )
     new_scope = scope.with_items((*scope.items, item))
     binder = ExprBinder(env, new_scope, bind_query).with_types(types_of(left) + types_of(right))
-    on_expr: exp.Expr | None = None
+    on_expr: exp.Expression | None = None
     if using or natural:
         names = (
             [u.name for u in using]
@@ -234,7 +234,7 @@ def _bind_join(join: exp.Join, left: Plan, scope: Scope, env: Env) -> tuple[Plan
             _, lpos = scope.resolve(n, None)
             rpos = offset + item.names.index(n)
             conds.append(exp.EQ(this=col(lpos), expression=col(rpos)))
-        on_expr = exp.and_(*conds) if conds else None
+        on_expr = as_expression(exp.and_(*conds)) if conds else None
         hidden_item = Item(item.alias, item.names, offset, hidden=tuple(names))
         new_scope = scope.with_items((*scope.items, hidden_item))
     elif join.args.get("on") is not None:

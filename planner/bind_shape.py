@@ -114,7 +114,7 @@ def cast_plan(plan: Plan, columns: tuple[Column, ...], where: str) -> Plan:
     """The plan with each column cast to the target type where they differ."""
     if plan.arity != len(columns):
         raise SchemaError(f"{where}: {plan.arity} columns where {len(columns)} are declared")
-    casts = []
+    casts: list[exp.Expression] = []
     changed = False
     for i, (have, want) in enumerate(zip(plan.columns, columns, strict=False)):
         if have.type == want.type or types.is_unknown(want.type):

@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from dsql.errors import UnsupportedError
 from dsql.planner import types
-from dsql.planner.expr import Outer, SubqueryExpr, col, remap, shift
+from dsql.planner.expr import Outer, SubqueryExpr, as_expression, col, remap, shift
 from dsql.planner.plan import (
     Column,
     Filter,
@@ -124,14 +124,16 @@ def _join_subquery(inp: Plan, s: SubqueryExpr) -> tuple[Plan, exp.Expression]:
     lifted = _lift(sub, outer, domain) if outer else sub
     if s.args["kind"] == "exists":
         found = Map(Distinct(Project(lifted, tuple(range(d)))), (exp.true(),), ("?exists",))
-        right = found
+        right: Plan = found
     else:
         right = lifted
     on = (
-        exp.and_(
-            *(
-                exp.NullSafeEQ(this=col(c), expression=col(inp.arity + j))
-                for j, c in enumerate(outer)
+        as_expression(
+            exp.and_(
+                *(
+                    exp.NullSafeEQ(this=col(c), expression=col(inp.arity + j))
+                    for j, c in enumerate(outer)
+                )
             )
         )
         if outer
@@ -175,7 +177,7 @@ def _lateral(left: Plan, right: Plan, on: exp.Expression | None) -> Plan:
         if on is not None
         else []
     )
-    joined = Join(left, lifted, "inner", exp.and_(*keys, *extra))
+    joined = Join(left, lifted, "inner", as_expression(exp.and_(*keys, *extra)))
     keep = tuple(range(left.arity)) + tuple(range(left.arity + d, joined.arity))
     return Project(joined, keep)
 
@@ -278,7 +280,7 @@ def _lift(plan: Plan, outer: list[int], domain: Plan) -> Plan:
                 if on is not None
                 else []
             )
-            joined = Join(ll, rl, kind, exp.and_(*keys, *cond))
+            joined = Join(ll, rl, kind, as_expression(exp.and_(*keys, *cond)))
             if kind in ("right", "full"):
                 raise UnsupportedError(
                     "a RIGHT/FULL join inside a correlated subquery is not supported",

@@ -71,6 +71,19 @@ def parse_expr(text: str) -> exp.Expr:
     return sqlglot.parse_one(text, read="postgres")
 
 
+def as_expression(e: exp.Expr) -> exp.Expression:
+    """`e` typed as what plan nodes hold: `exp.Expression`, the base of every node class.
+
+    sqlglot 30 types what its builders return (`exp.and_`, `exp.or_`, `parse_one`) as
+    `exp.Expr`, the trait that `exp.Expression` implements; each node they build is one.
+
+    >>> type(as_expression(exp.and_(col(0), col(1)))).__name__
+    'And'
+    """
+    assert isinstance(e, exp.Expression), f"{type(e).__name__} is not a sqlglot node"
+    return e
+
+
 class Outer(exp.Expression):
     """Column `this` of the enclosing query's current row (a correlated reference)."""
 

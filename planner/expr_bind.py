@@ -22,7 +22,7 @@ from sqlglot import exp
 from dsql.errors import DsqlError, SchemaError
 from dsql.planner import types
 from dsql.planner.bind_shape import visible_plan
-from dsql.planner.expr import Outer, Position, SubqueryExpr, col
+from dsql.planner.expr import Outer, Position, SubqueryExpr, as_expression, col
 from dsql.planner.plan import Filter, Plan
 from dsql.planner.scope import Scope, position_of, unsupported
 
@@ -119,7 +119,7 @@ class ExprBinder:
         self._types = column_types
         return self
 
-    def bind(self, e: exp.Expr) -> exp.Expr:
+    def bind(self, e: exp.Expr) -> exp.Expression:
         """The expression over positional references (a copy; `e` is unchanged)."""
         try:
             bound = self._bind(e.copy())
@@ -127,7 +127,7 @@ class ExprBinder:
             if error.position is None:
                 error.position = position_of(e)
             raise
-        return bound
+        return as_expression(bound)
 
     def _bind(self, e: exp.Expr) -> exp.Expr:
         match e:
@@ -209,9 +209,11 @@ class ExprBinder:
         unknown = Filter(
             plan,
             (
-                exp.or_(
-                    exp.Is(this=col(0), expression=exp.Null()),
-                    exp.Is(this=outer_x.copy(), expression=exp.Null()),
+                as_expression(
+                    exp.or_(
+                        exp.Is(this=col(0), expression=exp.Null()),
+                        exp.Is(this=outer_x.copy(), expression=exp.Null()),
+                    )
                 ),
             ),
         )

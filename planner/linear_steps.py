@@ -90,7 +90,7 @@ class Segment:
             out.append(FilterStep(self.predicates))
         exprs: list[exp.Expression] = []
         cols: list[Column] = []
-        seen: dict[str, int] = {}
+        seen: dict[Hashable, int] = {}
         layout: list[int] = []
         for e, m in zip(self.outputs, self.meta, strict=True):
             i = _column_index(e)

@@ -121,7 +121,7 @@ def is_unknown(dtype: exp.DataType) -> bool:
     return dtype.this in (T.UNKNOWN, T.NULL)
 
 
-def infer(expression: exp.Expression, inputs: Sequence[exp.DataType]) -> exp.DataType:
+def infer(expression: exp.Expr, inputs: Sequence[exp.DataType]) -> exp.DataType:
     """The type of an expression over columns `_c0.._cN` of the given types.
 
     The expression is annotated in place (sqlglot caches types on nodes), which
@@ -146,7 +146,7 @@ def infer(expression: exp.Expression, inputs: Sequence[exp.DataType]) -> exp.Dat
 _LEAF_TYPES: dict[tuple[str, str], exp.DataType] = {}
 
 
-def _leaf_key(e: exp.Expression) -> tuple[str, str] | None:
+def _leaf_key(e: exp.Expr) -> tuple[str, str] | None:
     """What a leaf literal's type depends on: its kind and, for numbers, its spelling's
     shape (digits only, or with a point or exponent); strings are all alike."""
     if isinstance(e, exp.Null):
@@ -162,7 +162,7 @@ def _leaf_key(e: exp.Expression) -> tuple[str, str] | None:
     return None
 
 
-def _annotate(expression: exp.Expression, inputs: Sequence[exp.DataType]) -> exp.DataType:
+def _annotate(expression: exp.Expr, inputs: Sequence[exp.DataType]) -> exp.DataType:
     """`infer` by sqlglot's type annotation (the expression is annotated in place)."""
     # sqlglot's schema costs per column (wide joins have hundreds): only the columns the
     # expression reads, or the first one (the table must have a column), typed as before.
@@ -187,7 +187,7 @@ def _annotate(expression: exp.Expression, inputs: Sequence[exp.DataType]) -> exp
     return expression.type or exp.DataType.build("unknown")
 
 
-def integer_literal(e: exp.Expression) -> int | None:
+def integer_literal(e: exp.Expr) -> int | None:
     """The value of an integer literal (possibly negated), else None."""
     sign = 1
     while isinstance(e, exp.Neg | exp.Paren):

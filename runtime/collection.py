@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import sqlglot
@@ -52,7 +52,7 @@ from dsql.runtime.operators.reduce_logic import (
     parse_aggregates,
 )
 
-Expr = str | exp.Expression
+Expr = str | exp.Expr
 #: An output column: `"expr AS name"` text or tree, a bare column, or `(name, expression)`
 #: (taken as it is: the caller hands the expression over and never changes it).
 Named = Expr | tuple[str, exp.Expression]
@@ -66,7 +66,7 @@ def _parse_cached(text: str, dialect: str) -> exp.Expr:
 
 def parse_expression(text: Expr, dialect: str) -> exp.Expr:
     """A sqlglot expression from SQL text; a ParseError with the position otherwise."""
-    if isinstance(text, exp.Expression):
+    if isinstance(text, exp.Expr):
         return text
     try:
         return _parse_cached(text, dialect).copy()
@@ -112,8 +112,8 @@ class LinearNode(Node):
         self.linear = linear
         self._query: Prepared | None = None
         self._composed: dict[object, Prepared] = {}
-        self._selection: Selection | None | bool = False  # False: not known yet
-        self._branch: Branch | None | bool = False
+        self._selection: Selection | None | Literal[False] = False  # False: not known yet
+        self._branch: Branch | None | Literal[False] = False
         before = prior if prior is not None else source
         last = linear.steps[-1]
         schema = static_schema(last, before.schema)
@@ -200,7 +200,7 @@ class LinearNode(Node):
             self._selection = (
                 None if found is None else Selection(found.renames + extra, found.not_null)
             )
-        return self._selection  # type: ignore[return-value]
+        return self._selection
 
     def compose(self, outer: Callable[[exp.Query], exp.Query], name: str) -> Prepared:
         """`outer` applied to this chain's query over `src` (a reader's fused query),

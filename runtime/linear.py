@@ -42,11 +42,11 @@ class Branch:
     """One output row per input row that satisfies `where`."""
 
     columns: tuple[tuple[str, exp.Expression], ...]
-    where: exp.Expression | None = None
+    where: exp.Expr | None = None
     #: Per time coordinate, an expression for `t2` (output = GREATEST(t, t2)), or None.
-    time: tuple[exp.Expression | None, ...] = ()
+    time: tuple[exp.Expr | None, ...] = ()
     #: A factor the input diff is multiplied by, or None for 1.
-    diff: exp.Expression | None = None
+    diff: exp.Expr | None = None
 
     def __post_init__(self) -> None:
         names = [name for name, _ in self.columns]
@@ -70,8 +70,8 @@ class Branches:
     def single(
         cls,
         columns: Sequence[tuple[str, exp.Expression]],
-        where: exp.Expression | None = None,
-        diff: exp.Expression | None = None,
+        where: exp.Expr | None = None,
+        diff: exp.Expr | None = None,
     ) -> Branches:
         """One branch: a map (with an optional filter and diff factor)."""
         return cls((Branch(tuple(columns), where=where, diff=diff),))
@@ -85,7 +85,7 @@ class Unnest:
     """A variable fan-out: one row per element of `array`, as column `column`."""
 
     column: str
-    array: exp.Expression
+    array: exp.Expr
     keep: tuple[str, ...]
 
     def output_columns(self, inputs: tuple[str, ...]) -> tuple[str, ...]:
@@ -95,7 +95,7 @@ class Unnest:
 Step = Branches | Unnest
 
 
-def _not_null_columns(condition: exp.Expression) -> list[str] | None:
+def _not_null_columns(condition: exp.Expr) -> list[str] | None:
     """The columns of a condition `c IS NOT NULL AND ...` (None for any other condition)."""
     if isinstance(condition, exp.Paren):
         return _not_null_columns(condition.this)
@@ -208,7 +208,7 @@ def _compile_step(
     )
 
 
-def _as_array(e: exp.Expression) -> exp.Expression:
+def _as_array(e: exp.Expr) -> exp.Expr:
     """The array an `Unnest` explodes, in a form every engine reads alike.
 
     A table function written as such (`unnest(a)`, PostgreSQL's `generate_series`)
@@ -246,8 +246,8 @@ def _is_number(e: exp.Expression) -> bool:
     return isinstance(inner, exp.Literal) and not inner.is_string
 
 
-def _branch_columns(branch: Branch, times: tuple[str, ...]) -> list[tuple[str, exp.Expression]]:
-    out: list[tuple[str, exp.Expression]] = list(branch.columns)
+def _branch_columns(branch: Branch, times: tuple[str, ...]) -> list[tuple[str, exp.Expr]]:
+    out: list[tuple[str, exp.Expr]] = list(branch.columns)
     for i, name in enumerate(times):
         t2 = branch.time[i] if i < len(branch.time) else None
         out.append((name, rel.col(name) if t2 is None else rel.greatest(rel.col(name), t2)))
@@ -305,13 +305,13 @@ def _constant_type(e: exp.Expression) -> pa.DataType | None:
     return None
 
 
-def _small_integer(e: exp.Expression) -> bool:
+def _small_integer(e: exp.Expr) -> bool:
     return (
         isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit() and int(e.this) < 2**31
     )
 
 
-def _constant_diff(diff: exp.Expression | None) -> bool:
+def _constant_diff(diff: exp.Expr | None) -> bool:
     """Whether a branch's diff factor is absent or a plain integer (cannot fail)."""
     if diff is None:
         return True

@@ -55,7 +55,7 @@ def _table(name: str, alias: str | None = None) -> exp.Table:
     return table
 
 
-def greatest(*args: exp.Expression) -> exp.Expression:
+def greatest(*args: exp.Expr) -> exp.Expr:
     """The larger of the arguments (the lattice join of one time coordinate)."""
     return args[0] if len(args) == 1 else exp.Greatest(this=args[0], expressions=list(args[1:]))
 
@@ -113,7 +113,7 @@ def advance(
 ) -> exp.Select:
     """Advance every time to `frontier` (`lattice.advance_by`) and consolidate."""
     times = time_columns(depth)
-    advanced: list[tuple[str, exp.Expression]] = []
+    advanced: list[tuple[str, exp.Expr]] = []
     for i, name in enumerate(times):
         candidates = [greatest(col(name), lit(f[i])) for f in frontier]
         value = (

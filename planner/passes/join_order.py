@@ -36,7 +36,7 @@ import heapq
 
 from sqlglot import exp
 
-from dsql.planner.expr import conjuncts, held_refs, refs, remap
+from dsql.planner.expr import as_expression, conjuncts, held_refs, refs, remap
 from dsql.planner.plan import Plan, Project
 from dsql.planner.stateful import Join
 
@@ -133,7 +133,8 @@ def _reorder(node: Plan, visit, known: dict[int, _Flat]) -> Plan:  # type: ignor
         ready = [k for k in pending if touches[k] <= placed]
         pending = [k for k in pending if k not in ready]
         on = [remap(preds[k], {i: position[i] for i in refs(preds[k])}) for k in ready]
-        tree = Join(tree, child, "inner", exp.and_(*on, copy=False) if on else None)
+        condition = as_expression(exp.and_(*on, copy=False)) if on else None
+        tree = Join(tree, child, "inner", condition)
     assert tree is not None and not pending
     return Project(tree, tuple(position[i] for i in range(node.arity)))
 

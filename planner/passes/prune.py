@@ -84,8 +84,8 @@ def _prune(node: Plan, demand: frozenset[int], prune) -> tuple[Plan, Mapping]:  
             needed = frozenset(group) | frozenset(c for a in aggs for c in refs(a))
             child, m = prune(inp, needed)
             new_domain = prune(domain, frozenset(range(domain.arity)))[0] if domain else None
-            moved = tuple(remap(a, dict(m)) for a in aggs)
-            reduced = Reduce(child, tuple(m[g] for g in group), moved, names, new_domain)
+            moved_aggs = tuple(remap(a, dict(m)) for a in aggs)
+            reduced = Reduce(child, tuple(m[g] for g in group), moved_aggs, names, new_domain)
             return reduced, _identity(node)
         case Union(parts=parts):
             wanted = sorted(demand)

@@ -37,7 +37,7 @@ from dataclasses import replace
 
 from sqlglot import exp
 
-from dsql.planner.expr import conjuncts, refs, remap, shift
+from dsql.planner.expr import as_expression, conjuncts, refs, remap, shift
 from dsql.planner.linear import JoinFunction
 from dsql.planner.passes.fuse import linear
 from dsql.planner.plan import Linear, Plan, Union
@@ -116,7 +116,7 @@ def _join(node: Join, preds: tuple[exp.Expression, ...], sink, clean) -> Plan:  
             on.append(p)
     left = sink(node.left, tuple(to_left)) if to_left else clean(node.left)
     right = sink(node.right, tuple(to_right)) if to_right else clean(node.right)
-    condition = exp.and_(*on) if on else None
+    condition = as_expression(exp.and_(*on)) if on else None
     return _filtered(Join(left, right, kind, condition), tuple(above))
 
 

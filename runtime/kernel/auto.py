@@ -130,7 +130,7 @@ class AutoKernel(Kernel):
     def placement(self, frame: Frame | None = None) -> str:
         return "local" if frame is None or isinstance(frame, pa.Table) else "spark"
 
-    @property  # type: ignore[override]
+    @property
     def probe_by_keys(self) -> bool:  # only a Spark batch gains from a key filter
         return self.started
 
@@ -426,7 +426,7 @@ class AutoKernel(Kernel):
             return self.local.set_time(frame, name, value)
         return self.remote.set_time(frame, name, value)
 
-    def fanout(self, branches: Sequence[Sequence[tuple[str, exp.Expression]]]) -> exp.Expression:
+    def fanout(self, branches: Sequence[Sequence[tuple[str, exp.Expr]]]) -> exp.Expression:
         return self.local.fanout(branches)
 
 

@@ -297,9 +297,12 @@ class Kernel(ABC):
 
     #: Results with at most this many rows are held in the driver as Arrow tables.
     small_rows: int = 50_000
-    #: Whether a join should first filter stored rows to a small batch's keys (a literal
-    #: `IN` list lets Spark skip row groups; DuckDB's hash join gains nothing from it).
-    probe_by_keys: bool = True
+
+    @property
+    def probe_by_keys(self) -> bool:
+        """Whether a join should first filter stored rows to a small batch's keys (a literal
+        `IN` list lets Spark skip row groups; DuckDB's hash join gains nothing from it)."""
+        return True
 
     @abstractmethod
     def materialize(
@@ -339,7 +342,7 @@ class Kernel(ABC):
         """The column names and types of a frame, as an Arrow schema (no action)."""
 
     @abstractmethod
-    def fanout(self, branches: Sequence[Sequence[tuple[str, exp.Expression]]]) -> exp.Expression:
+    def fanout(self, branches: Sequence[Sequence[tuple[str, exp.Expr]]]) -> exp.Expression:
         """A select-list expression turning each input row into one row per branch.
 
         Every branch names the same output columns, in the same order.
@@ -395,6 +398,6 @@ class Kernel(ABC):
         assert isinstance(query, exp.Query)
         return self.query(query, {"f": frame})
 
-    def sql(self, select: exp.Expression) -> str:
+    def sql(self, select: exp.Expr) -> str:
         """The text of `select` in this kernel's dialect."""
         return select.sql(dialect=self.dialect)

@@ -53,7 +53,7 @@ MAX_PAIRS = 4_000_000
 _Sums = tuple[np.ndarray, np.ndarray, np.ndarray]
 #: A trace's rows of probed keys (`Trace.key_matches`): the probe row with each one's
 #: key, the last time coordinate, the diff.
-Matches = tuple[np.ndarray, np.ndarray, np.ndarray]
+Matches = tuple[np.ndarray, ...]
 
 #: Diffs whose absolute values sum below this cannot overflow an int64 running sum.
 _SAFE_TOTAL = float(2**61)

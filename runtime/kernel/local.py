@@ -236,7 +236,7 @@ class LocalKernel(Kernel):
     ) -> tuple[np.ndarray, list[np.ndarray]] | None:
         index = index or _index.KeyIndex.build(frame, keys)  # too small to keep one
         found = None if index is None else index.matches(probe, by)
-        if found is None:
+        if index is None or found is None:
             return None
         positions, probe_rows = found
         columns = [index.ints(name) for name in names]
@@ -310,7 +310,7 @@ class LocalKernel(Kernel):
         column = pa.repeat(pa.scalar(value, pa.int64()), frame.num_rows)
         return frame.set_column(frame.schema.get_field_index(name), name, column)
 
-    def fanout(self, branches: Sequence[Sequence[tuple[str, exp.Expression]]]) -> exp.Expression:
+    def fanout(self, branches: Sequence[Sequence[tuple[str, exp.Expr]]]) -> exp.Expression:
         structs = [
             exp.Struct(
                 expressions=[

@@ -459,7 +459,7 @@ class SparkKernel(Kernel):
             self._derived(result, frames)
         return result
 
-    def fanout(self, branches: Sequence[Sequence[tuple[str, exp.Expression]]]) -> exp.Expression:
+    def fanout(self, branches: Sequence[Sequence[tuple[str, exp.Expr]]]) -> exp.Expression:
         structs = [
             exp.Struct(expressions=[exp.alias_(e, name, quoted=True) for name, e in branch])
             for branch in branches

@@ -17,6 +17,7 @@ is usually a set).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
 
 import pyarrow as pa
 from sqlglot import exp
@@ -28,6 +29,9 @@ from dsql.runtime.dataflow import Batch, Node, Round, schema_key
 from dsql.runtime.kernel.base import Frame, Kernel, Prepared
 from dsql.runtime.kernel.driver import JoinShape
 from dsql.runtime.linear import STABLE_TYPES
+
+if TYPE_CHECKING:
+    from dsql.runtime.collection import LinearNode  # collection imports this module
 
 #: A delta of at most this many rows reads only its keys' rows of the other side's
 #: history, when the kernel can pick them by index (`Arranged.history_with_keys`).
@@ -80,7 +84,9 @@ class JoinNode(Node):
         left, right = self.inputs
         assert isinstance(left, Arranged) and isinstance(right, Arranged)
         reader = self.readers[0] if self.consumers == 1 else None
-        fused = reader if reader is not None and reader.applied_by_producer else None
+        # A reader applied by its producer is a linear chain (`LinearNode`).
+        applied = reader is not None and reader.applied_by_producer
+        fused = cast("LinearNode", reader) if applied else None
         if fused is not None and fused.dropped:
             fused = None
         halves = self._halves(left, right)

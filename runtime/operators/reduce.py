@@ -417,6 +417,7 @@ class ReduceNode(TracedNode):
             query = parse_one(
                 f"SELECT {_list(cols)} FROM r WHERE {_q(_PENDING)} = {flag}", read="spark"
             )
+            assert isinstance(query, exp.Query)
             frame = kernel.query(query, {"r": stored.frame})
             parts.append(kernel.materialize(frame, self.keys))
         kernel.release(stored.frame)
@@ -451,6 +452,7 @@ class ReduceNode(TracedNode):
         lower = pending.table
         if lower is None:
             query = parse_one(f"SELECT DISTINCT {_list(times)} FROM pending", read="spark")
+            assert isinstance(query, exp.Query)
             lower = self.kernel.to_arrow(self.kernel.query(query, {"pending": pending.frame}))
         columns = [lower[t].to_numpy() for t in times]
         self._pending = pending.frame

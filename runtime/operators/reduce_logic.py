@@ -247,7 +247,7 @@ class Distinct(ReduceLogic):
 class Threshold(ReduceLogic):
     """Each row with the multiplicity `expression` gives, a SQL expression over `__count__`."""
 
-    expression: exp.Expression
+    expression: exp.Expr
 
     def query(self, keys, values, depth, dialect):  # type: ignore[override]
         weight = self.expression.transform(
