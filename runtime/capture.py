@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -66,8 +67,12 @@ class CaptureNode(Node):
         held = pa.concat_tables(self._held)
         times = time_columns(self.depth)
         complete = _complete_mask(held, times, rnd.frontier)
+        if complete.all():  # the usual case: no copy of the rows
+            self._ready.append(held)
+            self._held = []
+            return
         self._ready.append(held.filter(complete))
-        rest = held.filter(pc.invert(complete))
+        rest = held.filter(~complete)
         self._held = [rest] if rest.num_rows else []
 
     @property
@@ -91,16 +96,17 @@ class CaptureNode(Node):
         return "Capture"
 
 
-def _complete_mask(table: pa.Table, times: tuple[str, ...], frontier: Antichain) -> pa.Array:
-    """Rows whose time no frontier element is `<=` (all rows when the frontier is empty)."""
-    beyond = pa.array([False] * table.num_rows)
+def _complete_mask(table: pa.Table, times: tuple[str, ...], frontier: Antichain) -> np.ndarray:
+    """Rows whose time no frontier element is `<=` (all rows when the frontier is empty);
+    the time columns are int64 without NULLs."""
+    beyond = np.zeros(table.num_rows, bool)
+    stamps = [table[t].to_numpy() for t in times]
     for f in frontier:
-        ge = None
-        for i, t in enumerate(times):
-            cond = pc.greater_equal(table[t], f[i])
-            ge = cond if ge is None else pc.and_(ge, cond)
-        beyond = pc.or_(beyond, ge)
-    return pc.invert(beyond)
+        ge = np.ones(table.num_rows, bool)
+        for i, stamp in enumerate(stamps):
+            ge &= stamp >= f[i]
+        beyond |= ge
+    return ~beyond
 
 
 def consolidate_table(
