@@ -382,6 +382,11 @@ def test_a_stored_batch_renamed_is_written_in_the_order_it_has(spark, tmp_path) 
         other = kernel.materialize(fresh, keys, 5)
         assert _spark_jobs(spark) - jobs > plain, keys
         assert not fresh.is_cached
+    # A frame its caller cached stays cached: the kernel uncaches only what it cached.
+    for estimate in (None, 5):
+        theirs = kernel.query(query, {"t": stored.frame}).persist()
+        assert kernel.materialize(theirs, ["y"], estimate).rows == 5 and theirs.is_cached
+        theirs.unpersist()
         assert _rows(kernel.to_arrow(other.frame)) == expected
 
 

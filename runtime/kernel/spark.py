@@ -249,24 +249,25 @@ class SparkKernel(Kernel):
             if estimate is not None and estimate <= self.small_rows:
                 table = frame.toArrow()
                 return Stored(self.from_arrow(table), table.num_rows, table)
+            owned = False  # cached by this call, so uncached by it (a caller's cache stays)
             if estimate is None:  # no idea of the size: look at the head first
                 # Cached first, as it is read again if big; but a frame computed from the
                 # driver's rows alone is most likely small, and caching costs as much as
                 # its job (0.1 s): if it is big after all, it is computed again.
-                cache = not partitioned and frame not in self._from_driver
-                frame = frame.persist() if cache else frame
+                if not partitioned and frame not in self._from_driver and not frame.is_cached:
+                    frame, owned = frame.persist(), True
                 head = frame.limit(self.small_rows + 1).toArrow()
                 if head.num_rows <= self.small_rows:
-                    if cache:
+                    if owned:
                         frame.unpersist(blocking=False)
                     return Stored(self.from_arrow(head), head.num_rows, head)
             # Rows already in key order within each partition (a stored batch's columns
             # renamed) are written as they are: no range bounds, shuffle or sort.
             ordered = bool(keys) and self._order.get(frame, ())[: len(keys)] == tuple(keys)
             if not partitioned and not ordered and not frame.is_cached:
-                frame = frame.persist()  # read again: range bounds, rows
+                frame, owned = frame.persist(), True  # read again: range bounds, rows
             stored = self._write(frame, keys, partitioned, ordered)
-            if not partitioned:  # cached here or for the head
+            if owned:
                 frame.unpersist(blocking=False)
             if stored.rows > self.small_rows:
                 return stored
