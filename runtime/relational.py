@@ -134,8 +134,10 @@ def join_on_keys(
     right_columns: Sequence[str],
     depth: int,
     kind: str = "inner",
+    null_safe: bool = True,
 ) -> exp.Select:
-    """Match rows of `left` and `right` with equal keys (NULL equals NULL).
+    """Match rows of `left` and `right` with equal keys (NULL equals NULL; with
+    `null_safe=False` by `=`, the same where no key is NULL).
 
     Output: the left columns (keys included), then `right_columns`, the lattice
     join of the two times, and the product of the diffs. `kind="semi"` keeps only
@@ -143,7 +145,8 @@ def join_on_keys(
     """
     condition: exp.Expr | None = None
     for lk, rk in keys:
-        eq = exp.NullSafeEQ(this=col(lk, "l"), expression=col(rk, "r"))
+        equal = exp.NullSafeEQ if null_safe else exp.EQ
+        eq = equal(this=col(lk, "l"), expression=col(rk, "r"))
         condition = eq if condition is None else exp.and_(condition, eq)
     times = [
         exp.alias_(greatest(col(t, "l"), col(t, "r")), t, quoted=True) for t in time_columns(depth)

@@ -619,3 +619,35 @@ def test_reduce_output_types_agree_across_kernels(spark: Any) -> None:
         return source.reduce(["k"], aggregates=AGGREGATES).schema
 
     assert schema(LocalKernel()) == schema(SparkKernel(spark))
+
+
+def test_joins_on_bucketed_spark_batches(spark) -> None:  # noqa: ANN001
+    # Every batch of more than one row stored as a bucketed table: with NULL keys the
+    # join stays NULL-safe; without, keys match by `=` and a delta joins each batch of
+    # the other side's history apart (`Kernel.join_apart`).
+    from dsql.runtime.kernel.spark import SparkKernel
+
+    def build(a: Collection, b: Collection) -> dict[str, Collection]:
+        return {**_join(a, b), **_semi_anti(a, b)}
+
+    def expected(inputs: list[Multiset], t: int) -> dict[str, Multiset]:
+        return {**_join_expected(inputs, t), **_semi_anti_expected(inputs, t)}
+
+    no_nulls = History(
+        tuple(
+            tuple(Step(tuple(o for o in s.ops if o.row[0] is not None), s.advance) for s in rnd)
+            for rnd in TWO_INPUTS.rounds
+        )
+    )
+    for history in (TWO_INPUTS, no_nulls):
+        kernel = SparkKernel(spark, small_rows=1)
+        apart: list[bool] = []
+
+        def spy(history, delta, seen=apart, ask=kernel.join_apart) -> bool:  # noqa: ANN001
+            seen.append(ask(history, delta))
+            return seen[-1]
+
+        kernel.join_apart = spy  # type: ignore[method-assign]
+        check_history(kernel, Pipeline((KV, JW), build, expected, ()), history)
+        assert kernel.buckets and kernel._tables, "batches were stored as bucketed tables"  # noqa: SLF001
+        assert any(apart), "a delta joined a history of bucketed batches apart"

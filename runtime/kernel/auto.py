@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from dsql.runtime.kernel import driver
 from dsql.runtime.kernel.base import Frame, Kernel, Pipeline, Prepared, Stage, Stored
 from dsql.runtime.kernel.driver import JoinShape, Selection
 from dsql.runtime.kernel.driver_reduce import ReduceRows
@@ -396,6 +397,16 @@ class AutoKernel(Kernel):
         if isinstance(frame, pa.Table):
             return self.local.bounds(frame, column)
         return self.remote.bounds(frame, column)
+
+    def join_apart(self, history: Sequence[Frame], delta: Frame) -> bool:
+        if isinstance(delta, pa.Table) or any(isinstance(f, pa.Table) for f in history):
+            return False
+        return self.remote.join_apart(history, delta)
+
+    def null_free(self, frame: Frame, columns: Sequence[str]) -> bool:
+        if isinstance(frame, pa.Table):
+            return driver.null_free(frame, columns)
+        return self.remote.null_free(frame, columns)
 
     def nbytes(self, frame: Frame) -> int:
         return frame.nbytes if isinstance(frame, pa.Table) else self.remote.nbytes(frame)

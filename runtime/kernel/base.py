@@ -274,6 +274,19 @@ class Kernel(ABC):
         """The least and greatest value of a column when known without an action, else None."""
         return None
 
+    def join_apart(self, history: Sequence[Frame], delta: Frame) -> bool:
+        """Whether a join of `delta` with the batches `history` runs faster as one join
+        per batch, its outputs concatenated, than as one join with their union."""
+        return False
+
+    def null_free(self, frame: Frame, columns: Sequence[str]) -> bool:
+        """Whether `columns` are known, without an action, to hold no NULL in `frame`.
+        A join whose keys are NULL-free on both sides matches them with `=` rather
+        than NULL-safe equality, which Spark evaluates through expressions of the keys
+        (so a side partitioned by its keys is shuffled again); False where that gains
+        nothing or is not known."""
+        return False
+
     def prepare_pipeline(self, pipeline: Pipeline) -> Any:
         """`pipeline` rendered once, for `run_pipeline` (by default stage by stage)."""
         stages = tuple((s.name, self.prepare(s.query), s.store) for s in pipeline.stages)

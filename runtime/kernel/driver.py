@@ -443,6 +443,15 @@ def distinct_from_sums(
     return pa.Table.from_arrays([*arrays, pa.array(fix[keep], pa.int64())], schema=schema)
 
 
+def null_free(table: pa.Table, columns: Sequence[str]) -> bool:
+    """Whether no value of `columns` in `table` is NULL.
+
+    >>> null_free(pa.table({"a": [1, None], "b": [1, 2]}), ["b"])
+    True
+    """
+    return all(table[c].null_count == 0 for c in columns)
+
+
 def bounds(table: pa.Table, column: str) -> tuple[Any, Any] | None:
     """The least and greatest value of a column of `table` (None: it has no rows; a
     bound is None where the column holds only NULLs, as `min_max` says).

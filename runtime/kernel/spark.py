@@ -24,6 +24,13 @@ consolidates: the consolidation's groups are finer than the keys, so Spark needs
 exchange of its own for them, and the result is written in that partitioning. One
 shuffle per merge, not two, and nothing cached.
 
+Under a local master a keyed batch is stored as a bucketed table instead (`buckets`):
+Spark reads it as hash-partitioned by its keys, so a merge of such batches and a join
+of two arrangements' batches (keys matched by `=` where they are known NULL-free, and
+a delta joined with each batch of a history apart: `null_free`, `join_apart`) run
+with no exchange. The driver writes a big Arrow batch into its buckets itself
+(`spark_buckets`).
+
 A frame's time bounds (`bounds`), which let a reduce step that is settled at one time
 run its one pipeline rather than the general step's seven stored stages, come without
 a job: from the Arrow table a small frame was made from, or from a stored batch's
@@ -47,6 +54,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
@@ -55,6 +63,7 @@ from dsql.errors import ExecutionError, SchemaError
 from dsql.runtime import relational as rel
 from dsql.runtime.kernel import driver
 from dsql.runtime.kernel.base import Frame, Kernel, Prepared, Stored
+from dsql.runtime.kernel.spark_buckets import bucket_ids
 from dsql.runtime.lattice import Antichain
 
 if TYPE_CHECKING:
@@ -105,6 +114,18 @@ class SparkKernel(Kernel):
         #: Per prepared query's text, its output columns that are input columns passed
         #: through, as (output, input) pairs, when it keeps its one input's row order.
         self._order_maps: dict[str, tuple[tuple[str, str], ...] | None] = {}
+        #: Buckets a keyed stored batch is written in (0: not bucketed; None: decided on
+        #: first use, see `buckets`).
+        self.bucket_count: int | None = None
+        #: Per bucketed stored batch's id, the catalog table it is read through.
+        self._tables: dict[int, str] = {}
+        #: The keys each frame is bucketed by, while it lives: bucketed stored batches and
+        #: unions of them. Spark reads such a frame as hash-partitioned by those keys.
+        self._bucketed: weakref.WeakKeyDictionary[DataFrame, tuple[str, ...]] = (
+            weakref.WeakKeyDictionary()
+        )
+        #: Per stored batch's path, whether its footers show a column free of NULLs.
+        self._footer_nulls: dict[str, dict[str, bool]] = {}
 
     @property
     def spark(self) -> SparkSession:
@@ -140,6 +161,69 @@ class SparkKernel(Kernel):
         if column not in known:
             known[column] = _footer_bounds(path, column)
         return known[column]
+
+    def null_free(self, frame: DataFrame, columns: Sequence[str]) -> bool:
+        """From the Arrow table a frame was made from, or a stored batch's Parquet footers
+        (the null counts every writer here records) where the driver reads its files."""
+        table = self._arrow.get(frame)
+        if table is not None:
+            return driver.null_free(table, columns)
+        path = self._paths.get(id(frame))
+        if path is None or not self._driver_sees_files():
+            return False
+        known = self._footer_nulls.setdefault(path, {})
+        for column in columns:
+            if column not in known:
+                known[column] = _footer_null_free(path, column)
+            if not known[column]:
+                return False
+        return True
+
+    def join_apart(self, history: Sequence[DataFrame], delta: DataFrame) -> bool:
+        """When every frame is bucketed by its side's keys: Spark joins two such batches
+        without an exchange, but shuffles a union of them (the `IS NOT NULL` filters it
+        infers for the join's keys, pushed below the union, hide the partitioning)."""
+        keys = self._bucketed.get(history[0])
+        return (
+            keys is not None
+            and delta in self._bucketed
+            and all(self._bucketed.get(f) == keys for f in history)
+        )
+
+    @property
+    def buckets(self) -> int:
+        """How many buckets a keyed stored batch is written in, by its keys; 0: none.
+
+        Under a local master with Spark's in-memory catalog, the shuffle partitions:
+        each such batch is a table `CLUSTERED BY` its keys (created over the batch's
+        files, dropped with the batch), which Spark reads as hash-partitioned by them.
+        So a merge of a trace's batches and a join of two arrangements' batches need
+        no exchange: only a batch that is not stored is shuffled (`repartition` by the
+        same keys and count, which Spark takes for the same partitioning). Elsewhere
+        (a cluster's catalog may be a shared metastore) batches are range-partitioned.
+        """
+        if self.bucket_count is None:
+            count = 0
+            try:
+                conf = self.spark.conf
+                if (
+                    self._driver_sees_files()
+                    and conf.get("spark.sql.catalogImplementation", "in-memory") == "in-memory"
+                    and str(conf.get("spark.sql.sources.bucketing.enabled", "true")).lower()
+                    == "true"
+                ):
+                    count = int(conf.get("spark.sql.shuffle.partitions", "0") or 0)
+            except Exception:  # noqa: BLE001 - a session that does not say: no buckets
+                count = 0
+            self.bucket_count = max(count, 0)
+        return self.bucket_count
+
+    def _bucketing(self, columns: Sequence[str], keys: Sequence[str]) -> int:
+        """`buckets` for a batch of `columns` stored by `keys`; 0 when the columns' names
+        would clash in the catalog (it ignores case) or there are no keys."""
+        if not keys or not self.buckets:
+            return 0
+        return self.buckets if len({c.lower() for c in columns}) == len(columns) else 0
 
     def to_arrow(self, frame: DataFrame) -> pa.Table:
         try:
@@ -219,9 +303,18 @@ class SparkKernel(Kernel):
         By range, so that a probe's key falls in one file, except where the driver reads
         the files itself (a local master): there each file is sorted and its row groups'
         statistics prune as well, and hashing spares the range bounds' sampling job, a
-        read of the whole union (the 10M book's two merges: 24.4 s against 27.9 s)."""
+        read of the whole union (the 10M book's two merges: 24.4 s against 27.9 s).
+
+        Where batches are bucketed (`buckets`), the union of bucketed batches is
+        partitioned already: no shuffle at all, but of a batch that is not stored."""
         if not keys or (estimate is not None and estimate <= self.small_rows):
             return None
+        buckets = self._bucketing(frames[0].columns, keys)
+        if buckets:  # only what is not bucketed by the keys is shuffled
+            frames = [
+                f if self._bucketed.get(f) == tuple(keys) else f.repartition(buckets, *keys)
+                for f in frames
+            ]
         union = frames[0]
         for frame in frames[1:]:
             union = union.unionByName(frame)
@@ -230,10 +323,11 @@ class SparkKernel(Kernel):
         else:
             query = rel.consolidate("u", columns, depth)
         prepared = self.cached(("merge", rel.fingerprint(query)), lambda: self.prepare(query))
-        if self._driver_sees_files():
-            union = union.repartition(*keys)
-        else:
-            union = union.repartitionByRange(*keys)
+        if not buckets:
+            if self._driver_sees_files():
+                union = union.repartition(*keys)
+            else:
+                union = union.repartitionByRange(*keys)
         merged = self.run(prepared, {"u": union})
         return self._materialize(merged, keys, estimate, partitioned=True)
 
@@ -264,7 +358,10 @@ class SparkKernel(Kernel):
             # Rows already in key order within each partition (a stored batch's columns
             # renamed) are written as they are: no range bounds, shuffle or sort.
             ordered = bool(keys) and self._order.get(frame, ())[: len(keys)] == tuple(keys)
-            if not partitioned and not ordered and not frame.is_cached:
+            bucketed = self._bucketing(frame.columns, keys)
+            partitioned = partitioned or (bucketed > 0 and self._bucketed.get(frame) == tuple(keys))
+            # Written in buckets, a frame is read once: no range bounds, rows from footers.
+            if not partitioned and not ordered and not bucketed and not frame.is_cached:
                 frame, owned = frame.persist(), True  # read again: range bounds, rows
             stored = self._write(frame, keys, partitioned, ordered)
             if owned:
@@ -285,19 +382,79 @@ class SparkKernel(Kernel):
         row groups of about `row_group_bytes`, without shipping the rows to Spark to
         write them. A probe filters row groups on the first key alone, so sorting by
         the others would buy nothing (a 10M-row table of two integer keys: 1.4 s by the
-        first, 4.8 s by both). None where that does not hold, or for a type whose Parquet
-        form Spark may read differently."""
+        first, 4.8 s by both). Where batches are bucketed (`buckets`) and the keys are
+        integers, the rows go to their buckets' files (`spark_buckets.bucket_ids`), each
+        sorted by the first key. None where that does not hold, or for a type whose
+        Parquet form Spark may read differently."""
         if not self._driver_sees_files() or not all(_read_alike(f.type) for f in table.schema):
             return None
         import pyarrow.parquet as pq
 
         path = self._new_path()
         os.makedirs(path)
-        ordered = _sorted_by(table, keys[:1])
-        per_row = max(ordered.nbytes // max(ordered.num_rows, 1), 1)
+        per_row = max(table.nbytes // max(table.num_rows, 1), 1)
         group = max(self.row_group_bytes // per_row, 1024)
-        pq.write_table(ordered, os.path.join(path, "part-00000.parquet"), row_group_size=group)
-        return self._read_back(path, keys[:1], ordered.num_rows)
+        buckets = self._bucketing(table.column_names, keys)
+        ids = bucket_ids(table, keys, buckets) if buckets else None
+        if ids is None:
+            ordered = _sorted_by(table, keys[:1])
+            pq.write_table(ordered, os.path.join(path, "part-00000.parquet"), row_group_size=group)
+            return self._read_back(path, keys[:1], ordered.num_rows)
+        order = _bucket_order(table, keys[0], ids, buckets)
+        ordered, ids = table.take(order), ids[order]
+        cuts = np.searchsorted(ids, np.arange(buckets + 1)).tolist()
+        for bucket in range(buckets):  # Spark reads a file's bucket from its name
+            if cuts[bucket + 1] > cuts[bucket]:
+                part = ordered.slice(cuts[bucket], cuts[bucket + 1] - cuts[bucket])
+                name = os.path.join(path, f"part-00000_{bucket:05d}.c000.parquet")
+                pq.write_table(part, name, row_group_size=group)
+        table_name = _table_name()
+        self._create_table(table_name, path, table.schema, keys, keys[:1], buckets)
+        return self._read_table(table_name, path, keys, keys[:1], ordered.num_rows)
+
+    def _create_table(
+        self,
+        name: str,
+        path: str,
+        schema: pa.Schema,
+        keys: Sequence[str],
+        sorted_by: Sequence[str],
+        buckets: int,
+    ) -> None:
+        """A catalog table over the bucket files at `path` (no job: the schema is given)."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        fields = from_arrow_schema(schema).fields
+        columns = ", ".join(f"{_quote(f.name)} {f.dataType.simpleString()}" for f in fields)
+        location = path.replace("\\", "\\\\").replace("'", "\\'")
+        self.spark.sql(
+            f"CREATE TABLE {_quote(name)} ({columns}) USING parquet "
+            f"CLUSTERED BY ({', '.join(map(_quote, keys))}) "
+            f"SORTED BY ({', '.join(map(_quote, sorted_by))}) INTO {buckets} BUCKETS "
+            f"LOCATION '{location}'"
+        )
+
+    def _read_table(
+        self,
+        name: str,
+        path: str,
+        keys: Sequence[str],
+        order: Sequence[str],
+        rows: int | None = None,
+    ) -> Stored:
+        """The bucketed batch of catalog table `name` (files at `path`, bucketed by
+        `keys`, each file in `order`), its table dropped and files deleted on `release`;
+        `rows`: its row count when known (else read from the footers)."""
+        stored = self.spark.table(_quote(name))
+        self._paths[id(stored)] = path
+        self._tables[id(stored)] = name
+        self._order[stored] = tuple(order)
+        self._bucketed[stored] = tuple(keys)
+        if rows is None:
+            import pyarrow.dataset as ds
+
+            rows = ds.dataset(path, format="parquet").count_rows()
+        return Stored(stored, rows)
 
     def _new_path(self) -> str:
         """A fresh directory name under this kernel's trace root (made on first use)."""
@@ -317,8 +474,19 @@ class SparkKernel(Kernel):
         back; `partitioned`: partitioned by `keys` already; `ordered`: each partition
         in `keys` order already (a stored batch's rows: written as they are, so a file
         may hold more than one sorted run where Spark read several files as one split,
-        which a probe's pruning barely notices)."""
+        which a probe's pruning barely notices). Where batches are bucketed, written as
+        a bucketed table (`buckets`): shuffled by hash unless `partitioned` or
+        `ordered` (then each task writes its rows' buckets, sorted locally)."""
         path = self._new_path()
+        buckets = self._bucketing(frame.columns, keys)
+        if buckets:  # by hash into buckets, each file sorted by the keys
+            if not partitioned and not ordered:
+                frame = frame.repartition(buckets, *keys)
+            name = _table_name()
+            writer = frame.write.bucketBy(buckets, keys[0], *keys[1:]).sortBy(keys[0], *keys[1:])
+            writer = writer.option("path", path).option("parquet.block.size", self.row_group_bytes)
+            writer.saveAsTable(_quote(name))
+            return self._read_table(name, path, keys, keys)
         # Range-partitioned, then sorted: each file holds one key range in row groups of
         # ascending keys, so a probe's footer statistics rule out all but one group.
         if keys and not partitioned and not ordered:
@@ -422,9 +590,16 @@ class SparkKernel(Kernel):
 
     def release(self, frame: DataFrame) -> None:
         path = self._paths.pop(id(frame), None)
+        table = self._tables.pop(id(frame), None)
+        if table is not None:
+            try:
+                self.spark.sql(f"DROP TABLE IF EXISTS {_quote(table)}")
+            except Exception:  # noqa: BLE001 - a stopped session keeps no catalog
+                pass
         if path is not None:
             self._datasets.pop(path, None)
             self._footer_bounds.pop(path, None)
+            self._footer_nulls.pop(path, None)
             shutil.rmtree(path, ignore_errors=True)
 
     def nbytes(self, frame: DataFrame) -> int:
@@ -458,6 +633,9 @@ class SparkKernel(Kernel):
             result = result.unionByName(frame)
         if len(frames) > 1:
             self._derived(result, frames)
+            keys = {self._bucketed.get(f) for f in frames}
+            if len(keys) == 1 and None not in keys:  # Spark keeps their partitioning
+                self._bucketed[result] = keys.pop()  # type: ignore[assignment]
         return result
 
     def fanout(self, branches: Sequence[Sequence[tuple[str, exp.Expr]]]) -> exp.Expression:
@@ -495,6 +673,57 @@ def _footer_bounds(path: str, column: str) -> tuple[int, int] | None:
             low = stats.min if low is None else min(low, stats.min)
             high = stats.max if high is None else max(high, stats.max)
     return None if low is None or high is None else (int(low), int(high))
+
+
+def _footer_null_free(path: str, column: str) -> bool:
+    """Whether no row group of the Parquet files under `path` holds a NULL in `column`,
+    by their footers' statistics (False when a group has none)."""
+    import pyarrow.parquet as pq
+
+    for name in sorted(os.listdir(path)):
+        if not name.endswith(".parquet"):
+            continue
+        metadata = pq.read_metadata(os.path.join(path, name))
+        leaves = [metadata.schema.column(j).path for j in range(metadata.num_columns)]
+        if column not in leaves:
+            return False
+        at = leaves.index(column)
+        for group in range(metadata.num_row_groups):
+            chunk = metadata.row_group(group)
+            if chunk.num_rows == 0:
+                continue
+            stats = chunk.column(at).statistics
+            if stats is None or not stats.has_null_count or stats.null_count:
+                return False
+    return True
+
+
+def _bucket_order(table: pa.Table, key: str, ids: np.ndarray, buckets: int) -> np.ndarray:
+    """The positions of `table`'s rows ordered by bucket (`ids`), then by `key`: for
+    integer keys without NULLs one sort of the bucket and key packed in one number."""
+    column = table[key]
+    if pa.types.is_integer(column.type) and column.type != pa.uint64() and not column.null_count:
+        values = column.to_numpy()
+        low, high = (int(values.min()), int(values.max())) if len(values) else (0, 0)
+        span = high - low + 1
+        if span * buckets < 2**62:
+            packed = ids.astype(np.int64)
+            packed *= span
+            packed += values
+            packed -= low
+            return driver.sort_order(packed)[1]
+        by_key = driver.sort_order(values)[1]
+    else:
+        by_key = np.asarray(pc.array_sort_indices(column, null_placement="at_start"))
+    return by_key[np.argsort(ids[by_key], kind="stable")]  # int16: a radix sort
+
+
+def _table_name() -> str:
+    return f"dsql_batch_{uuid.uuid4().hex}"
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 def _read_alike(kind: pa.DataType) -> bool:

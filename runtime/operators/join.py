@@ -17,7 +17,7 @@ is usually a set).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 from sqlglot import exp
@@ -99,20 +99,25 @@ class JoinNode(Node):
             if renamed is not None:
                 return Batch(renamed, self.kernel.rows(renamed), applied=fused)
             return Batch(frame, self.kernel.rows(frame))
+        null_safe = not self._keys_null_free(halves)
         if fused is not None:  # run the reader's chain in our query
-            query = fused.over(self._probe_query, ("join-linear", *self._shape))
+            query = fused.over(
+                lambda: self._probe_query(null_safe), ("join-linear", *self._shape, null_safe)
+            )
         else:
-            query = self.query
+            query = prepare_join(self.kernel, self._shape, null_safe)
         parts: list[Frame] = []
         lk, rk = self.pairs[0] if self.pairs else (None, None)
         for lhs, rhs in halves:
             if left.current is not None and lhs[0] is left.current.frame:  # dA with B + dB
-                probed = self._probe(rhs, rk, left.current, lk)
-                parts.append(self.kernel.query(query, {"l": lhs[0], "r": probed}))
+                for side in self._apart(rhs, lhs[0]):
+                    probed = self._probe(side, rk, left.current, lk)
+                    parts.append(self.kernel.query(query, {"l": lhs[0], "r": probed}))
             else:  # A with dB
                 assert right.current is not None
-                probed = self._probe(lhs, lk, right.current, rk)
-                parts.append(self.kernel.query(query, {"l": probed, "r": rhs[0]}))
+                for side in self._apart(lhs, rhs[0]):
+                    probed = self._probe(side, lk, right.current, rk)
+                    parts.append(self.kernel.query(query, {"l": probed, "r": rhs[0]}))
         if not parts:
             return None
         return Batch(self.kernel.union(parts) if len(parts) > 1 else parts[0], applied=fused)
@@ -157,12 +162,31 @@ class JoinNode(Node):
             parts.append(part)
         return parts
 
+    def _apart(self, history: list[Frame], delta: Frame) -> list[list[Frame]]:
+        """`history` as one side of one join, or batch by batch where the kernel joins
+        each batch with `delta` apart (`Kernel.join_apart`)."""
+        if len(history) > 1 and self.kernel.join_apart(history, delta):
+            return [[frame] for frame in history]
+        return [history]
+
+    def _keys_null_free(self, halves: list[tuple[list[Frame], list[Frame]]]) -> bool:
+        """Whether no frame of either side holds a NULL key, as the kernel knows without
+        an action (`Kernel.null_free`): then keys match by `=` (see there)."""
+        if not self.pairs:
+            return False
+        lkeys, rkeys = [a for a, _ in self.pairs], [b for _, b in self.pairs]
+        null_free = self.kernel.null_free
+        return all(
+            all(null_free(f, lkeys) for f in lhs) and all(null_free(f, rkeys) for f in rhs)
+            for lhs, rhs in halves
+        )
+
     def _whole(self, frames: list[Frame]) -> Frame:
         return self.kernel.union(frames) if len(frames) > 1 else frames[0]
 
-    def _probe_query(self) -> exp.Query:
+    def _probe_query(self, null_safe: bool = True) -> exp.Query:
         """The join as a query over the batches `l` and `r`."""
-        return rel.join_on_keys("l", "r", *self._shape)
+        return rel.join_on_keys("l", "r", *self._shape, null_safe=null_safe)
 
     def _probe(
         self, frames: list[Frame], column: str | None, batch: Batch, by: str | None
@@ -181,11 +205,14 @@ class JoinNode(Node):
         return f"Join[{self.kind}]({keys})"
 
 
-def prepare_join(kernel: Kernel, shape: tuple) -> Prepared:
+def prepare_join(
+    kernel: Kernel, shape: tuple[Any, Any, Any, Any, Any], null_safe: bool = True
+) -> Prepared:
     """`relational.join_on_keys` of the batches `l` and `r` for a join's `shape` (its key
     pairs, left columns, right values, depth and kind), prepared once per shape."""
     return kernel.cached(
-        ("join", *shape), lambda: kernel.prepare(rel.join_on_keys("l", "r", *shape))
+        ("join", *shape, null_safe),
+        lambda: kernel.prepare(rel.join_on_keys("l", "r", *shape[:5], null_safe=null_safe)),
     )
 
 
