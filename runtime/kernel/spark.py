@@ -395,8 +395,9 @@ class SparkKernel(Kernel):
         per_row = max(table.nbytes // max(table.num_rows, 1), 1)
         group = max(self.row_group_bytes // per_row, 1024)
         buckets = self._bucketing(table.column_names, keys)
-        ids = bucket_ids(table, keys, buckets) if buckets else None
-        if ids is None:
+        columns = _spark_columns(table.schema) if buckets else None
+        ids = bucket_ids(table, keys, buckets) if columns else None
+        if ids is None or columns is None:
             ordered = _sorted_by(table, keys[:1])
             pq.write_table(ordered, os.path.join(path, "part-00000.parquet"), row_group_size=group)
             return self._read_back(path, keys[:1], ordered.num_rows)
@@ -409,23 +410,20 @@ class SparkKernel(Kernel):
                 name = os.path.join(path, f"part-00000_{bucket:05d}.c000.parquet")
                 pq.write_table(part, name, row_group_size=group)
         table_name = _table_name()
-        self._create_table(table_name, path, table.schema, keys, keys[:1], buckets)
+        self._create_table(table_name, path, columns, keys, keys[:1], buckets)
         return self._read_table(table_name, path, keys, keys[:1], ordered.num_rows)
 
     def _create_table(
         self,
         name: str,
         path: str,
-        schema: pa.Schema,
+        columns: str,
         keys: Sequence[str],
         sorted_by: Sequence[str],
         buckets: int,
     ) -> None:
-        """A catalog table over the bucket files at `path` (no job: the schema is given)."""
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        fields = from_arrow_schema(schema).fields
-        columns = ", ".join(f"{_quote(f.name)} {f.dataType.simpleString()}" for f in fields)
+        """A catalog table of `columns` (`_spark_columns`) over the bucket files at
+        `path` (no job: the schema is given)."""
         location = path.replace("\\", "\\\\").replace("'", "\\'")
         self.spark.sql(
             f"CREATE TABLE {_quote(name)} ({columns}) USING parquet "
@@ -646,64 +644,63 @@ class SparkKernel(Kernel):
         return exp.Anonymous(this="INLINE", expressions=[exp.Array(expressions=structs)])
 
 
-def _footer_bounds(path: str, column: str) -> tuple[int, int] | None:
-    """The least and greatest value of integer `column` over the row groups of the
-    Parquet files under `path`, from their footers' statistics; None when a non-empty
-    group has none, the column is not of integers, or no group has rows."""
+def _footer_statistics(path: str, column: str) -> tuple[list[Any], bool] | None:
+    """The footers' statistics of `column` for each non-empty row group of the Parquet
+    files under `path` (None for a group without), and whether the column holds
+    integers; None when a file lacks the column."""
     import pyarrow.parquet as pq
 
-    low: int | None = None
-    high: int | None = None
+    groups: list[Any] = []
+    integers = True
     for name in sorted(os.listdir(path)):
         if not name.endswith(".parquet"):
             continue
         metadata = pq.read_metadata(os.path.join(path, name))
         schema = metadata.schema.to_arrow_schema()
-        if column not in schema.names or not pa.types.is_integer(schema.field(column).type):
+        if column not in schema.names:
             return None
+        integers = integers and pa.types.is_integer(schema.field(column).type)
         leaves = [metadata.schema.column(j).path for j in range(metadata.num_columns)]
         at = leaves.index(column)  # a leaf's place, which nested columns before it shift
         for group in range(metadata.num_row_groups):
             chunk = metadata.row_group(group)
-            if chunk.num_rows == 0:
-                continue
-            stats = chunk.column(at).statistics
-            if stats is None or not stats.has_min_max:
-                return None
-            low = stats.min if low is None else min(low, stats.min)
-            high = stats.max if high is None else max(high, stats.max)
-    return None if low is None or high is None else (int(low), int(high))
+            if chunk.num_rows:
+                groups.append(chunk.column(at).statistics)
+    return groups, integers
+
+
+def _footer_bounds(path: str, column: str) -> tuple[int, int] | None:
+    """The least and greatest value of integer `column` over the row groups of the
+    Parquet files under `path`, from their footers' statistics; None when a non-empty
+    group has none, the column is not of integers, or no group has rows."""
+    found = _footer_statistics(path, column)
+    if found is None or not found[1] or not found[0]:
+        return None
+    groups = found[0]
+    if any(stats is None or not stats.has_min_max for stats in groups):
+        return None
+    return int(min(s.min for s in groups)), int(max(s.max for s in groups))
 
 
 def _footer_null_free(path: str, column: str) -> bool:
     """Whether no row group of the Parquet files under `path` holds a NULL in `column`,
     by their footers' statistics (False when a group has none)."""
-    import pyarrow.parquet as pq
-
-    for name in sorted(os.listdir(path)):
-        if not name.endswith(".parquet"):
-            continue
-        metadata = pq.read_metadata(os.path.join(path, name))
-        leaves = [metadata.schema.column(j).path for j in range(metadata.num_columns)]
-        if column not in leaves:
-            return False
-        at = leaves.index(column)
-        for group in range(metadata.num_row_groups):
-            chunk = metadata.row_group(group)
-            if chunk.num_rows == 0:
-                continue
-            stats = chunk.column(at).statistics
-            if stats is None or not stats.has_null_count or stats.null_count:
-                return False
-    return True
+    found = _footer_statistics(path, column)
+    return found is not None and all(
+        s is not None and s.has_null_count and s.null_count == 0 for s in found[0]
+    )
 
 
 def _bucket_order(table: pa.Table, key: str, ids: np.ndarray, buckets: int) -> np.ndarray:
     """The positions of `table`'s rows ordered by bucket (`ids`), then by `key`: for
-    integer keys without NULLs one sort of the bucket and key packed in one number."""
+    integer keys without NULLs one sort of the bucket and key packed in one number, or
+    none but the buckets' (a radix sort) when the rows are in key order already."""
     column = table[key]
     if pa.types.is_integer(column.type) and column.type != pa.uint64() and not column.null_count:
         values = column.to_numpy()
+        sample = values[:: max(1, len(values) // 64)]
+        if bool(np.all(sample[1:] >= sample[:-1])) and bool(np.all(values[1:] >= values[:-1])):
+            return np.argsort(ids, kind="stable")  # in key order already (consolidated)
         low, high = (int(values.min()), int(values.max())) if len(values) else (0, 0)
         span = high - low + 1
         if span * buckets < 2**62:
@@ -716,6 +713,17 @@ def _bucket_order(table: pa.Table, key: str, ids: np.ndarray, buckets: int) -> n
     else:
         by_key = np.asarray(pc.array_sort_indices(column, null_placement="at_start"))
     return by_key[np.argsort(ids[by_key], kind="stable")]  # int16: a radix sort
+
+
+def _spark_columns(schema: pa.Schema) -> str | None:
+    """The column list of a table's DDL for Arrow `schema`; None for a type Spark lacks."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    try:
+        fields = from_arrow_schema(schema).fields
+    except (TypeError, ValueError, NotImplementedError):
+        return None
+    return ", ".join(f"{_quote(f.name)} {f.dataType.simpleString()}" for f in fields)
 
 
 def _table_name() -> str:
