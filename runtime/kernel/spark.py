@@ -52,6 +52,7 @@ import tempfile
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -402,16 +403,19 @@ class SparkKernel(Kernel):
             pq.write_table(ordered, os.path.join(path, "part-00000.parquet"), row_group_size=group)
             return self._read_back(path, keys[:1], ordered.num_rows)
         order = _bucket_order(table, keys[0], ids, buckets)
-        ordered, ids = table.take(order), ids[order]
-        cuts = np.searchsorted(ids, np.arange(buckets + 1)).tolist()
-        for bucket in range(buckets):  # Spark reads a file's bucket from its name
-            if cuts[bucket + 1] > cuts[bucket]:
-                part = ordered.slice(cuts[bucket], cuts[bucket + 1] - cuts[bucket])
-                name = os.path.join(path, f"part-00000_{bucket:05d}.c000.parquet")
-                pq.write_table(part, name, row_group_size=group)
+        cuts = np.searchsorted(ids[order], np.arange(buckets + 1)).tolist()
+
+        def write(bucket: int) -> None:  # Spark reads a file's bucket from its name
+            part = table.take(order[cuts[bucket] : cuts[bucket + 1]])
+            name = os.path.join(path, f"part-00000_{bucket:05d}.c000.parquet")
+            pq.write_table(part, name, row_group_size=group)
+
+        filled = [b for b in range(buckets) if cuts[b + 1] > cuts[b]]
+        with ThreadPoolExecutor(min(len(filled), os.cpu_count() or 1)) as pool:
+            list(pool.map(write, filled))  # Arrow's take and write run without the GIL
         table_name = _table_name()
         self._create_table(table_name, path, columns, keys, keys[:1], buckets)
-        return self._read_table(table_name, path, keys, keys[:1], ordered.num_rows)
+        return self._read_table(table_name, path, keys, keys[:1], table.num_rows)
 
     def _create_table(
         self,
