@@ -9,6 +9,7 @@ from collections import Counter
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -144,3 +145,22 @@ def test_a_null_key_keeps_the_join_null_safe(spark) -> None:  # noqa: ANN001
     assert not kernel.null_free(
         kernel.run(kernel.prepare(rel.select("t", ["k"])), {"t": stored.frame}), ["k"]
     )
+
+
+def test_a_probe_reads_only_its_keys_buckets(spark) -> None:  # noqa: ANN001
+    auto = AutoKernel(threshold=10)
+    kernel = auto.remote
+    table = pa.table({"k": pa.array([*range(-40, 40), None], pa.int64()), "v": list(range(81))})
+    stored = auto.materialize(table, ["k"])
+    path = kernel._paths[id(stored.frame)]  # noqa: SLF001
+    for probe in ([3], [3, -7, 12], [None, 5], [99]):
+        keys = pa.array(probe, pa.int64())
+        got = kernel.rows_with_key(stored.frame, "k", keys)
+        assert got is not None
+        want = table.filter(pc.is_in(table["k"], value_set=keys, skip_nulls=False))
+        assert _rows(got) == _rows(want), probe
+        dataset = kernel._datasets[path][0]  # noqa: SLF001
+        picked = kernel._buckets_of(path, stored.frame, "k", keys, dataset)  # noqa: SLF001
+        buckets = set(bucket_ids(pa.table({"k": keys}), ["k"], kernel.buckets).tolist())
+        names = [os.path.basename(f) for f in picked.files]
+        assert {int(n.split("_")[-1].split(".")[0]) for n in names} <= buckets

@@ -71,6 +71,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 _IDENT = re.compile(r"`?\b(__in_[A-Za-z0-9_]+)\b`?")
+#: A bucket file's name ends in its bucket, as Spark names them (and reads them back).
+_BUCKET_FILE = re.compile(r".*_(\d+)(?:\..*)?$")
 
 
 class SparkKernel(Kernel):
@@ -127,6 +129,8 @@ class SparkKernel(Kernel):
         )
         #: Per stored batch's path, whether its footers show a column free of NULLs.
         self._footer_nulls: dict[str, dict[str, bool]] = {}
+        #: Per bucketed stored batch's path, its files' fragments by bucket (for probes).
+        self._bucket_files: dict[str, dict[int, list[Any]]] = {}
 
     @property
     def spark(self) -> SparkSession:
@@ -566,9 +570,39 @@ class SparkKernel(Kernel):
                 return dataset.to_table().cast(schema)
             wanted = keys.cast(dataset.schema.field(column).type)
             condition = pc.is_in(pc.field(column), value_set=wanted, skip_nulls=False)
-            return dataset.to_table(filter=condition).cast(schema)
+            return (
+                self._buckets_of(path, frame, column, wanted, dataset)
+                .to_table(filter=condition)
+                .cast(schema)
+            )
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, KeyError):
             return None
+
+    def _buckets_of(
+        self, path: str, frame: DataFrame, column: str, keys: pa.Array, dataset: Any
+    ) -> Any:
+        """`dataset` cut to the files of the buckets that hold `keys`, when the batch is
+        bucketed by `column` alone: each file spans the whole key range, so the row groups'
+        statistics would let every file's group around a key be read."""
+        import pyarrow.dataset as ds
+
+        if self._bucketed.get(frame) != (column,):
+            return dataset
+        files = self._bucket_files.get(path)
+        if files is None:
+            files = {}
+            for fragment in dataset.get_fragments():
+                found = _BUCKET_FILE.match(os.path.basename(fragment.path))
+                if found is None:
+                    return dataset
+                fragment.ensure_complete_metadata()  # kept: read once, not per probe
+                files.setdefault(int(found.group(1)), []).append(fragment)
+            self._bucket_files[path] = files
+        ids = bucket_ids(pa.table({column: keys}), [column], self.buckets)
+        if ids is None:
+            return dataset
+        picked = [f for b in sorted(set(ids.tolist())) for f in files.get(b, [])]
+        return ds.FileSystemDataset(picked, dataset.schema, dataset.format, dataset.filesystem)
 
     def _dataset(self, path: str, frame: DataFrame) -> tuple[Any, pa.Schema] | None:
         """The stored batch at `path` as a pyarrow dataset, with the Arrow schema Spark
@@ -602,6 +636,7 @@ class SparkKernel(Kernel):
             self._datasets.pop(path, None)
             self._footer_bounds.pop(path, None)
             self._footer_nulls.pop(path, None)
+            self._bucket_files.pop(path, None)
             shutil.rmtree(path, ignore_errors=True)
 
     def nbytes(self, frame: DataFrame) -> int:
