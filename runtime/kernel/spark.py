@@ -415,7 +415,7 @@ class SparkKernel(Kernel):
             pq.write_table(part, name, row_group_size=group)
 
         filled = [b for b in range(buckets) if cuts[b + 1] > cuts[b]]
-        with ThreadPoolExecutor(min(len(filled), os.cpu_count() or 1)) as pool:
+        with ThreadPoolExecutor(max(1, min(len(filled), os.cpu_count() or 1))) as pool:
             list(pool.map(write, filled))  # Arrow's take and write run without the GIL
         table_name = _table_name()
         self._create_table(table_name, path, columns, keys, keys[:1], buckets)
