@@ -136,7 +136,7 @@ def test_batches_written_by_the_driver_and_by_spark_share_their_buckets(spark) -
     assert not spark.catalog.tableExists(name)
 
 
-def test_a_null_key_keeps_the_join_null_safe(spark) -> None:  # noqa: ANN001
+def test_a_key_column_with_a_null_is_not_null_free(spark) -> None:  # noqa: ANN001
     kernel = SparkKernel(spark, small_rows=2)
     table = pa.table({"k": pa.array([1, None, 2, None], pa.int64()), "v": [1, 2, 3, 4]})
     stored = kernel.materialize(kernel.from_arrow(table), ["k"], 4)

@@ -105,8 +105,9 @@ class SparkKernel(Kernel):
         #: Frames computed from such frames alone (queries and unions over them, while
         #: they live): `materialize` reads their head without caching them first.
         self._from_driver: weakref.WeakSet[DataFrame] = weakref.WeakSet()
-        #: Per stored batch's path, its columns' bounds from the Parquet footers.
-        self._footer_bounds: dict[str, dict[str, tuple[Any, Any] | None]] = {}
+        #: Per stored batch's path, what its Parquet footers said: (reader, column) ->
+        #: answer (`_from_footers`).
+        self._footers: dict[str, dict[tuple[Callable[[str, str], Any], str], Any]] = {}
         #: The columns each frame's rows are sorted by within every partition, while the
         #: frame lives: a stored batch's keys, carried through queries that keep their
         #: input's rows in order (`_order_map`). `materialize` by a prefix of them writes
@@ -127,8 +128,6 @@ class SparkKernel(Kernel):
         self._bucketed: weakref.WeakKeyDictionary[DataFrame, tuple[str, ...]] = (
             weakref.WeakKeyDictionary()
         )
-        #: Per stored batch's path, whether its footers show a column free of NULLs.
-        self._footer_nulls: dict[str, dict[str, bool]] = {}
         #: Per bucketed stored batch's path, its files' fragments by bucket (for probes).
         self._bucket_files: dict[str, dict[int, list[Any]]] = {}
 
@@ -159,13 +158,7 @@ class SparkKernel(Kernel):
         table = self._arrow.get(frame)
         if table is not None:
             return driver.bounds(table, column)
-        path = self._paths.get(id(frame))
-        if path is None or not self._driver_sees_files():
-            return None
-        known = self._footer_bounds.setdefault(path, {})
-        if column not in known:
-            known[column] = _footer_bounds(path, column)
-        return known[column]
+        return self._from_footers(frame, _footer_bounds, column, None)
 
     def null_free(self, frame: DataFrame, columns: Sequence[str]) -> bool:
         """From the Arrow table a frame was made from, or a stored batch's Parquet footers
@@ -173,16 +166,20 @@ class SparkKernel(Kernel):
         table = self._arrow.get(frame)
         if table is not None:
             return driver.null_free(table, columns)
+        return all(self._from_footers(frame, _footer_null_free, c, False) for c in columns)
+
+    def _from_footers(
+        self, frame: DataFrame, read: Callable[[str, str], Any], column: str, unknown: Any
+    ) -> Any:
+        """`read(path, column)` of a stored batch's files, once per batch and column;
+        `unknown` for other frames, or where the driver does not see the files."""
         path = self._paths.get(id(frame))
         if path is None or not self._driver_sees_files():
-            return False
-        known = self._footer_nulls.setdefault(path, {})
-        for column in columns:
-            if column not in known:
-                known[column] = _footer_null_free(path, column)
-            if not known[column]:
-                return False
-        return True
+            return unknown
+        known = self._footers.setdefault(path, {})
+        if (read, column) not in known:
+            known[(read, column)] = read(path, column)
+        return known[(read, column)]
 
     def join_apart(self, history: Sequence[DataFrame], delta: DataFrame) -> bool:
         """When every frame is bucketed by its side's keys: Spark joins two such batches
@@ -223,12 +220,14 @@ class SparkKernel(Kernel):
             self.bucket_count = max(count, 0)
         return self.bucket_count
 
-    def _bucketing(self, columns: Sequence[str], keys: Sequence[str]) -> int:
-        """`buckets` for a batch of `columns` stored by `keys`; 0 when the columns' names
-        would clash in the catalog (it ignores case) or there are no keys."""
+    def _bucketing(self, keys: Sequence[str], columns: Callable[[], Sequence[str]]) -> int:
+        """`buckets` for a batch stored by `keys`, whose column names `columns()` gives
+        (asked only then); 0 when there are no keys or the names would clash in the
+        catalog (it ignores case)."""
         if not keys or not self.buckets:
             return 0
-        return self.buckets if len({c.lower() for c in columns}) == len(columns) else 0
+        names = columns()
+        return self.buckets if len({c.lower() for c in names}) == len(names) else 0
 
     def to_arrow(self, frame: DataFrame) -> pa.Table:
         try:
@@ -314,7 +313,7 @@ class SparkKernel(Kernel):
         partitioned already: no shuffle at all, but of a batch that is not stored."""
         if not keys or (estimate is not None and estimate <= self.small_rows):
             return None
-        buckets = self._bucketing(frames[0].columns, keys)
+        buckets = self._bucketing(keys, lambda: frames[0].columns)
         if buckets:  # only what is not bucketed by the keys is shuffled
             frames = [
                 f if self._bucketed.get(f) == tuple(keys) else f.repartition(buckets, *keys)
@@ -363,12 +362,12 @@ class SparkKernel(Kernel):
             # Rows already in key order within each partition (a stored batch's columns
             # renamed) are written as they are: no range bounds, shuffle or sort.
             ordered = bool(keys) and self._order.get(frame, ())[: len(keys)] == tuple(keys)
-            bucketed = self._bucketing(frame.columns, keys)
+            bucketed = self._bucketing(keys, lambda: frame.columns)
             partitioned = partitioned or (bucketed > 0 and self._bucketed.get(frame) == tuple(keys))
             # Written in buckets, a frame is read once: no range bounds, rows from footers.
             if not partitioned and not ordered and not bucketed and not frame.is_cached:
                 frame, owned = frame.persist(), True  # read again: range bounds, rows
-            stored = self._write(frame, keys, partitioned, ordered)
+            stored = self._write(frame, keys, bucketed, partitioned, ordered)
             if owned:
                 frame.unpersist(blocking=False)
             if stored.rows > self.small_rows:
@@ -399,7 +398,7 @@ class SparkKernel(Kernel):
         os.makedirs(path)
         per_row = max(table.nbytes // max(table.num_rows, 1), 1)
         group = max(self.row_group_bytes // per_row, 1024)
-        buckets = self._bucketing(table.column_names, keys)
+        buckets = self._bucketing(keys, lambda: table.column_names)
         columns = _spark_columns(table.schema) if buckets else None
         ids = bucket_ids(table, keys, buckets) if columns else None
         if ids is None or columns is None:
@@ -452,15 +451,9 @@ class SparkKernel(Kernel):
         `keys`, each file in `order`), its table dropped and files deleted on `release`;
         `rows`: its row count when known (else read from the footers)."""
         stored = self.spark.table(_quote(name))
-        self._paths[id(stored)] = path
         self._tables[id(stored)] = name
-        self._order[stored] = tuple(order)
         self._bucketed[stored] = tuple(keys)
-        if rows is None:
-            import pyarrow.dataset as ds
-
-            rows = ds.dataset(path, format="parquet").count_rows()
-        return Stored(stored, rows)
+        return self._owned(stored, path, order, rows)
 
     def _new_path(self) -> str:
         """A fresh directory name under this kernel's trace root (made on first use)."""
@@ -473,6 +466,7 @@ class SparkKernel(Kernel):
         self,
         frame: DataFrame,
         keys: Sequence[str],
+        buckets: int = 0,
         partitioned: bool = False,
         ordered: bool = False,
     ) -> Stored:
@@ -480,11 +474,10 @@ class SparkKernel(Kernel):
         back; `partitioned`: partitioned by `keys` already; `ordered`: each partition
         in `keys` order already (a stored batch's rows: written as they are, so a file
         may hold more than one sorted run where Spark read several files as one split,
-        which a probe's pruning barely notices). Where batches are bucketed, written as
-        a bucketed table (`buckets`): shuffled by hash unless `partitioned` or
-        `ordered` (then each task writes its rows' buckets, sorted locally)."""
+        which a probe's pruning barely notices). With `buckets` (`_bucketing`), written
+        as a bucketed table: shuffled by hash unless `partitioned` or `ordered` (then
+        each task writes its rows' buckets, sorted locally)."""
         path = self._new_path()
-        buckets = self._bucketing(frame.columns, keys)
         if buckets:  # by hash into buckets, each file sorted by the keys
             if not partitioned and not ordered:
                 frame = frame.repartition(buckets, *keys)
@@ -510,11 +503,18 @@ class SparkKernel(Kernel):
         when known (else counted); `schema`: the schema Spark wrote it with, which spares
         the job that reads it from a file's footer."""
         reader = self.spark.read if schema is None else self.spark.read.schema(schema)
-        stored = reader.parquet(path)
+        return self._owned(reader.parquet(path), path, keys, rows)
+
+    def _owned(
+        self, stored: DataFrame, path: str, order: Sequence[str], rows: int | None
+    ) -> Stored:
+        """`stored`, read from the files at `path` (in `order` within each file), owned:
+        its files deleted on `release`; its row count `rows`, else from the footers where
+        the driver sees them (no job), else counted."""
         self._paths[id(stored)] = path
-        if keys:
-            self._order[stored] = tuple(keys)
-        if rows is None and self._driver_sees_files():  # the files' footers say: no job
+        if order:
+            self._order[stored] = tuple(order)
+        if rows is None and self._driver_sees_files():
             import pyarrow.dataset as ds
 
             rows = ds.dataset(path, format="parquet").count_rows()
@@ -634,8 +634,7 @@ class SparkKernel(Kernel):
                 pass
         if path is not None:
             self._datasets.pop(path, None)
-            self._footer_bounds.pop(path, None)
-            self._footer_nulls.pop(path, None)
+            self._footers.pop(path, None)
             self._bucket_files.pop(path, None)
             shutil.rmtree(path, ignore_errors=True)
 

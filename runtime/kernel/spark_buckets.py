@@ -60,10 +60,9 @@ def bucket_ids(table: pa.Table, keys: Sequence[str], buckets: int) -> np.ndarray
             _fmix(h, 4, scratch)
         if before is not None:  # a NULL leaves the hash as it was
             np.copyto(h, before, where=~np.asarray(column.is_valid()))
-    signed = h.view(np.int32)
     if buckets & (buckets - 1) == 0:  # a power of two: pmod is the low bits
         return (h & np.uint32(buckets - 1)).astype(np.int16)
-    return np.mod(signed, np.int32(buckets)).astype(np.int16)
+    return np.mod(h.view(np.int32), np.int32(buckets)).astype(np.int16)
 
 
 def _numbers(column: pa.Array | pa.ChunkedArray) -> np.ndarray:

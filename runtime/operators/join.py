@@ -212,7 +212,7 @@ def prepare_join(
     pairs, left columns, right values, depth and kind), prepared once per shape."""
     return kernel.cached(
         ("join", *shape, null_safe),
-        lambda: kernel.prepare(rel.join_on_keys("l", "r", *shape[:5], null_safe=null_safe)),
+        lambda: kernel.prepare(rel.join_on_keys("l", "r", *shape, null_safe=null_safe)),
     )
 
 
