@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from dsql.runtime import relational as rel
 from dsql.runtime.kernel.auto import AutoKernel
-from dsql.runtime.kernel.spark import SparkKernel
+from dsql.runtime.kernel.spark import BUCKETS_PER_PARTITION, SparkKernel
 from dsql.runtime.kernel.spark_buckets import bucket_ids
 from dsql.runtime.lattice import Antichain
 
@@ -84,7 +84,8 @@ def test_batches_written_by_the_driver_and_by_spark_share_their_buckets(spark) -
     auto = AutoKernel(threshold=10)
     kernel = auto.remote
     kernel.small_rows = 10
-    assert kernel.buckets == int(spark.conf.get("spark.sql.shuffle.partitions"))
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    assert kernel.buckets == partitions * BUCKETS_PER_PARTITION
     by_driver = auto.materialize(_batch(300, 1), ["k"])
     by_spark = kernel.materialize(kernel.from_arrow(_batch(300, 2)), ["k"], 300)
     for stored in (by_driver, by_spark):
