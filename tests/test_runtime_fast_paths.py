@@ -514,13 +514,16 @@ def test_a_join_checks_each_pairs_diff_product_when_some_pair_may_overflow() -> 
     assert driver._later(np.array([4, 9]), both, np.array([7, 2]), both).tolist() == [7, 9]
 
 
-def test_driver_declines_what_it_cannot_match() -> None:
+def test_driver_declines_what_it_cannot_match(monkeypatch: pytest.MonkeyPatch) -> None:
     floats = pa.table({"x": [0.0, -0.0], "__time__": [1, 1], "__diff__": [1, 1]})
     assert driver.consolidate([floats], ("x",), 1, None) is None
-    many = pa.table({"x": list(range(driver.DRIVER_ROWS + 1))})
-    many = many.append_column("__time__", pa.array([0] * many.num_rows, pa.int64()))
-    many = many.append_column("__diff__", pa.array([1] * many.num_rows, pa.int64()))
-    assert driver.consolidate([many], ("x",), 1, None) is None
+    monkeypatch.setattr(driver, "DRIVER_ROWS", 100)
+    monkeypatch.setattr(driver, "NUMERIC_ROWS", 200)
+    for n, x in ((101, pa.array([str(i) for i in range(101)])), (201, pa.array(range(201)))):
+        many = pa.table({"x": x, "__time__": [0] * n, "__diff__": [1] * n})
+        assert driver.consolidate([many], ("x",), 1, None) is None  # too many rows
+    numbers = pa.table({"x": range(150), "__time__": [0] * 150, "__diff__": [1] * 150})
+    assert driver.consolidate([numbers], ("x",), 1, None) == numbers  # numpy's, beyond
     keys = pa.table({"a": [1, None], "b": ["x", "y"]})
     assert driver.rows_with_keys(keys, ("a", "b"), keys) is None  # a NULL in a key pair
     single = driver.rows_with_keys(keys, ("a",), keys.slice(1))
