@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from dsql.errors import SchemaError, TimeError
@@ -116,8 +117,9 @@ class InputSession:
                 hint=f"the input's columns are {', '.join(self.schema.names)}",
             )
         n = table.num_rows
-        times = table[TIME] if TIME in table.column_names else pa.array([at] * n, pa.int64())
-        diffs = table[DIFF] if DIFF in table.column_names else pa.array([1] * n, pa.int64())
+        # Filled by numpy: a list of 10M Python ints took 0.8 s of the 10M book's load.
+        times = table[TIME] if TIME in table.column_names else pa.array(np.full(n, at, np.int64))
+        diffs = table[DIFF] if DIFF in table.column_names else pa.array(np.ones(n, np.int64))
         if TIME in table.column_names and n and pa.compute.min(times).as_py() < self._time:
             raise TimeError(f"the table has updates before the input's time {self._time}")
         try:

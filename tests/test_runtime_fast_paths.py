@@ -13,6 +13,7 @@ consolidation against DuckDB's on random tables.
 from __future__ import annotations
 
 import datetime
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -553,3 +554,42 @@ def test_sort_order_is_a_stable_argsort(values: list[int], wide: bool) -> None:
     expected = np.argsort(array, kind="stable")
     assert order.tolist() == expected.tolist()
     assert ordered.tolist() == array[expected].tolist()
+
+
+@settings(LOCAL, max_examples=100)
+@given(
+    rows=st.lists(
+        st.tuples(*[st.integers(0, 3)] * 3, st.sampled_from([-1, 1])),
+        min_size=2,
+        max_size=40,
+    ),
+    spread=st.sampled_from(
+        [(2**40, 2**30, 2**20), (2**30, 2**25, 2**40), (2**61, 1, 2**61), (2**20, 2**20, 2**61)]
+    ),
+    in_time_order=st.booleans(),
+)
+def test_driver_consolidation_of_rows_too_wide_for_one_code(
+    rows: list[tuple[int, int, int, int]], spread: tuple[int, int, int], in_time_order: bool
+) -> None:
+    """Columns whose spans together exceed one code's 62 bits (`driver._wide_order`: a
+    packing prefix and a second code, the second in order or not; or column by column)
+    consolidate as a Counter does."""
+    if in_time_order:
+        rows = sorted(rows, key=lambda r: r[2])
+    k, v, t = ([r[i] * spread[i] for r in rows] for i in range(3))
+    table = pa.table({"k": k, "v": v, "__time__": t, "__diff__": [r[3] for r in rows]})
+    bound = driver.PYTHON_ROWS
+    try:
+        driver.PYTHON_ROWS = 0  # numpy's way at any size
+        got = driver.consolidate([table], ("k", "v"), 1, None)
+    finally:
+        driver.PYTHON_ROWS = bound
+    assert got is not None
+    want: Counter[tuple[int, int, int]] = Counter()
+    for row in zip(k, v, t, table["__diff__"].to_pylist(), strict=True):
+        want[row[:3]] += row[3]
+    assert {(r["k"], r["v"], r["__time__"]): r["__diff__"] for r in got.to_pylist()} == {
+        key: d for key, d in want.items() if d
+    }
+    keys = [(r["k"], r["v"], r["__time__"]) for r in got.to_pylist()]
+    assert keys == sorted(keys)  # in key order, as a stored batch needs

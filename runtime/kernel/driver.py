@@ -217,13 +217,8 @@ def _in_numbers(
     code = None if packing is None else packing[0]
     if packing is not None and _dense(packing[1], diffs):
         return _by_bins(packing[0], packing[1], diffs, schema)
-    if code is None:  # too wide to pack: sorted column by column, the first the primary
-        order = np.lexsort(arrays[::-1])
-        starts = np.zeros(len(order), bool)
-        starts[:1] = True
-        for a in arrays:
-            ordered = a[order]
-            starts[1:] |= ordered[1:] != ordered[:-1]
+    if code is None:  # too wide to pack in one code
+        order, starts = _wide_order(arrays)
     else:
         ordered, order = sort_order(code)
         starts = run_starts(ordered)
@@ -237,6 +232,42 @@ def _in_numbers(
     rows = order[first[nonzero]]
     arrays = [pa.array(a[rows], f.type) for a, f in zip(arrays, schema, strict=False)]
     return pa.Table.from_arrays([*arrays, pa.array(sums[nonzero], pa.int64())], schema=schema)
+
+
+def _wide_order(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The rows' order column by column, the first the primary, and per position in it
+    whether the row differs from the one before (`run_starts`), for columns too wide to
+    pack in one code (`_packed_codes`).
+
+    The leading columns that pack are one code and the others a second: a sort of two
+    keys, not one per column, and of one where the second is in order already (a batch
+    of changes at their own times, in time order: a stable sort by the first keeps it).
+    The 10M book's 20M changes (key, value, time): 0.07 against 0.5-0.8 s for the
+    sort. Else sorted column by column."""
+    head = rest = None
+    for cut in range(len(arrays) - 1, 0, -1):
+        head = _packed_codes(arrays[:cut])
+        if head is not None:
+            rest = _packed_codes(arrays[cut:])
+            break
+    if head is None or rest is None:
+        order = np.lexsort(arrays[::-1])
+        starts = np.zeros(len(order), bool)
+        starts[:1] = True
+        for a in arrays:
+            ordered = a[order]
+            starts[1:] |= ordered[1:] != ordered[:-1]
+        return order, starts
+    first, second = head[0], rest[0]
+    if bool(np.all(second[1:] >= second[:-1])):
+        ordered, order = sort_order(first)  # stable: equal firsts keep the second's order
+    else:
+        order = np.lexsort((second, first))
+        ordered = first[order]
+    starts = run_starts(ordered)
+    then = second[order]
+    starts[1:] |= then[1:] != then[:-1]
+    return order, starts
 
 
 def _advanced(raw: np.ndarray, k: int, frontier: Antichain) -> np.ndarray:
@@ -781,8 +812,8 @@ def sort_order(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     low, high = int(values.min()), int(values.max())
     bits = (n - 1).bit_length()
     if (high - low).bit_length() + bits > 63:
-        order = np.argsort(values, kind="stable")
-        return values[order].astype(np.int64), order.astype(np.int64)
+        order = np.argsort(values, kind="stable").astype(np.int64, copy=False)
+        return values[order].astype(np.int64, copy=False), order
     packed = values.astype(np.int64)  # a copy, worked in place: each array is paid for
     packed -= low
     packed <<= bits
