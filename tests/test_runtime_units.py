@@ -26,7 +26,15 @@ times2 = st.tuples(st.integers(0, 5), st.integers(0, 5))
 
 @pytest.mark.parametrize(
     "module",
-    ["lattice", "input", "collection", "linear", "operators.join"],
+    [
+        "lattice",
+        "input",
+        "collection",
+        "linear",
+        "operators.join",
+        "kernel.driver",
+        "kernel.spark_buckets",
+    ],
 )
 def test_doctests(module: str) -> None:
     mod = importlib.import_module(f"dsql.runtime.{module}")

@@ -259,7 +259,7 @@ def _wide_order(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
             starts[1:] |= ordered[1:] != ordered[:-1]
         return order, starts
     first, second = head[0], rest[0]
-    if bool(np.all(second[1:] >= second[:-1])):
+    if in_order(second):
         ordered, order = sort_order(first)  # stable: equal firsts keep the second's order
     else:
         order = np.lexsort((second, first))
@@ -804,10 +804,7 @@ def sort_order(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     [[-2, 1, 5, 5], [1, 3, 0, 2]]
     """
     n = len(values)
-    sample = values[:: max(1, n // 64)]  # 64 values across: sorted runs end to end fail it
-    if n < 2 or (
-        np.all(sample[1:] >= sample[:-1]) and (n <= 64 or np.all(values[1:] >= values[:-1]))
-    ):
+    if in_order(values):
         return values.astype(np.int64), np.arange(n, dtype=np.int64)  # sorted already
     low, high = int(values.min()), int(values.max())
     bits = (n - 1).bit_length()
@@ -823,6 +820,20 @@ def sort_order(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ordered += low
     packed &= (1 << bits) - 1
     return ordered, packed
+
+
+def in_order(values: np.ndarray) -> bool:
+    """Whether `values` never decrease: 64 values across first, which sorted runs laid
+    end to end fail without a pass over them all.
+
+    >>> in_order(np.array([1, 1, 3])), in_order(np.array([2, 1]))
+    (True, False)
+    """
+    n = len(values)
+    sample = values[:: max(1, n // 64)]
+    if not bool(np.all(sample[1:] >= sample[:-1])):
+        return False
+    return n <= 64 or bool(np.all(values[1:] >= values[:-1]))
 
 
 def distinct_sorted(values: np.ndarray) -> np.ndarray:

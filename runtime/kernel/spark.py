@@ -755,8 +755,7 @@ def _bucket_order(table: pa.Table, key: str, ids: np.ndarray, buckets: int) -> n
     column = table[key]
     if pa.types.is_integer(column.type) and column.type != pa.uint64() and not column.null_count:
         values = column.to_numpy()
-        sample = values[:: max(1, len(values) // 64)]
-        if bool(np.all(sample[1:] >= sample[:-1])) and bool(np.all(values[1:] >= values[:-1])):
+        if driver.in_order(values):
             return np.argsort(ids, kind="stable")  # in key order already (consolidated)
         low, high = (int(values.min()), int(values.max())) if len(values) else (0, 0)
         span = high - low + 1
