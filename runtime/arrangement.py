@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from dsql.errors import SchemaError
 from dsql.runtime import relational as rel
 from dsql.runtime.dataflow import Batch, Node, Round
-from dsql.runtime.kernel.base import Frame, Kernel, Prepared
+from dsql.runtime.kernel.base import Frame, Kernel, Prepared, Stored
 from dsql.runtime.lattice import Antichain, time_columns
 from dsql.runtime.trace import Trace
 
@@ -148,36 +148,47 @@ class ArrangeNode(TracedNode):
         delta = rnd.delta(self.inputs[0])
         if delta is None:
             return None
-        kernel, columns, depth = self.kernel, self.columns, self.depth
-        if delta.deferred is not None:
-            linear = delta.deferred
-            frame = linear.renamed(delta.frame)
-            if delta.consolidated:  # consolidated rows, every column kept: still so
-                if frame is None:
-                    frame = kernel.query(linear.query, {"src": delta.frame})
-            elif frame is not None:
-                frame = kernel.consolidate_small([frame], columns, depth)
-            if frame is None:  # consolidate the linear input's query: one call
-                fused = linear.compose(
-                    lambda inner: rel.consolidate(inner, columns, depth), "arrange-linear"
-                )
-                frame = kernel.query(fused, {"src": delta.frame})
-        elif delta.consolidated:
-            frame = delta.frame
-        else:
-            frame = kernel.consolidate_small([delta.frame], columns, depth)
-            if frame is None:
-                # Prepared at first use: most batches are consolidated in the driver, and
-                # rendering the query of a wide arrangement is a good part of a plan's build.
-                frame = kernel.query(
-                    prepare_consolidate(kernel, columns, depth), {"d": delta.frame}
-                )
-        stored = kernel.materialize(frame, self.keys, delta.rows)
+        kernel = self.kernel
+        stored = self._stored(delta)
         if stored.rows == 0:
             kernel.release(stored.frame)
             return None
         self.current = Batch(stored.frame, stored.rows, stored.table, consolidated=True)
         return self.current
+
+    def _stored(self, delta: Batch) -> Stored:
+        """`delta` (its deferred linear steps applied) consolidated and materialized by
+        the keys: in one step where the kernel can (`store_consolidated`), else
+        consolidated in the driver or by a query (fused with the linear steps), then
+        materialized."""
+        kernel, columns, depth, linear = self.kernel, self.columns, self.depth, delta.deferred
+
+        def by_query() -> Frame:  # the linear steps and the consolidation: one call
+            assert linear is not None
+            consolidate = lambda q: rel.consolidate(q, columns, depth)  # noqa: E731
+            query = (
+                linear.query
+                if delta.consolidated
+                else linear.compose(consolidate, "arrange-linear")
+            )
+            return kernel.query(query, {"src": delta.frame})
+
+        frame = delta.frame if linear is None else linear.renamed(delta.frame)
+        if frame is None:
+            return kernel.materialize(by_query(), self.keys, delta.rows)
+        if delta.consolidated:  # consolidated rows, every column kept: still so
+            return kernel.materialize(frame, self.keys, delta.rows)
+        stored = kernel.store_consolidated(frame, columns, depth, self.keys)
+        if stored is not None:
+            return stored
+        consolidated = kernel.consolidate_small([frame], columns, depth)
+        if consolidated is None and linear is not None:
+            consolidated = by_query()
+        elif consolidated is None:
+            # Prepared at first use: most batches are consolidated in the driver, and
+            # rendering the query of a wide arrangement is a good part of a plan's build.
+            consolidated = kernel.query(prepare_consolidate(kernel, columns, depth), {"d": frame})
+        return kernel.materialize(consolidated, self.keys, delta.rows)
 
     def describe(self) -> str:
         return f"Arrange(keys={', '.join(self.keys) or '()'})"

@@ -109,10 +109,27 @@ def consolidate(source: str | exp.Query, columns: Sequence[str], depth: int) -> 
 
 
 def advance(
-    source: str | exp.Query, columns: Sequence[str], depth: int, frontier: Antichain
+    source: str | exp.Query,
+    columns: Sequence[str],
+    depth: int,
+    frontier: Antichain,
+    uniform: bool = False,
 ) -> exp.Select:
-    """Advance every time to `frontier` (`lattice.advance_by`) and consolidate."""
+    """Advance every time to `frontier` (`lattice.advance_by`) and consolidate.
+
+    `uniform`: the caller knows every time advances to the frontier's one element (none
+    is beyond it): the rows are grouped by `columns` alone and the times are that
+    element (30M rows of two integer columns merged on Spark: 5.9 against 6.5 s)."""
     times = time_columns(depth)
+    if uniform:
+        (element,) = frontier
+        total = exp.Cast(this=exp.Sum(this=col(DIFF)), to=exp.DataType.build("bigint"))
+        stamps = [
+            (name, exp.cast(lit(v), "bigint")) for name, v in zip(times, element, strict=True)
+        ]
+        query = select(source, [*passthrough(columns), *stamps, (DIFF, total)])
+        grouped = query.group_by(*(col(c) for c in columns), copy=False)
+        return grouped.having(exp.NEQ(this=total.copy(), expression=lit(0)), copy=False)
     advanced: list[tuple[str, exp.Expr]] = []
     for i, name in enumerate(times):
         candidates = [greatest(col(name), lit(f[i])) for f in frontier]

@@ -360,19 +360,34 @@ class Trace:
         kernel, frontier, frames = self.kernel, self._compaction, [b.frame for b in batches]
         frame = kernel.consolidate_small(frames, self.columns, self.depth, frontier or None)
         if frame is None:
+            uniform = self._uniform(batches, frontier)
             stored = kernel.merge(
-                frames, self.columns, self.keys, self.depth, frontier or None, estimate
+                frames, self.columns, self.keys, self.depth, frontier or None, estimate, uniform
             )
             if stored is not None:
                 return stored
             names = {f"b{i}": f for i, f in enumerate(frames)}
             union = rel.union_all(list(names), (*self.columns, *time_columns(self.depth), DIFF))
             if frontier:
-                query = rel.advance(union, self.columns, self.depth, frontier)
+                query = rel.advance(union, self.columns, self.depth, frontier, uniform)
             else:
                 query = rel.consolidate(union, self.columns, self.depth)
             frame = kernel.query(query, names)
         return kernel.materialize(frame, self.keys, estimate)
+
+    def _uniform(self, batches: list[TraceBatch], frontier: Antichain) -> bool:
+        """Whether every time of `batches` advances to the one element of `frontier`:
+        none is beyond it, by their time ranges (where known without reading them)."""
+        if len(frontier) != 1:
+            return False
+        (element,) = frontier
+        for b in batches:
+            ranges = self._batch_ranges(b)
+            if ranges is None or any(
+                high > e for (_, high), e in zip(ranges, element, strict=True)
+            ):
+                return False
+        return True
 
     def _apart(self, batches: list[TraceBatch], frontier: Antichain) -> bool:
         """Whether merging the batches would consolidate nothing: each is consolidated (the

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsql.runtime import relational as rel
+from dsql.runtime.kernel import driver
 from dsql.runtime.kernel.auto import AutoKernel
 from dsql.runtime.kernel.spark import BUCKETS_PER_PARTITION, SparkKernel
 from dsql.runtime.kernel.spark_buckets import bucket_ids
@@ -165,3 +166,55 @@ def test_a_probe_reads_only_its_keys_buckets(spark) -> None:  # noqa: ANN001
         buckets = set(bucket_ids(pa.table({"k": keys}), ["k"], kernel.buckets).tolist())
         names = [os.path.basename(f) for f in picked.files]
         assert {int(n.split("_")[-1].split(".")[0]) for n in names} <= buckets
+
+
+def test_a_big_batch_is_consolidated_bucket_by_bucket_as_it_is_written(spark) -> None:  # noqa: ANN001
+    # An arrangement's batch bound for Spark is consolidated per bucket (equal rows share
+    # one), each bucket's file in key order: the rows of consolidating it whole.
+    auto = AutoKernel(threshold=10)
+    kernel = auto.remote
+    table = pa.concat_tables([_batch(300, 4), _batch(300, 4)])  # every row twice
+    stored = auto.store_consolidated(table, ["k", "v"], 1, ["k"])
+    assert stored is not None and auto.placement(stored.frame) == "spark"
+    want = driver.consolidate([table], ["k", "v"], 1, None)
+    assert want is not None and stored.rows == want.num_rows
+    assert _rows(kernel.to_arrow(stored.frame)) == _rows(want)
+    path = kernel._paths[id(stored.frame)]  # noqa: SLF001
+    for name in os.listdir(path):
+        if name.endswith(".parquet"):  # in its bucket, sorted by the key
+            part = pq.read_table(os.path.join(path, name))
+            bucket = int(name.split("_")[-1].split(".")[0])
+            assert set(bucket_ids(part, ["k"], kernel.buckets).tolist()) == {bucket}
+            assert part["k"].to_pylist() == sorted(part["k"].to_pylist())
+    # Its updates cancelled down to the threshold, a batch comes back to the driver.
+    flipped = table.set_column(3, "__diff__", pc.negate(table["__diff__"]))
+    few = pa.concat_tables([table, flipped, _batch(5, 5)])
+    back = auto.store_consolidated(few, ["k", "v"], 1, ["k"])
+    assert back is not None and auto.placement(back.frame) == "local"
+    assert _rows(back.frame) == _rows(driver.consolidate([_batch(5, 5)], ["k", "v"], 1, None))
+    # Declined (consolidated first, then stored): a NULL, a first column that is not the
+    # first key, a small batch, and diffs whose sums could overflow.
+    with_null = table.set_column(1, "v", pa.array([None] * table.num_rows, pa.int64()))
+    huge = table.set_column(3, "__diff__", pa.array([2**62] * table.num_rows, pa.int64()))
+    assert auto.store_consolidated(with_null, ["k", "v"], 1, ["k"]) is None
+    assert auto.store_consolidated(table, ["k", "v"], 1, ["v"]) is None
+    assert auto.store_consolidated(_batch(5, 6), ["k", "v"], 1, ["k"]) is None
+    assert auto.store_consolidated(huge, ["k", "v"], 1, ["k"]) is None
+
+
+@pytest.mark.parametrize("placed", ["spark", "duckdb"])
+def test_a_merge_whose_times_all_advance_to_the_frontier_groups_by_the_columns(
+    spark, placed: str
+) -> None:  # noqa: ANN001
+    # Every time at most the frontier's one element: grouped by the data columns, the
+    # times that element; the rows of the general query.
+    auto = AutoKernel(threshold=10)
+    kernel = auto.remote if placed == "spark" else auto.local
+    frames = [kernel.from_arrow(_batch(200, s)) for s in (7, 8)]
+    frontier = Antichain([(5,)])
+    query = lambda uniform: rel.advance("u", ["k", "v"], 1, frontier, uniform)  # noqa: E731
+    union = kernel.union(frames)
+    got = kernel.to_arrow(kernel.query(query(True), {"u": union}))
+    want = kernel.to_arrow(kernel.query(query(False), {"u": union}))
+    assert _rows(got) == _rows(want) and set(got["__time__"].to_pylist()) == {5}
+    assert got.schema.field("__time__").type == pa.int64()

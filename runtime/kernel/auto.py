@@ -248,6 +248,18 @@ class AutoKernel(Kernel):
             stored = self.remote.materialize(frame, keys, estimate)
         return self._brought_back(stored, keys)
 
+    def store_consolidated(
+        self, frame: Frame, columns: Sequence[str], depth: int, keys: Sequence[str]
+    ) -> Stored | None:
+        if not isinstance(frame, pa.Table) or frame.num_rows <= self.threshold:
+            return None
+        stored = self._spark().store_arrow(frame, keys, (columns, depth))
+        if stored is None or stored.rows > self.threshold:
+            return stored
+        table = self.remote.to_arrow(stored.frame)  # its updates cancelled: back here
+        self.remote.release(stored.frame)
+        return self.local.materialize(table, keys)
+
     def merge(
         self,
         frames: Sequence[Frame],
@@ -256,11 +268,12 @@ class AutoKernel(Kernel):
         depth: int,
         frontier: Antichain | None,
         estimate: int | None = None,
+        uniform: bool = False,
     ) -> Stored | None:
         if not self._remote(frames):
             return None
         shipped = [self._ship(frame) for frame in frames]
-        stored = self._spark().merge(shipped, columns, keys, depth, frontier, estimate)
+        stored = self._spark().merge(shipped, columns, keys, depth, frontier, estimate, uniform)
         return None if stored is None else self._brought_back(stored, keys)
 
     def concatenate(

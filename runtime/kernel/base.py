@@ -335,11 +335,22 @@ class Kernel(ABC):
         depth: int,
         frontier: Antichain | None,
         estimate: int | None = None,
+        uniform: bool = False,
     ) -> Stored | None:
         """Trace batches merged into one stored batch: their union, times advanced to
         `frontier` (when given) and consolidated (`relational.advance`), stored as
         `materialize(..., keys, estimate)` stores it; done natively where the kernel can do
-        it more cheaply than that query then `materialize` (None: run those)."""
+        it more cheaply than that query then `materialize` (None: run those). `uniform`:
+        every time advances to the frontier's one element (`relational.advance`)."""
+        return None
+
+    def store_consolidated(
+        self, frame: Frame, columns: Sequence[str], depth: int, keys: Sequence[str]
+    ) -> Stored | None:
+        """`frame` consolidated (`relational.consolidate`) and stored as `materialize(...,
+        keys)` stores it, in one step where the kernel does that more cheaply than
+        consolidating first (a big batch in the driver bound for Spark, consolidated
+        bucket by bucket as it is written); None: consolidate, then `materialize`."""
         return None
 
     @abstractmethod

@@ -155,6 +155,26 @@ def consolidate(
     return _by_codes(values, diffs, columns, depth, frontier, schema)
 
 
+def numeric_schema(table: pa.Table, columns: Sequence[str], depth: int) -> pa.Schema | None:
+    """The schema `consolidate([part], columns, depth, None)` gives any part of `table`'s
+    rows of at most `NUMERIC_ROWS`, when numpy consolidates every such part exactly
+    (`_in_numbers`): integer columns without NULLs, and no sum of diffs beyond int64.
+    None when not so.
+
+    >>> t = pa.table({"x": [1, None], "__time__": [0, 0], "__diff__": [1, 1]})
+    >>> numeric_schema(t, ("x",), 1), numeric_schema(t.slice(0, 1), ("x",), 1).names
+    (None, ['x', '__time__', '__diff__'])
+    """
+    schema = _output_schema(table.schema, [*columns, *time_columns(depth), DIFF])
+    if schema is None or not _integers([(table, 1)], schema):
+        return None
+    if not table.num_rows:
+        return schema
+    bounds = pc.min_max(table.column(DIFF))  # no copy of the column
+    largest = max(abs(bounds["min"].as_py()), abs(bounds["max"].as_py()))
+    return None if largest * table.num_rows > _INT64_MAX else schema
+
+
 def consolidate_sorted(table: pa.Table, names: Sequence[str]) -> pa.Table | None:
     """The rows of `table` summed per equal `names` (the other columns dropped but the
     diff), zero sums dropped, sorted by `names` in order (a capture's updates, sorted
