@@ -446,13 +446,15 @@ class SparkKernel(Kernel):
             return self._read_back(path, keys[:1], ordered.num_rows)
         if consolidate is None:
             order = _bucket_order(table, keys[0], ids, buckets)
-        else:  # by bucket alone (a radix sort): each bucket's consolidation sorts it
-            order = np.argsort(ids, kind="stable")
-        cuts = [0, *np.cumsum(counts).tolist()]
+            cuts = [0, *np.cumsum(counts).tolist()]
+        # Else each bucket's rows are picked as they are (its consolidation sorts them):
+        # no order of all rows, whose array of positions would be fresh memory.
 
         def write(bucket: int) -> int:  # Spark reads a file's bucket from its name
-            part = table.take(order[cuts[bucket] : cuts[bucket + 1]])
-            if consolidate is not None:
+            if consolidate is None:
+                part = table.take(order[cuts[bucket] : cuts[bucket + 1]])
+            else:
+                part = table.take(np.flatnonzero(ids == bucket))
                 part = driver.consolidate([part], names, depth, None)
                 assert part is not None, "numeric_schema vouched for every bucket"
                 if not part.num_rows:

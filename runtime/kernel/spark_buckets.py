@@ -15,12 +15,19 @@ does; None for other types (Spark writes those).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
 
 _SEED = 42
+#: Rows hashed at a time, chunks on threads: arrays this small are reused from one chunk
+#: to the next, where a whole column's are fresh memory, whose first touch costs more
+#: than the hash (20M rows: 0.10 against 1.35 s in a fresh process, 0.07-0.10 against
+#: 0.22-0.31 s after).
+CHUNK_ROWS = 1 << 20
 _C1, _C2 = np.uint32(0xCC9E2D51), np.uint32(0x1B873593)
 
 #: Arrow types hashed as Spark hashes their Spark type: 32-bit, or 64-bit.
@@ -42,9 +49,27 @@ def bucket_ids(table: pa.Table, keys: Sequence[str], buckets: int) -> np.ndarray
     """
     if not keys or not all(hashable(table.schema.field(k).type) for k in keys):
         return None
+    ids = np.empty(table.num_rows, dtype=np.int16)
+    starts = range(0, table.num_rows, CHUNK_ROWS)
+
+    def chunk(start: int) -> None:
+        part = table.slice(start, CHUNK_ROWS)
+        ids[start : start + part.num_rows] = _ids(part, keys, buckets)
+
+    if len(starts) <= 1:
+        for start in starts:
+            chunk(start)
+        return ids
+    with ThreadPoolExecutor(min(len(starts), os.cpu_count() or 1)) as pool:
+        list(pool.map(chunk, starts))  # numpy's passes free the GIL
+    return ids
+
+
+def _ids(table: pa.Table, keys: Sequence[str], buckets: int) -> np.ndarray:
+    """`bucket_ids` of a chunk of rows."""
     h = np.full(table.num_rows, _SEED, dtype=np.uint32)
     scratch = np.empty(table.num_rows, dtype=np.uint32)
-    for key in keys:  # in place: a few passes over two arrays (20M rows: 0.5 s)
+    for key in keys:  # in place: a few passes over two arrays
         column = table[key]
         values = _numbers(column)
         before = h.copy() if column.null_count else None
