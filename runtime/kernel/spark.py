@@ -409,11 +409,11 @@ class SparkKernel(Kernel):
         `table` is not consolidated yet: its rows go to their buckets as they are, and
         each bucket's rows are consolidated apart (equal rows have equal keys, so share a
         bucket) by `driver.consolidate`, on threads. The whole consolidated table is never
-        held, and both cores sort: the 10M book's two arrangement steps took 5.0-5.5 s for
-        its 20M changes, against 8.1 s consolidating and then storing them, and 2.6
-        against 4.4 s for its 10M loaded rows (Python's peak 2.0 against 2.4 GiB). None
-        where numpy would not consolidate them (`driver.numeric_schema`) or the rows
-        cannot go to buckets."""
+        held, and both cores sort: the 10M book's two arrangement steps took 3.4-3.8 s for
+        its 20M changes, against 7.1-10.4 s consolidating and then storing them, and
+        2.1-2.6 against 3.1-4.6 s for its 10M loaded rows (Python's peak 1.9 against 2.4
+        GiB). None where numpy would not consolidate them (`driver.numeric_schema`) or
+        the rows cannot go to buckets."""
         if not self._driver_sees_files() or not all(_read_alike(f.type) for f in table.schema):
             return None
         names, depth = consolidate or ((), 0)
