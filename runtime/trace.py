@@ -131,8 +131,8 @@ class Trace:
         for batch in self.batches:
             self._read_rows(batch)
             rows = None
-            if batch.index is not None:
-                rows = batch.index.rows(probe, by)
+            if batch.index is not None and kernel.placement(probe) == "local":
+                rows = batch.index.rows(probe, by)  # an index is probed by driver rows
             if rows is None:
                 rows = kernel.rows_with_keys(batch.frame, self.keys, probe, by)
             if rows is None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import hypothesis
 import oracle
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
@@ -474,6 +475,38 @@ def test_reduce_after_join_of_an_input_with_itself(history: History) -> None:
 
     pipeline = Pipeline((KV,), build, expected, ())
     check_history(LocalKernel(), pipeline, history)
+
+
+# A join's delta on Spark once probed a driver batch's key index, which takes driver rows.
+_SPARK_DELTA = example(
+    (([], 0), ([], 0)),
+    (([((0, 0), 0, 1)], 0), ([], 0)),
+    (([], 0), ([((0, 0), 0, 1), ((0, 1), 0, 1), ((0, 0), 1, -1)], 0)),
+)
+
+
+@settings(LOCAL, max_examples=3)  # each round runs Spark jobs: a few histories
+@given(history=histories((st.tuples(KEY, VALUE),) * 2, True, max_rounds=4, max_ops=8))
+@hypothesis.example(history=_SPARK_DELTA)
+def test_join_and_reduce_over_batches_consolidated_as_spark_stores_them(
+    spark: Any, history: History
+) -> None:
+    """Under a placement threshold of 2 rows an arrangement's batches of integers move to
+    Spark consolidated bucket by bucket as they are written (`store_consolidated`), and
+    its merges group by the data columns where every time advances to the frontier."""
+    from dsql.runtime.kernel.auto import AutoKernel
+
+    kernel = AutoKernel(2, spark, notice=None)
+
+    def build(a: Collection, b: Collection) -> dict[str, Collection]:
+        joined = a.join(b, on=[("k", "j")])
+        return {**_join(a, b), "sums": joined.reduce(["k"], aggregates=["sum(w) AS s"])}
+
+    def expected(inputs: list[Multiset], t: int) -> dict[str, Multiset]:
+        joined = oracle.join(*inputs, [0], [0])
+        return {**_join_expected(inputs, t), "sums": oracle.reduce(joined, [0], [("sum", 2)])}
+
+    check_history(kernel, Pipeline((KV, JW), build, expected, ()), history)
 
 
 # --- examples on both kernels: one short fixed history per operator family ----------------
