@@ -102,9 +102,16 @@ def union_all(tables: Sequence[str], columns: Sequence[str]) -> exp.Query:
 def consolidate(source: str | exp.Query, columns: Sequence[str], depth: int) -> exp.Select:
     """Sum the diffs of equal (row, time) pairs and drop the pairs that sum to zero."""
     keys = [col(c) for c in (*columns, *time_columns(depth))]
+    return _summed(source, keys, keys)
+
+
+def _summed(
+    source: str | exp.Query, outputs: Sequence[exp.Expr], group: Sequence[exp.Expr]
+) -> exp.Select:
+    """`SELECT outputs, SUM(diff) AS diff FROM source GROUP BY group`, zero sums dropped."""
     total = exp.Cast(this=exp.Sum(this=col(DIFF)), to=exp.DataType.build("bigint"))
-    query = select(source, [*keys, exp.alias_(total, DIFF, quoted=True)])
-    grouped = query.group_by(*(k.copy() for k in keys), copy=False)
+    query = select(source, [*outputs, exp.alias_(total, DIFF, quoted=True)])
+    grouped = query.group_by(*(g.copy() for g in group), copy=False)
     return grouped.having(exp.NEQ(this=total.copy(), expression=lit(0)), copy=False)
 
 
@@ -121,15 +128,14 @@ def advance(
     is beyond it): the rows are grouped by `columns` alone and the times are that
     element (30M rows of two integer columns merged on Spark: 5.9 against 6.5 s)."""
     times = time_columns(depth)
-    if uniform:
+    if uniform:  # neither engine drops a constant from a GROUP BY: it is left out here
         (element,) = frontier
-        total = exp.Cast(this=exp.Sum(this=col(DIFF)), to=exp.DataType.build("bigint"))
         stamps = [
-            (name, exp.cast(lit(v), "bigint")) for name, v in zip(times, element, strict=True)
+            exp.alias_(exp.cast(lit(v), "bigint"), name, quoted=True)
+            for name, v in zip(times, element, strict=True)
         ]
-        query = select(source, [*passthrough(columns), *stamps, (DIFF, total)])
-        grouped = query.group_by(*(col(c) for c in columns), copy=False)
-        return grouped.having(exp.NEQ(this=total.copy(), expression=lit(0)), copy=False)
+        data = [col(c) for c in columns]
+        return _summed(source, [*data, *stamps], data)
     advanced: list[tuple[str, exp.Expr]] = []
     for i, name in enumerate(times):
         candidates = [greatest(col(name), lit(f[i])) for f in frontier]

@@ -417,13 +417,9 @@ class SparkKernel(Kernel):
         if not self._driver_sees_files() or not all(_read_alike(f.type) for f in table.schema):
             return None
         names, depth = consolidate or ((), 0)
-        schema = (
-            table.schema
-            if consolidate is None
-            else driver.numeric_schema(table, names, depth)
-            if names[:1] == keys[:1]
-            else None
-        )
+        schema: pa.Schema | None = table.schema
+        if consolidate is not None:  # by bucket, each in key order: the key comes first
+            schema = driver.numeric_schema(table, names, depth) if names[:1] == keys[:1] else None
         if schema is None:
             return None
         import pyarrow.parquet as pq

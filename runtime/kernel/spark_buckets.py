@@ -56,12 +56,12 @@ def bucket_ids(table: pa.Table, keys: Sequence[str], buckets: int) -> np.ndarray
         part = table.slice(start, CHUNK_ROWS)
         ids[start : start + part.num_rows] = _ids(part, keys, buckets)
 
-    if len(starts) <= 1:
+    if len(starts) < 2:  # a probe's few keys: no thread started
         for start in starts:
             chunk(start)
-        return ids
-    with ThreadPoolExecutor(min(len(starts), os.cpu_count() or 1)) as pool:
-        list(pool.map(chunk, starts))  # numpy's passes free the GIL
+    else:
+        with ThreadPoolExecutor(min(len(starts), os.cpu_count() or 1)) as pool:
+            list(pool.map(chunk, starts))  # numpy's passes free the GIL
     return ids
 
 
