@@ -558,6 +558,21 @@ def test_sort_order_is_a_stable_argsort(values: list[int], wide: bool) -> None:
 
 @settings(LOCAL, max_examples=100)
 @given(
+    runs=st.lists(st.lists(st.integers(0, 60), max_size=400), min_size=1, max_size=12),
+    sort=st.booleans(),
+)
+def test_sorted_runs_end_to_end_sort_as_any_values_do(runs: list[list[int]], sort: bool) -> None:
+    # Runs laid end to end (a trace merge's batches) take numpy's stable sort, values
+    # in no order the packed quicksort: either way a stable argsort.
+    array = np.array([v for run in runs for v in (sorted(run) if sort else run)], np.int64)
+    ordered, order = driver.sort_order(array)
+    expected = np.argsort(array, kind="stable")
+    assert order.tolist() == expected.tolist()
+    assert ordered.tolist() == array[expected].tolist()
+
+
+@settings(LOCAL, max_examples=100)
+@given(
     rows=st.lists(
         st.tuples(*[st.integers(0, 3)] * 3, st.sampled_from([-1, 1])),
         min_size=2,
