@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsql.runtime.kernel.chain_reduce import chain_step
+from dsql.runtime.kernel.chain_reduce import chain_step, distinct_chain, shared_prefix
 from dsql.runtime.kernel.driver_reduce import ReduceRows, ReduceShape, reduce_step
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 
@@ -169,3 +170,45 @@ def test_chain_step_equals_driver_step(step: tuple[ReduceRows, str, bool]) -> No
     assert _bag(got[1]) == _bag(expected[1])
     assert got[0].schema.names == expected[0].schema.names
     assert got[1].schema.names == expected[1].schema.names
+
+
+@settings(max_examples=300, deadline=None)
+@given(step=steps())
+def test_distinct_from_numbers_equals_driver_step(step: tuple[ReduceRows, str, bool]) -> None:
+    # A loop's distinct stepped from its rows as numbers (`distinct_chain`, what
+    # `operators.reduce_chain` gives it): each history and output row as the probe row
+    # with its key, its last time coordinate and its diff.
+    rows, name, chain = step
+    if name != "distinct" or not chain:
+        return
+    keys, times = rows.shape.keys, time_columns(rows.shape.depth)
+    new = [t for t in (rows.delta, rows.pending) if t is not None]
+    probe = pa.concat_tables([t.select(list(keys)) for t in new])
+    first: dict[tuple, int] = {}
+    for i, key in enumerate(zip(*(probe[k].to_pylist() for k in keys), strict=True)):
+        first.setdefault(key, i)
+
+    def matches(table: pa.Table) -> tuple[np.ndarray, ...]:
+        columns = [table[n].to_pylist() for n in (*keys, times[-1], DIFF)]
+        found = [(first[r[:-2]], *r[-2:]) for r in zip(*columns, strict=True) if r[:-2] in first]
+        return tuple(np.array([f[i] for f in found], np.int64) for i in range(3))
+
+    new_j = np.concatenate([t[times[-1]].to_numpy() for t in new]).astype(np.int64)
+    delta = rows.delta
+    diffs = np.empty(0, np.int64) if delta is None else delta[DIFF].to_numpy().astype(np.int64)
+    prefix = shared_prefix(new, times[:-1])
+    assert prefix is not None
+    got = distinct_chain(
+        probe,
+        new_j,
+        diffs,
+        matches(rows.inputs[0]),
+        matches(rows.outputs[0]),
+        rows.frontier,
+        prefix,
+        rows.shape,
+    )
+    expected = reduce_step(rows, LOGICS[name][0])
+    assert got is not None and expected is not None
+    assert _bag(got[0]) == _bag(expected[0])
+    assert _bag(got[1]) == _bag(expected[1])

@@ -203,52 +203,88 @@ def distinct_chain(
     shape: ReduceShape,
 ) -> tuple[pa.Table, pa.Table] | None:
     """`chain_step` for a distinct over whole rows (`present_once`, no values), from the
-    affected keys' rows as numbers, or None when a sum could overflow or the pairs would
-    be too many.
+    affected keys' rows as numbers, or None when a sum could overflow.
 
     `probe`: the keys of the new rows, the delta's first (its diffs `delta_diff`) then
     the pending candidates'; `new_j`: their last time coordinate (the others are
     `prefix`). `history` and `held`: the rows of those keys in the input history and in
     the output trace (`Trace.key_matches`), each as the probe row with its key, the
     last time coordinate and the diff. No key column is read but the probe's: rows are
-    told apart by the probe row they match."""
+    told apart by the probe row they match.
+
+    With one value per key, the chain needs no pairs of groups and candidates: every
+    (key, last coordinate) is one code, the candidates are the distinct codes of the
+    new rows and of the history's rows at or beyond their key's least new one, and the
+    accumulations at them are running sums over each side's rows sorted by code, read
+    at the candidates by binary search. `E(c)` is whether the row is present less the
+    output held, and the correction `E(c) - E(c')` for `c'` the key's candidate before
+    `c` (none: 0, as `_Chain.corrections`)."""
     kid, first = dense_codes(row_codes(list(probe.columns), probe.num_rows))
-    nkeys, rows = len(first), len(delta_diff)
+    rows = len(delta_diff)
     hist_kid = np.concatenate((kid[:rows], kid[history[0]]))
     hist_j = np.concatenate((new_j[:rows], history[1]))
     hist_diff = np.concatenate((delta_diff, history[2]))
     out_kid, out_j, out_diff = kid[held[0]], held[1], held[2]
-    held_total = float(np.abs(out_diff).sum(dtype=np.float64))
-    if float(np.abs(hist_diff).sum(dtype=np.float64)) + held_total >= _SAFE_TOTAL:
+    total = float(np.abs(hist_diff).sum(dtype=np.float64))
+    if total + float(np.abs(out_diff).sum(dtype=np.float64)) + len(kid) >= _SAFE_TOTAL:
         return None
-    chain, waits = _Chain.of(
-        nkeys, kid, new_j, hist_kid, hist_j, out_j, first_unready(frontier, prefix)
+    some = int(new_j[0])  # there is a new row
+    low_j = min(int(a.min(initial=some)) for a in (new_j, hist_j, out_j))
+    span = max(int(a.max(initial=some)) for a in (new_j, hist_j, out_j)) - low_j + 1
+    if (len(first) + 1) * span >= 2**62:
+        return None
+
+    def coded(kids: np.ndarray, js: np.ndarray) -> np.ndarray:
+        return kids * span + (js - low_j)
+
+    least = np.full(len(first), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(least, kid, new_j)
+    on_chain = hist_j >= least[hist_kid]
+    grid = distinct_sorted(
+        np.concatenate((coded(kid, new_j), coded(hist_kid[on_chain], hist_j[on_chain])))
     )
-    acc = chain.accumulate(hist_kid, np.zeros(len(hist_kid), np.int64), hist_j, hist_diff)
-    kept = chain.accumulate(out_kid, np.zeros(len(out_kid), np.int64), out_j, out_diff)
-    if acc is None or kept is None:
-        return None
-    want_c = acc[2][acc[3] > 0]  # each candidate where the row is present wants it once
-    if len(want_c) + held_total >= _SAFE_TOTAL:
-        return None
-    wanted = (want_c, np.zeros(len(want_c), np.int64), np.ones(len(want_c), np.int64))
-    fix_c, _, fix = chain.corrections(wanted, (kept[2], kept[1], kept[3]), 1)
+    bound = first_unready(frontier, prefix)
+    ready = np.ones(len(grid), bool) if bound is None else grid % span < bound - low_j
+    cand, waits = grid[ready], grid[~ready]
+    cand_kid = cand // span
+    present = _running(coded(hist_kid, hist_j), hist_diff, cand, cand_kid * span) > 0
+    error = present.astype(np.int64) - _running(
+        coded(out_kid, out_j), out_diff, cand, cand_kid * span
+    )
+    fix = error.copy()
+    same = cand_kid[1:] == cand_kid[:-1]  # the candidate before, of the same key
+    fix[1:][same] -= error[:-1][same]
+    changed = np.flatnonzero(fix)
     keys, times = shape.keys, time_columns(shape.depth)
-    key_values = [concat_columns([c]).take(pa.array(first)) for c in probe.columns]
     stamp_of = _stamps(times, prefix)
-    fix_kid = pa.array(chain.cand_kid[fix_c])
+    fix_rows = pa.array(first[cand_kid[changed]])
     output = _build(
         [
-            *_fields(shape.schema, keys, [c.take(fix_kid) for c in key_values]),
-            *stamp_of(chain.cand_j[fix_c]),
-            (pa.field(DIFF, pa.int64()), pa.array(fix, pa.int64())),
+            *_fields(shape.schema, keys, [c.take(fix_rows) for c in probe.columns]),
+            *stamp_of(cand[changed] % span + low_j),
+            (pa.field(DIFF, pa.int64()), pa.array(fix[changed], pa.int64())),
         ]
     )
-    wait_kid = pa.array(waits[0])
+    wait_rows = pa.array(first[waits // span])
     waiting = _build(
-        [*_fields(shape.source, keys, [c.take(wait_kid) for c in key_values]), *stamp_of(waits[1])]
+        [
+            *_fields(shape.source, keys, [c.take(wait_rows) for c in probe.columns]),
+            *stamp_of(waits % span + low_j),
+        ]
     )
     return output, waiting
+
+
+def _running(
+    codes: np.ndarray, diffs: np.ndarray, at: np.ndarray, starts: np.ndarray
+) -> np.ndarray:
+    """Per position of `at`, the sum of the `diffs` whose `codes` lie from the same
+    position of `starts` to it, both ends included."""
+    ordered, order = driver.sort_order(codes)
+    running = np.zeros(len(codes) + 1, np.int64)
+    np.cumsum(diffs[order], out=running[1:])
+    high = np.searchsorted(ordered, at, "right")
+    return running[high] - running[np.searchsorted(ordered, starts, "left")]
 
 
 class _Chain:
