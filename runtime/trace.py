@@ -64,6 +64,8 @@ DIRECTORY_ROWS = 1024
 #: larger batches (every batch of a quarter of the trace or more is compacted, and sizes
 #: grow `MERGE_RATIO`-fold going back), so the uncompacted batches hold under half of the trace.
 POSTPONE_SHARE = 4
+#: At most this many inserted batches wait for a reader before they are merged in.
+PENDING_BATCHES = 64
 
 
 @dataclass(slots=True)
@@ -96,7 +98,9 @@ class Trace:
         self.columns = columns
         self.keys = keys
         self.depth = depth
-        self.batches: list[TraceBatch] = []
+        self._batches: list[TraceBatch] = []
+        #: Batches inserted since a reader last asked: merged in when one does.
+        self._pending: list[TraceBatch] = []
         #: Frontiers held by readers outside the dataflow (imports, AS OF reads).
         self._holds: dict[int, Antichain] = {}
         self._next_hold = 0
@@ -107,6 +111,12 @@ class Trace:
         self._directory_tried = 0
 
     # --- readers -------------------------------------------------------------------
+    @property
+    def batches(self) -> list[TraceBatch]:
+        """The batches, oldest first, with every inserted batch merged in (`_settle`)."""
+        self._settle()
+        return self._batches
+
     def frames(self) -> list[Frame]:
         """The frames of all batches, oldest first."""
         return [b.frame for b in self.batches]
@@ -114,14 +124,15 @@ class Trace:
     @property
     def rows(self) -> int:
         """The number of update rows stored (after consolidation within batches)."""
-        return sum(b.rows for b in self.batches)
+        return sum(b.rows for b in (*self._batches, *self._pending))
 
     def nbytes(self) -> int:
         """The bytes the batches and their indexes hold, as the kernel estimates them."""
-        indexes = sum(b.index.nbytes for b in self.batches if b.index is not None)
+        batches = (*self._batches, *self._pending)
+        indexes = sum(b.index.nbytes for b in batches if b.index is not None)
         if self._directory is not None:
             indexes += self._directory.nbytes
-        return sum(self.kernel.nbytes(b.frame) for b in self.batches) + indexes
+        return sum(self.kernel.nbytes(b.frame) for b in batches) + indexes
 
     def rows_with_keys(self, probe: Frame, by: Sequence[str]) -> list[Frame] | None:
         """Per batch, oldest first, the rows whose keys equal the `by` columns of some row
@@ -268,10 +279,39 @@ class Trace:
 
     # --- writers -------------------------------------------------------------------
     def insert(self, frame: Frame, rows: int) -> None:
-        """Add a materialized, consolidated batch and merge to restore the size invariant."""
-        self.batches.append(TraceBatch(frame, rows))
+        """Add a materialized, consolidated batch; it is merged in when a reader next
+        asks for the batches (`_settle`), or once `PENDING_BATCHES` wait."""
+        self._pending.append(TraceBatch(frame, rows))
         if self._directory is not None and not self._directory.add(frame):
             self._directory = None  # a key outside its box: tried again once doubled
+        if len(self._pending) >= PENDING_BATCHES:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Merge the batches inserted since the last read in and restore the size
+        invariant. A trace read at every insert merges as it always did. One read less
+        often (a loop's join input, read again only when the other side changes) merges
+        the newest inserts that the merge rule would draw together as one group: their
+        concatenation where they share no time, rather than a merge per insert. Older,
+        larger ones go in one by one, as they would have."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        cut, rows = len(pending) - 1, pending[-1].rows
+        while cut and (
+            pending[cut - 1].rows <= MERGE_RATIO * rows or self._small(pending[cut - 1])
+        ):
+            cut -= 1
+            rows += pending[cut].rows
+        for batch in pending[:cut]:
+            self._batches.append(batch)
+            self._merge()
+        group = pending[cut:]
+        batch = group[0] if len(group) == 1 else self._combine(group)
+        if batch.rows or len(group) == 1:
+            self._batches.append(batch)
+        else:
+            self.kernel.release(batch.frame)
         self._merge()
 
     def advance(self, frontier: Antichain) -> None:
@@ -287,15 +327,15 @@ class Trace:
         return self._compaction
 
     def _merge(self) -> None:
-        while len(self.batches) >= 2 and (
-            self.batches[-2].rows <= MERGE_RATIO * self.batches[-1].rows
-            or self._small(self.batches[-2])
+        batches = self._batches
+        while len(batches) >= 2 and (
+            batches[-2].rows <= MERGE_RATIO * batches[-1].rows or self._small(batches[-2])
         ):
-            newer = self.batches.pop()
-            older = self.batches.pop()
+            newer = batches.pop()
+            older = batches.pop()
             merged = self._combine([older, newer])
             if merged.rows:  # an empty batch would draw every later batch into a merge
-                self.batches.append(merged)
+                batches.append(merged)
             else:
                 self.kernel.release(merged.frame)
 
@@ -306,10 +346,9 @@ class Trace:
 
     def compact_all(self) -> None:
         """Merge every batch into one, advanced to the compaction frontier."""
-        if len(self.batches) > 1 or (
-            self.batches and self.batches[0].compacted_to != self._compaction
-        ):
-            self.batches = [self._combine(self.batches)]
+        batches = self.batches
+        if len(batches) > 1 or (batches and batches[0].compacted_to != self._compaction):
+            self._batches = [self._combine(batches)]
 
     def _combine(self, batches: list[TraceBatch]) -> TraceBatch:
         """The batches merged into one, advanced to the compaction frontier (unless
@@ -413,9 +452,9 @@ class Trace:
 
     def release(self) -> None:
         """Free every batch (the arrangement is dropped)."""
-        for b in self.batches:
+        for b in (*self._batches, *self._pending):
             self.kernel.release(b.frame)
-        self.batches = []
+        self._batches, self._pending = [], []
         self._directory = None
 
 

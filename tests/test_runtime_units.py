@@ -107,6 +107,32 @@ def test_trace_merges_geometrically_and_compacts(kernel) -> None:
     assert arranged.stats()["rows"] == 1
 
 
+def test_a_trace_merges_the_inserts_no_reader_saw_at_once(monkeypatch) -> None:
+    # A loop's join input is read again only when the other side changes: the batches of
+    # the inner steps between (times apart) go in as one concatenation, not a merge each;
+    # a batch too big for the merge rule goes in on its own first.
+    from dsql.runtime import trace as trace_module
+
+    combined: list[int] = []
+    real = trace_module.Trace._combine
+    monkeypatch.setattr(
+        trace_module.Trace, "_combine", lambda self, bs: combined.append(len(bs)) or real(self, bs)
+    )
+    trace = trace_module.Trace(LocalKernel(), ("k",), ("k",), 2)
+    names = ["k", "__time__", "__time1__", "__diff__"]
+    big = 4 * trace_module.SMALL_BATCH_ROWS
+    trace.insert(pa.table([list(range(big)), [0] * big, [0] * big, [1] * big], names=names), big)
+    for j in range(1, 11):
+        trace.insert(pa.table([[j, j + 1], [0, 0], [j, j], [1, -1]], names=names), 2)
+    assert combined == []
+    assert [b.rows for b in trace.batches] == [big, 20]
+    assert combined == [10]
+    tail = trace.frames()[1]
+    rows = zip(tail["__time1__"].to_pylist(), tail["k"].to_pylist(), strict=True)
+    assert sorted(rows)[:2] == [(1, 1), (1, 2)]
+    assert trace.rows == big + 20
+
+
 def test_imported_trace_replays_history(kernel) -> None:
     worker = Worker(kernel)
     data = worker.new_input({"k": "int", "v": "int"})
