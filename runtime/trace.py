@@ -20,6 +20,11 @@ small:
   sharing their rows where the kernel can (`Kernel.concatenate`; stored whole when
   rows are first taken from it by position), and their key indexes merge too rather
   than being built again.
+- *deferred merging*: an inserted batch waits, unmerged, until readers have seen
+  `PENDING_READS` of them (they probe them as they are) or it is read after many
+  inserts; the waiting batches then merge in as one (`Trace._settle`). A loop's
+  distinct reads its traces at every inner step: one merge per several steps rather
+  than one per step.
 
 A batch is also an index: readers that hold a few keys (a join's delta, a reduce's
 affected keys) take just those keys' rows with `rows_with_keys`, through an index the
@@ -66,6 +71,10 @@ DIRECTORY_ROWS = 1024
 POSTPONE_SHARE = 4
 #: At most this many inserted batches wait for a reader before they are merged in.
 PENDING_BATCHES = 64
+#: Readers probe up to this many inserted batches less one as they are, unmerged: a
+#: loop's distinct reads its two traces at every inner step, and merging each step's
+#: batch in costs more than probing a few small ones.
+PENDING_READS = 8
 
 
 @dataclass(slots=True)
@@ -113,9 +122,11 @@ class Trace:
     # --- readers -------------------------------------------------------------------
     @property
     def batches(self) -> list[TraceBatch]:
-        """The batches, oldest first, with every inserted batch merged in (`_settle`)."""
-        self._settle()
-        return self._batches
+        """The batches, oldest first: the merged ones, then those inserted since, which
+        are merged in (`_settle`) once `PENDING_READS` wait."""
+        if len(self._pending) >= PENDING_READS:
+            self._settle()
+        return [*self._batches, *self._pending] if self._pending else self._batches
 
     def frames(self) -> list[Frame]:
         """The frames of all batches, oldest first."""
@@ -346,7 +357,8 @@ class Trace:
 
     def compact_all(self) -> None:
         """Merge every batch into one, advanced to the compaction frontier."""
-        batches = self.batches
+        self._settle()
+        batches = self._batches
         if len(batches) > 1 or (batches and batches[0].compacted_to != self._compaction):
             self._batches = [self._combine(batches)]
 

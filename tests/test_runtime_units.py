@@ -127,10 +127,17 @@ def test_a_trace_merges_the_inserts_no_reader_saw_at_once(monkeypatch) -> None:
     assert combined == []
     assert [b.rows for b in trace.batches] == [big, 20]
     assert combined == [10]
+    # A few inserts since are read as they are, unmerged, until `PENDING_READS` wait.
+    for j in range(11, 11 + trace_module.PENDING_READS - 1):
+        trace.insert(pa.table([[j], [0], [j], [1]], names=names), 1)
+    assert [b.rows for b in trace.batches] == [big, 20] + [1] * (trace_module.PENDING_READS - 1)
+    assert trace.key_sums(pa.table({"k": [11, 12, 1]}), ("k",)).tolist() == [1, 2, 2]
+    trace.insert(pa.table([[0], [0], [99], [1]], names=names), 1)
+    assert len(trace.batches) == 2 and combined[1] == trace_module.PENDING_READS
     tail = trace.frames()[1]
     rows = zip(tail["__time1__"].to_pylist(), tail["k"].to_pylist(), strict=True)
     assert sorted(rows)[:2] == [(1, 1), (1, 2)]
-    assert trace.rows == big + 20
+    assert trace.rows == big + 20 + trace_module.PENDING_READS
 
 
 def test_imported_trace_replays_history(kernel) -> None:
