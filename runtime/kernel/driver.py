@@ -906,11 +906,22 @@ def in_order(values: np.ndarray) -> bool:
 
 
 def distinct_sorted(values: np.ndarray) -> np.ndarray:
-    """The distinct values, sorted (`np.unique(values)`, 10 times faster at 1,000).
+    """The distinct integer values, sorted (`np.unique(values)`, 10 times faster at
+    1,000). Values whose range is under `BINS_PER_ROW` times their number are marked in
+    one array of their range, with no sort: a join's 150k probe keys among a thousand
+    nodes, 0.3 against 5 ms.
 
     >>> distinct_sorted(np.array([3, 1, 3])).tolist()
     [1, 3]
+    >>> distinct_sorted(np.arange(200) % 7 - 3).tolist()
+    [-3, -2, -1, 0, 1, 2, 3]
     """
+    if len(values) > PYTHON_ROWS and values.dtype.kind == "i":
+        low, high = int(values.min()), int(values.max())
+        if high - low < BINS_PER_ROW * len(values):
+            seen = np.zeros(high - low + 1, bool)
+            seen[values - low] = True
+            return (np.flatnonzero(seen) + low).astype(values.dtype, copy=False)
     ordered = np.sort(values)
     return ordered[run_starts(ordered)]
 
