@@ -24,7 +24,8 @@ small:
   `PENDING_READS` of them (they probe them as they are) or it is read after many
   inserts; the waiting batches then merge in as one (`Trace._settle`). A loop's
   distinct reads its traces at every inner step: one merge per several steps rather
-  than one per step.
+  than one per step. Outside loops the waiting batches hold under 1/`MERGE_RATIO` of
+  the trace's rows (a bigger change merges at once).
 
 A batch is also an index: readers that hold a few keys (a join's delta, a reduce's
 affected keys) take just those keys' rows with `rows_with_keys`, through an index the
@@ -290,12 +291,19 @@ class Trace:
 
     # --- writers -------------------------------------------------------------------
     def insert(self, frame: Frame, rows: int) -> None:
-        """Add a materialized, consolidated batch; it is merged in when a reader next
-        asks for the batches (`_settle`), or once `PENDING_BATCHES` wait."""
+        """Add a materialized, consolidated batch. It waits to be merged in (`_settle`)
+        while the waiting batches are fewer than `PENDING_BATCHES` and, outside loops,
+        hold less than 1/`MERGE_RATIO` of the merged batches' rows. A loop's traces are
+        read at every inner step, so readers merge what waits soon enough; outside, reads
+        may be rare, and a big change (a delete of much of the trace) merges at once, so
+        that its compaction is not put off."""
         self._pending.append(TraceBatch(frame, rows))
         if self._directory is not None and not self._directory.add(frame):
             self._directory = None  # a key outside its box: tried again once doubled
-        if len(self._pending) >= PENDING_BATCHES:
+        big = self.depth == 1 and MERGE_RATIO * sum(b.rows for b in self._pending) >= sum(
+            b.rows for b in self._batches
+        )
+        if big or len(self._pending) >= PENDING_BATCHES:
             self._settle()
 
     def _settle(self) -> None:

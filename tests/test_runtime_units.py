@@ -140,6 +140,21 @@ def test_a_trace_merges_the_inserts_no_reader_saw_at_once(monkeypatch) -> None:
     assert trace.rows == big + 20 + trace_module.PENDING_READS
 
 
+def test_outside_loops_a_big_change_merges_at_once() -> None:
+    # Reads of a view's arrangement may be rare: a change of a quarter of the trace or
+    # more is merged (and compacted) when inserted; a small one waits for a reader.
+    from dsql.runtime import trace as trace_module
+
+    trace = trace_module.Trace(LocalKernel(), ("k",), ("k",), 1)
+    names = ["k", "__time__", "__diff__"]
+    trace.insert(pa.table([list(range(100)), [0] * 100, [1] * 100], names=names), 100)
+    trace.insert(pa.table([[80], [1], [-1]], names=names), 1)
+    assert len(trace._pending) == 1
+    trace.advance(Antichain([(2,)]))
+    trace.insert(pa.table([list(range(60)), [1] * 60, [-1] * 60], names=names), 60)
+    assert not trace._pending and trace.rows == 39  # merged, compacted: 39 keys remain
+
+
 def test_imported_trace_replays_history(kernel) -> None:
     worker = Worker(kernel)
     data = worker.new_input({"k": "int", "v": "int"})
