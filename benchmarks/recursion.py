@@ -23,7 +23,8 @@ output is captured and its accumulation checked against DuckDB at the end.
 Baselines in the same run over the same final edges: DuckDB `WITH RECURSIVE ... UNION`
 over the Arrow table (median of `--reps`), and with `--spark-sql` Spark SQL's
 recursive CTE (Spark 4 accepts only UNION ALL: a per-level DISTINCT and a depth bound
-keep it finite; median of `--spark-reps`).
+keep it finite; median of `--spark-reps`), run after every graph's other measurements
+so that Spark's JVM does not share the cores with them.
 
     python benchmarks/recursion.py --kernel local
     python benchmarks/recursion.py --kernel local --spark-sql --only reach
@@ -226,10 +227,8 @@ def run_graph(args: argparse.Namespace, graph: str) -> dict[str, Any]:
         "duckdb_rows": duck[1],
         "spark": None,
         "cold": args.cold,
+        "final_edges": edges,
     }
-    if args.spark_sql:
-        sql = SPARK_REACH if graph == "reach" else SPARK_TC
-        res["spark"] = spark_baseline(edges, sql.format(depth=args.spark_depth), args.spark_reps)
     return res
 
 
@@ -365,11 +364,21 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = ap.parse_args(argv)
     command = "python benchmarks/recursion.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    runs = []
     for graph in ("reach", "closure"):
         if args.only and args.only != graph:
             continue
         load = os.getloadavg()
-        res = run_graph(args, graph)
+        runs.append((run_graph(args, graph), load))
+    # Spark's baselines last: its JVM, once started, competes for the cores and memory
+    # with every measurement after it.
+    if args.spark_sql:
+        for res, _ in runs:
+            sql = SPARK_REACH if res["graph"] == "reach" else SPARK_TC
+            res["spark"] = spark_baseline(
+                res["final_edges"], sql.format(depth=args.spark_depth), args.spark_reps
+            )
+    for res, load in runs:
         print(section_title(args, res))
         for f, v, n in rows_of(res):
             print(f"  {f:52} {v:>18}  {n}")
