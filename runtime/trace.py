@@ -300,26 +300,21 @@ class Trace:
         self._pending.append(TraceBatch(frame, rows))
         if self._directory is not None and not self._directory.add(frame):
             self._directory = None  # a key outside its box: tried again once doubled
-        big = self.depth == 1 and MERGE_RATIO * sum(b.rows for b in self._pending) >= sum(
-            b.rows for b in self._batches
-        )
+        waiting = sum(b.rows for b in self._pending)
+        big = self.depth == 1 and MERGE_RATIO * waiting >= self.rows - waiting
         if big or len(self._pending) >= PENDING_BATCHES:
             self._settle()
 
     def _settle(self) -> None:
-        """Merge the batches inserted since the last read in and restore the size
-        invariant. A trace read at every insert merges as it always did. One read less
-        often (a loop's join input, read again only when the other side changes) merges
-        the newest inserts that the merge rule would draw together as one group: their
-        concatenation where they share no time, rather than a merge per insert. Older,
-        larger ones go in one by one, as they would have."""
+        """Merge the batches inserted since they were last merged in and restore the
+        size invariant: the newest that the merge rule would draw together (`_draws`) as
+        one group, their concatenation where they share no time, rather than a merge
+        per insert; older, larger ones one by one, as they would have gone in."""
         if not self._pending:
             return
         pending, self._pending = self._pending, []
         cut, rows = len(pending) - 1, pending[-1].rows
-        while cut and (
-            pending[cut - 1].rows <= MERGE_RATIO * rows or self._small(pending[cut - 1])
-        ):
+        while cut and self._draws(pending[cut - 1], rows):
             cut -= 1
             rows += pending[cut].rows
         for batch in pending[:cut]:
@@ -347,9 +342,7 @@ class Trace:
 
     def _merge(self) -> None:
         batches = self._batches
-        while len(batches) >= 2 and (
-            batches[-2].rows <= MERGE_RATIO * batches[-1].rows or self._small(batches[-2])
-        ):
+        while len(batches) >= 2 and self._draws(batches[-2], batches[-1].rows):
             newer = batches.pop()
             older = batches.pop()
             merged = self._combine([older, newer])
@@ -357,6 +350,11 @@ class Trace:
                 batches.append(merged)
             else:
                 self.kernel.release(merged.frame)
+
+    def _draws(self, older: TraceBatch, newer_rows: int) -> bool:
+        """The merge rule: whether `older` merges with newer batches of `newer_rows` rows
+        (it holds at most `MERGE_RATIO` times their rows, or it is small)."""
+        return older.rows <= MERGE_RATIO * newer_rows or self._small(older)
 
     def _small(self, batch: TraceBatch) -> bool:
         """Whether `batch` merges with the next whatever its size: it is small and in the
