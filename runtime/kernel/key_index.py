@@ -359,6 +359,11 @@ class _Slots:
     fields: tuple[tuple[int, int, int, int], ...]
     table: np.ndarray
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the slot table (4 a slot)."""
+        return int(self.table.nbytes)
+
     @classmethod
     def build(
         cls, distinct: np.ndarray, packing: tuple[tuple[int, int, int], ...]
