@@ -142,3 +142,30 @@ def pytest_unconfigure(config):  # noqa: ANN001, ANN201
 def slt_background(request):
     """The pool running the selected `slt_background` tests' files (see above)."""
     return request.config.stash[_POOL]
+
+
+# --- PostgreSQL, the SQL oracle ----------------------------------------------------------------
+# One private PostgreSQL server per test run (per xdist worker), on a unix socket in its own
+# temp dir (tests/pg_oracle.py): not under pytest's, which only root may enter, and short
+# enough for a socket's path. Without PostgreSQL installed the tests that ask for it fail
+# and say how to install it: CI installs it (.ci/run) and must never skip them.
+
+
+@pytest.fixture(scope="session")
+def pg():  # noqa: ANN201
+    """The session's `pg_oracle.PgServer`: `pg.database(name)` is a fresh database."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from pg_oracle import PgMissing, PgServer
+
+    root = Path(tempfile.mkdtemp(prefix="dsql-pg-"))
+    try:
+        server = PgServer.start(root)
+    except PgMissing as missing:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail(str(missing), pytrace=False)
+    yield server
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
