@@ -404,3 +404,77 @@ def test_known_divergence_subscribe_with_order_and_limit_now_fixed(pgdb: Any) ->
         got = [row for row, count in held.items() for _ in range(count)]
         problem = compare(normalized(got, types), normalized(want, types), ordered=False)
         assert problem is None, f"after {sql}: {problem}"
+
+
+# --- text output -------------------------------------------------------------------------------
+
+#: Values that dsql's plain format (dsql/printer.py) writes as psql writes them.
+TEXT_SAME = (
+    "1 AS v",
+    "-42 AS v, 7 AS w",
+    "123456789012::bigint AS v",
+    "NULL::int AS v",
+    "1.50 AS v",
+    "CAST(1.5 AS numeric(6,3)) AS v",
+    "0.1::float8 AS v",
+    "1e20::float8 AS v",
+    "1e-7::float8 AS v",
+    "'abc' AS v",
+    "'' AS v",
+    "ARRAY[1, 2, NULL] AS v",
+    "ARRAY[[1, 2], [3, 4]] AS v",
+    "ARRAY[0.5::float8] AS v",
+    "'2024-01-02 03:04:05'::timestamp AS v",
+    "'2024-01-02'::date AS v",
+    "'03:04:05'::time AS v",
+    "sum(x) AS v FROM (VALUES (1.25), (2.5)) t(x)",
+)
+
+#: Values that dsql writes differently from psql today, each with what differs.
+TEXT_KNOWN = {
+    "float_whole": "2::float8 AS v",  # dsql 2.0, psql 2
+    "float_nan": "'NaN'::float8 AS v",  # dsql nan, psql NaN
+    "float_infinity": "'Infinity'::float8 AS v",  # dsql inf, psql Infinity
+    "float4": "0.1::float4 AS v",  # dsql 0.10000000149011612, psql 0.1
+    "bool": "true AS v, false AS w",  # dsql true|false, psql t|f
+    "text_array_quotes": "ARRAY['a', 'b c', NULL, ''] AS v",  # psql {a,"b c",NULL,""}
+    "numeric_array_scale": "ARRAY[1.5, 2.25] AS v",  # dsql {1.50,2.25}, psql {1.5,2.25}
+    "timestamp_fraction": "'2024-01-02 03:04:05.25'::timestamp AS v",  # dsql .250000
+    "timestamptz": "'2024-01-02 03:04:05+00'::timestamptz AS v",  # dsql +00:00, psql +00
+    "interval": "interval '1 day 2 hours' AS v",  # dsql MonthDayNano(...)
+    "interval_minutes": "interval '90 minutes' AS v",  # psql 01:30:00
+    "avg_numeric": "avg(x) AS v FROM (VALUES (1), (2)) t(x)",  # psql 1.5000000000000000
+    "char_padding": "'x'::char(3) AS v",  # psql 'x  '
+    "bytea": "'\\x0102'::bytea AS v",  # dsql \x013032, psql \x0102
+}
+
+
+def _text_differs(con: Any, pg: Any, expression: str) -> str | None:
+    """None when dsql's plain format writes `SELECT expression` as psql does: each cell as
+    `psql -A` writes it, and the aligned table line by line (dsql drops trailing blanks;
+    NULL is written NULL on both sides)."""
+    from dsql.printer import format_value, plain_table
+
+    sql = f"SELECT {expression}"
+    table = con.execute(sql).arrow()
+    cells = "\n".join("|".join(format_value(v) for v in row.values()) for row in table.to_pylist())
+    want_cells = pg.psql(sql, "-A", "-t", "-P", "null=NULL").rstrip("\n")
+    if cells != want_cells:
+        return f"{sql}: cells dsql {cells!r}, psql {want_cells!r}"
+    aligned = [line.rstrip() for line in plain_table(table).splitlines()]
+    want = [line.rstrip() for line in pg.psql(sql, "-P", "null=NULL").strip("\n").splitlines()]
+    if aligned != want:
+        return f"{sql}: aligned dsql {aligned!r}, psql {want!r}"
+    return None
+
+
+def test_text_output_matches_psql(pg: Any) -> None:
+    con = dsql.connect(kernel="local")
+    wrong = [d for d in (_text_differs(con, pg, e) for e in TEXT_SAME) if d is not None]
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("case", sorted(TEXT_KNOWN))
+def test_known_divergences_now_fixed_in_text_output(pg: Any, case: str) -> None:
+    problem = _text_differs(dsql.connect(kernel="local"), pg, TEXT_KNOWN[case])
+    assert problem is None, problem
