@@ -219,8 +219,20 @@ def differs(
 ) -> str | None:
     """None when dsql's connection `con` answers `dsql_sql` (default `sql`) as PostgreSQL's
     connection `pg` answers `sql`, both normalized by PostgreSQL's column types; else
-    the difference (see `compare`). A dsql error is a difference too."""
-    want, types = pg_rows(pg, sql)
+    the difference (see `compare`). Where PostgreSQL raises an error, dsql must raise a
+    `DsqlError`; a dsql error where PostgreSQL answers is a difference."""
+    import psycopg
+
+    from dsql.errors import DsqlError
+
+    try:
+        want, types = pg_rows(pg, sql)
+    except psycopg.Error as refused:
+        try:
+            got = con.execute(dsql_sql or sql).fetchall()
+        except DsqlError:
+            return None
+        return f"postgres raised {type(refused).__name__}: {refused}\n  dsql answered {got}"
     try:
         got = con.execute(dsql_sql or sql).fetchall()
     except Exception as error:  # noqa: BLE001 - reported as the difference it is
