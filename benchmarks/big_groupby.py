@@ -75,6 +75,8 @@ def run_view(args: argparse.Namespace, data: pa.Table, kernel: str) -> dict[str,
         if r >= args.warmup:
             rounds.append(time.perf_counter() - t0)
         assert len(out) == 2, out  # one group's row retracted and inserted again
+    if inserted is not None:  # an odd number of rounds: back to the loaded rows, untimed
+        con.execute(f"DELETE FROM t WHERE k = {inserted[0]} AND v = {inserted[1]}")
     final = sorted(con.execute("SELECT * FROM totals").fetchall())
     con.close()
     return {"hydration": hydration, "snapshot": len(snapshot), "rounds": rounds, "final": final}
@@ -159,10 +161,9 @@ def main(argv: list[str] | None = None) -> None:
         res["local"] = run_view(args, data, "local")
     if not args.no_spark:
         res["spark"] = spark_view(args, data)
-    # The rounds end with their last row deleted when their count is even: the view is
-    # then the aggregate of the loaded rows.
-    expected = res["duckdb"][1] if (args.warmup + args.rounds) % 2 == 0 else None
-    res["final_expected"] = expected
+    # The rounds end with their last inserted row deleted: the view is then the aggregate
+    # of the loaded rows.
+    res["final_expected"] = res["duckdb"][1]
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     title = f"## big_groupby: {args.n:,} rows, {max(args.n // 10, 1):,} keys ({when})"
     print(title)

@@ -67,6 +67,7 @@ subprocess and adds `rows(...)` to its table.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -388,6 +389,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON line")
     args = ap.parse_args(argv)
+    if importlib.util.find_spec("pathway") is None:
+        ap.exit(2, "pathway is not installed here: pip install pathway (Linux, Python >= 3.10)\n")
     res = run(args)
     if args.json:
         print(json.dumps(res))
