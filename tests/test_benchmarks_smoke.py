@@ -7,7 +7,13 @@ benchmarks measure them; the suite only keeps the scripts working).
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
 import pyarrow as pa
+import pytest
 
 from dsql.runtime.kernel import key_index
 from dsql.runtime.kernel.local import LocalKernel
@@ -27,3 +33,76 @@ def test_trace_size_counts_a_slot_table() -> None:
     assert picked is not None and [f.column("k").to_pylist() for f in picked] == [[3]]
     # n distinct keys, n + 1 run bounds, n positions at 8 bytes; n slots at 4.
     assert trace.nbytes() == before + 8 * (3 * n + 1) + 4 * n
+
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+#: Per script: its smallest run, and a line its table prints. Each leaves RESULTS.md
+#: alone (`--no-write`, `--no-results`; same_process_ab.py writes nothing) and uses the
+#: in-process kernel only (`--kernel local`, `--no-spark`).
+SMOKE = {
+    "skip_level.py": (
+        ["--n", "1000", "--kernel", "local", "--rounds", "2", "--warmup", "1", "--changes",
+         "100", "--profile-rounds", "1", "--reps", "1", "--book", "--pathway", "--no-write"],
+        "check",
+    ),
+    "big_groupby.py": (
+        ["--n", "1000", "--rounds", "3", "--warmup", "1", "--reps", "1", "--no-spark",
+         "--no-write"],
+        "## big_groupby",
+    ),
+    "small_views.py": (
+        ["--customers", "10", "--orders", "50", "--rounds", "3", "--warmup", "1", "--reps",
+         "1", "--views", "5", "--rows", "100", "--no-spark", "--no-write"],
+        "## small_views",
+    ),
+    "recursion.py": (
+        ["--kernel", "local", "--reach-nodes", "50", "--reach-edges", "100", "--tc-nodes",
+         "30", "--tc-edges", "60", "--rounds", "2", "--reps", "1", "--no-write"],
+        "## recursion",
+    ),
+    "same_process_ab.py": (
+        ["dsql.runtime.trace", "POSTPONE_SHARE", "4", "16", "--rounds", "2", "--nodes", "50",
+         "--edges", "100"],
+        "same output: True",
+    ),
+    "slt_speed.py": (["--queries", "5", "--no-results"], "| dsql | incremental |"),
+}  # fmt: skip
+
+
+def _run(script: str, args: list[str]) -> subprocess.CompletedProcess[str]:
+    results = (BENCHMARKS / "RESULTS.md").read_bytes()
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        capture_output=True,
+        text=True,
+        cwd=BENCHMARKS.parent,
+        timeout=300,
+    )
+    assert (BENCHMARKS / "RESULTS.md").read_bytes() == results, f"{script} wrote RESULTS.md"
+    return done
+
+
+def test_every_benchmark_has_a_smoke_run() -> None:
+    assert sorted(p.name for p in BENCHMARKS.glob("*.py")) == sorted([*SMOKE, "pathway_peer.py"])
+
+
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_benchmark_runs_at_its_smallest(script: str) -> None:
+    args, marker = SMOKE[script]
+    done = _run(script, args)
+    assert done.returncode == 0, f"{script} exited {done.returncode}:\n{done.stderr[-3000:]}"
+    assert marker in done.stdout, done.stdout[-3000:]
+    # Every benchmark checks its answer against a recomputation; a wrong one is no figure.
+    for wrong in ("MISMATCH", "DIFFER"):
+        assert wrong not in done.stdout, done.stdout[-3000:]
+
+
+def test_pathway_peer_runs_or_says_pathway_is_missing() -> None:
+    args = ["--n", "200", "--rounds", "2", "--warmup", "1", "--changes", "20"]
+    done = _run("pathway_peer.py", args)
+    if importlib.util.find_spec("pathway") is None:
+        assert done.returncode == 2 and "pip install pathway" in done.stderr, done.stderr
+        return
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Pathway" in done.stdout and "MISMATCH" not in done.stdout, done.stdout
