@@ -263,22 +263,34 @@ def test_relational_views_agree_with_postgres(pgdb: Any, history: list[list[str]
     _run_history(_fresh(pgdb), pgdb, RELATIONAL_VIEWS, history)
 
 
+#: A transaction history for the runs under automatic placement.
+PLACEMENT_HISTORY = [
+    ["INSERT INTO r VALUES (1, 2, 'y'), (NULL, NULL, NULL)", "DELETE FROM s WHERE a = 3"],
+    ["UPDATE r SET b = b + 1 WHERE a = 1", "INSERT INTO u VALUES (0, 1.25, 0.5)"],
+    ["DELETE FROM r WHERE a IS NULL", "UPDATE s SET c = a WHERE a > 1"],
+]
+
+
+def _views_named(*names: str) -> dict[str, str]:
+    every = {**JOIN_VIEWS, **SUBQUERY_VIEWS, **RELATIONAL_VIEWS}
+    return {name: every[name] for name in names}
+
+
 def test_views_agree_with_postgres_when_relations_move_to_spark(pgdb: Any) -> None:
     # Placement under "auto": past three rows a relation moves to Spark; the answers stay.
-    views = {
-        name: query
-        for group in (JOIN_VIEWS, SUBQUERY_VIEWS, RELATIONAL_VIEWS)
-        for name, query in group.items()
-        if name
-        in ("left_using", "comma_full", "cte_twice", "not_in_flag", "scalar_count", "grouped",
-            "except_all", "numeric_aggs", "top2")
-    }  # fmt: skip
-    history = [
-        ["INSERT INTO r VALUES (1, 2, 'y'), (NULL, NULL, NULL)", "DELETE FROM s WHERE a = 3"],
-        ["UPDATE r SET b = b + 1 WHERE a = 1", "INSERT INTO u VALUES (0, 1.25, 0.5)"],
-        ["DELETE FROM r WHERE a IS NULL", "UPDATE s SET c = a WHERE a > 1"],
-    ]
-    _run_history(_fresh(pgdb, kernel="auto", placement_threshold=3), pgdb, views, history)
+    views = _views_named(
+        "left_using", "comma_full", "not_in_flag", "grouped", "numeric_aggs", "top2"
+    )
+    con = _fresh(pgdb, kernel="auto", placement_threshold=3)
+    _run_history(con, pgdb, views, PLACEMENT_HISTORY)
+
+
+def test_known_divergences_now_fixed_under_placement(pgdb: Any) -> None:
+    # Not in the list under repair: after the second transaction these views fail on Spark
+    # ("Target schema's field names are not matching the table's field names: [], ...").
+    views = _views_named("cte_twice", "scalar_count", "except_all")
+    con = _fresh(pgdb, kernel="auto", placement_threshold=3)
+    _run_history(con, pgdb, views, PLACEMENT_HISTORY)
 
 
 #: One-off reads: (query, ordered). A read with a total ORDER BY compares as a list (the
