@@ -11,6 +11,10 @@ For a node whose expressions hold a subquery `S` reading outer columns `C`:
    subquery is replaced by the joined column: the value for scalar subqueries,
    `COALESCE(found, FALSE)` for EXISTS.
 
+A scalar subquery whose shape does not bound it to one row per key is first reduced
+to one (its rows counted, `RAISE_ERROR` where a key has two: PostgreSQL's "more than
+one row returned by a subquery used as an expression").
+
 A LATERAL join's right side is lifted the same way. Uncorrelated subqueries
 are the case `C = ()` (a left join with no keys).
 
@@ -25,9 +29,10 @@ from sqlglot import exp
 
 from dsql.errors import UnsupportedError
 from dsql.planner import types
-from dsql.planner.expr import Outer, SubqueryExpr, as_expression, col, remap, shift
+from dsql.planner.expr import Outer, RaiseError, SubqueryExpr, as_expression, col, remap, shift
 from dsql.planner.plan import (
     Column,
+    Constant,
     Filter,
     FlatMap,
     LocalGet,
@@ -122,11 +127,14 @@ def _join_subquery(inp: Plan, s: SubqueryExpr) -> tuple[Plan, exp.Expression]:
     d = len(outer)
     domain = Distinct(Project(inp, tuple(outer)))
     lifted = _lift(sub, outer, domain) if outer else sub
+    right: Plan
+    checked = False
     if s.args["kind"] == "exists":
-        found = Map(Distinct(Project(lifted, tuple(range(d)))), (exp.true(),), ("?exists",))
-        right: Plan = found
-    else:
+        right = Map(Distinct(Project(lifted, tuple(range(d)))), (exp.true(),), ("?exists",))
+    elif _at_most_one_row_per_key(lifted, d):
         right = lifted
+    else:
+        right, checked = _counted(lifted, d, domain if outer else None), True
     on = (
         as_expression(
             exp.and_(
@@ -144,9 +152,68 @@ def _join_subquery(inp: Plan, s: SubqueryExpr) -> tuple[Plan, exp.Expression]:
     kind = "inner" if _one_row_per_key(right, domain if outer else None) else "left"
     joined = Join(inp, right, kind, on)
     value: exp.Expression = col(inp.arity + d)
+    if checked:
+        value = _single_value(col(inp.arity + d), col(inp.arity + d + 1), right.columns[d + 1])
     if s.args["kind"] == "exists":
         value = exp.Coalesce(this=value, expressions=[exp.false()])
     return joined, value
+
+
+#: PostgreSQL's error (SQLSTATE 21000) for a scalar subquery with a second row.
+MORE_THAN_ONE_ROW = "more than one row returned by a subquery used as an expression"
+
+
+def _counted(lifted: Plan, d: int, domain: Plan | None) -> Plan:
+    """`lifted` (keys, value) as one row per key of `domain` (one row in all when None):
+    the keys, the number of rows, and the least value (the value where there is one)."""
+    return Reduce(
+        lifted,
+        tuple(range(d)),
+        (exp.Count(this=exp.Star()), exp.Min(this=col(d))),
+        ("?rows", lifted.columns[d].name),
+        domain,
+    )
+
+
+def _single_value(rows: exp.Expression, value: exp.Expression, column: Column) -> exp.Expression:
+    """The subquery's value: `value`, or an error where it has more than one row.
+
+    An expression of the joined row, so the error fires only where an input row reads
+    the value, as PostgreSQL evaluates a subquery only for the rows that need it (an
+    unread one, pruned, never)."""
+    error: exp.Expression = RaiseError(this=exp.Literal.string(MORE_THAN_ONE_ROW))
+    if not types.is_unknown(column.type):
+        error = exp.Cast(this=error, to=column.type.copy())
+    return exp.Case(
+        ifs=[exp.If(this=exp.GT(this=rows, expression=exp.Literal.number(1)), true=error)],
+        default=value,
+    )
+
+
+def _at_most_one_row_per_key(plan: Plan, d: int) -> bool:
+    """Whether `plan` has at most one row per value of its first `d` columns (the lifted
+    domain's keys; at most one row in all when `d` is 0), as its shape guarantees: an
+    aggregate grouped by those keys, a LIMIT 1, one constant row crossed with the keys."""
+    match plan:
+        case Map(input=inp) | Filter(input=inp):
+            return _at_most_one_row_per_key(inp, d)
+        case Project(input=inp, outputs=outs):
+            return outs[:d] == tuple(range(d)) and _at_most_one_row_per_key(inp, d)
+        case Reduce(group=group):
+            return len(group) <= d
+        case TopK(group=group, limit=limit):
+            return limit is not None and limit <= 1 and set(group) <= set(range(d))
+        case Distinct():
+            return plan.arity <= d
+        case Constant(rows=rows):
+            return len(rows) <= 1
+        case Join(left=left, right=right, kind="inner" | "left"):
+            return (
+                left.arity == d
+                and _at_most_one_row_per_key(left, d)
+                and _at_most_one_row_per_key(right, 0)
+            )
+    return False
 
 
 def _one_row_per_key(plan: Plan, domain: Plan | None) -> bool:

@@ -1,10 +1,11 @@
 """Scalar expressions over positional columns, as the logical plan holds them.
 
 An expression is a sqlglot tree in which column `i` of the input is the column
-reference `_c{i}` (`col(i)`; printed `#i` by EXPLAIN). Three expression nodes are the
+reference `_c{i}` (`col(i)`; printed `#i` by EXPLAIN). Four expression nodes are the
 planner's own: `Outer(i)`, column `i` of the enclosing query's row, and
 `SubqueryExpr`, a subquery used as a value (both exist only before decorrelation),
-and `Position(i)`, what `*` expands to while binding.
+`Position(i)`, what `*` expands to while binding, and `RaiseError(message)`, an
+error where evaluated (decorrelation's check that a scalar subquery has one row).
 
 Invariant: the planner never mutates an expression a plan node or a linear step
 holds, so facts about one (`held_refs`, `held_key`) are remembered by identity.
@@ -105,6 +106,19 @@ class SubqueryExpr(exp.Expression):
     @property
     def plan(self) -> Plan:
         return self.args["this"]
+
+
+class RaiseError(exp.Expression, exp.Func):
+    """An error with message `this`, raised where the expression is evaluated: a runtime
+    error of PostgreSQL's that the planner spells out (a scalar subquery's second row).
+
+    Printed `RAISE_ERROR(message)`, which both kernels evaluate: Spark's function, and a
+    macro over `error()` in the in-process kernel's DuckDB. Its value is NULL-typed, so
+    it takes the type of the CASE arm it replaces when cast.
+    """
+
+    arg_types = {"this": True}
+    _sql_names = ["RAISE_ERROR"]
 
 
 def nodes(expression: exp.Expression) -> Iterator[exp.Expression]:
@@ -324,6 +338,7 @@ def check_refs(where: str, expressions: Any, arity: int) -> None:
 __all__ = [
     "Outer",
     "Position",
+    "RaiseError",
     "SubqueryExpr",
     "check_refs",
     "col",
