@@ -45,18 +45,20 @@ from dsql.planner.bind_shape import (
     visible_plan,
 )
 from dsql.planner.catalog import Catalog
+from dsql.planner.expr import Outer
 from dsql.planner.plan import (
     Column,
     LocalGet,
     Negate,
     Order,
     Plan,
+    Project,
     Query,
     Union,
 )
 from dsql.planner.recursive_term import check_recursive_term
 from dsql.planner.scope import Scope
-from dsql.planner.stateful import Distinct, LetRec, Threshold
+from dsql.planner.stateful import Distinct, Join, LetRec, Threshold, expressions_of
 
 #: Default bound on the rounds of a recursive query (WITH RECURSIVE / MUTUALLY RECURSIVE).
 DEFAULT_RECURSION_LIMIT = 10_000
@@ -64,13 +66,50 @@ DEFAULT_RECURSION_LIMIT = 10_000
 
 @dataclass
 class Env:
-    """What a query level can see: the catalog and the CTEs in scope."""
+    """What a query level can see: the catalog and the CTEs in scope.
+
+    `levels` holds, for each CTE that reads the enclosing query's row, the parent scope
+    of the level that defined it: its `Outer` references mean that level's enclosing
+    row, so only a FROM item of that same level may read it (`cte`).
+    """
 
     catalog: Catalog
     ctes: dict[str, Plan] = field(default_factory=dict)
+    levels: dict[str, Scope | None] = field(default_factory=dict)
 
     def child(self, **ctes: Plan) -> Env:
-        return Env(self.catalog, {**self.ctes, **ctes})
+        levels = {n: p for n, p in self.levels.items() if n not in ctes}
+        return Env(self.catalog, {**self.ctes, **ctes}, levels)
+
+    def defined(self, name: str, plan: Plan, parent: Scope | None) -> Env:
+        """This env with CTE `name` bound to `plan` by a query whose parent is `parent`."""
+        env = self.child(**{name: plan})
+        if _reads_outer(plan):
+            env.levels[name] = parent
+        return env
+
+    def cte(self, name: str, parent: Scope | None) -> Plan:
+        """CTE `name` as read by a FROM item of a query whose parent is `parent`."""
+        if name in self.levels and self.levels[name] is not parent:
+            raise UnsupportedError(
+                f"reading '{name}' in a nested query: it refers to its enclosing query's "
+                "columns, two or more query levels out from there",
+                hint=f"read '{name}' in the FROM clause of the query that defines it, or "
+                "join the outer table in it",
+            )
+        return self.ctes[name]
+
+
+def _reads_outer(plan: Plan) -> bool:
+    """Whether `plan` reads its enclosing query's row: an `Outer` outside the right side
+    of a LATERAL join (whose `Outer`s read the join's left row) and outside subqueries."""
+    if isinstance(plan, Join) and plan.lateral:
+        inputs: tuple[Plan, ...] = (plan.left,)
+    else:
+        inputs = plan.inputs
+    return any(isinstance(n, Outer) for e in expressions_of(plan) for n in e.walk()) or any(
+        _reads_outer(i) for i in inputs
+    )
 
 
 def bind(query: Any, catalog: Catalog) -> Query:
@@ -119,12 +158,11 @@ def _bind_ctes(with_: exp.With, env: Env, parent: Scope | None) -> Env:
             )
         seen.add(name)
         if recursive and _references(cte.this, name):
-            env = env.child(**{name: _bind_recursive_cte(cte, env, parent)})
+            env = env.defined(name, _bind_recursive_cte(cte, env, parent), parent)
             continue
         q = bind_query(cte.this, env, parent)
-        env = env.child(
-            **{name: rename_plan(visible_plan(q), alias_columns(cte.args.get("alias")))}
-        )
+        plan = rename_plan(visible_plan(q), alias_columns(cte.args.get("alias")))
+        env = env.defined(name, plan, parent)
     return env
 
 
@@ -188,6 +226,8 @@ def _bind_mutually_recursive(node: Any, env: Env, parent: Scope | None, top: boo
 def _bind_setop(node: exp.Expression, env: Env, parent: Scope | None, top: bool) -> Query:
     left = visible_plan(bind_query(node.this, env, parent))
     right = visible_plan(bind_query(node.expression, env, parent))
+    if node.args.get("by_name"):
+        left, right = _corresponding(node, left, right)
     if left.arity != right.arity:
         raise SchemaError(
             f"each {type(node).__name__.upper()} query must have the same number of columns",
@@ -224,6 +264,58 @@ def _bind_setop(node: exp.Expression, env: Env, parent: Scope | None, top: bool)
             raise SchemaError("ORDER BY of a set operation must name an output column or position")
         order.append(Order(k, bool(o.args.get("desc")), nulls_first_of(o)))
     return apply_limit(Query(plan, plan.arity, tuple(order)), node, top)
+
+
+def _corresponding(node: exp.Expression, left: Plan, right: Plan) -> tuple[Plan, Plan]:
+    """`left` and `right` cut to the columns CORRESPONDING matches by name (the SQL
+    standard): those both sides have, in the left side's order, or those `BY (...)`
+    lists, in its order.
+
+    >>> from dsql.planner.catalog import StaticCatalog
+    >>> from dsql.planner.types import build
+    >>> cat = StaticCatalog({"t": (Column("a", build("int")), Column("b", build("int")))})
+    >>> sql = "SELECT b, a FROM t UNION CORRESPONDING SELECT a, 1 AS c FROM t"
+    >>> bind(sqlglot.parse_one(sql, read="postgres"), cat).column_names
+    ('a',)
+    """
+    what = f"{type(node).__name__.upper()} CORRESPONDING"
+    if node.args.get("kind") is None:  # DuckDB's BY NAME: an outer match, NULL-padded
+        raise UnsupportedError(
+            f"{type(node).__name__.upper()} BY NAME is not supported",
+            hint=f"match columns by name with {what} [BY (columns)]",
+        )
+    sides = {"left": left.column_names, "right": right.column_names}
+    listed = [c.name for c in node.args.get("on") or ()]
+    if listed:
+        names = listed
+        if len(set(listed)) != len(listed):
+            raise SchemaError(f"{what} BY lists a column more than once")
+        for side, have in sides.items():
+            missing = [n for n in listed if n not in have]
+            if missing:
+                raise SchemaError(
+                    f"column '{missing[0]}' of {what} BY is not in its {side} query",
+                    hint=f"the {side} query's columns: {', '.join(have)}",
+                )
+    else:
+        names = [n for n in sides["left"] if n in sides["right"]]
+        if not names:
+            raise SchemaError(
+                f"the queries of {what} have no column name in common",
+                hint="name the columns alike with AS, or match them by position without "
+                "CORRESPONDING",
+            )
+    for side, have in sides.items():
+        twice = [n for n in names if have.count(n) > 1]
+        if twice:
+            raise SchemaError(
+                f"column '{twice[0]}' occurs more than once in the {side} query of {what}",
+                hint="give each column its own name with AS",
+            )
+    return (
+        Project(left, tuple(left.column_names.index(n) for n in names)),
+        Project(right, tuple(right.column_names.index(n) for n in names)),
+    )
 
 
 __all__ = ["DEFAULT_RECURSION_LIMIT", "Env", "bind", "bind_query"]
