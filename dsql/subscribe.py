@@ -44,6 +44,7 @@ class Subscription:
         # of the plan (a one-off read applies them to the result instead), ORDER BY
         # columns outside the select list dropped.
         view = _view_plan(bound)
+        session.refuse_volatile(view, "SUBSCRIBE")
         self.bound = bound = Query(view, view.arity)
         self.snapshot = snapshot
         self.progress = progress

@@ -59,6 +59,7 @@ from dsql.planner.plan import (
 from dsql.planner.recursive_term import check_recursive_term
 from dsql.planner.scope import Scope
 from dsql.planner.stateful import Distinct, Join, LetRec, Threshold, expressions_of
+from dsql.planner.volatile import plan_volatile_calls
 
 #: Default bound on the rounds of a recursive query (WITH RECURSIVE / MUTUALLY RECURSIVE).
 DEFAULT_RECURSION_LIMIT = 10_000
@@ -122,10 +123,20 @@ def bind_query(node: Any, env: Env, parent: Scope | None, top: bool = False) -> 
     if _is_mutually_recursive(node):
         return _bind_mutually_recursive(node, env, parent, top)
     with_ = node.args.get("with_") if isinstance(node, exp.Expression) else None
-    if with_ is not None:
-        env = _bind_ctes(with_, env, parent)
-        node = node.copy()
-        node.set("with_", None)
+    if with_ is None:
+        return _bind_form(node, env, parent, top)
+    env, once = _bind_ctes(with_, env, parent)
+    node = node.copy()
+    node.set("with_", None)
+    q = _bind_form(node, env, parent, top)
+    if not once:
+        return q
+    names = tuple(once)
+    plan = LetRec(names, tuple(once.values()), q.plan, DEFAULT_RECURSION_LIMIT, "error")
+    return Query(plan, q.visible, q.order, q.limit, q.offset)
+
+
+def _bind_form(node: Any, env: Env, parent: Scope | None, top: bool) -> Query:
     match node:
         case exp.Subquery():
             inner = bind_query(node.this, env, parent, top)
@@ -146,7 +157,15 @@ def bind_query(node: Any, env: Env, parent: Scope | None, top: bool = False) -> 
 # --- CTEs and recursion --------------------------------------------------------------
 
 
-def _bind_ctes(with_: exp.With, env: Env, parent: Scope | None) -> Env:
+def _bind_ctes(with_: exp.With, env: Env, parent: Scope | None) -> tuple[Env, dict[str, Plan]]:
+    """The env with the CTEs of `with_`, and those to evaluate once for all their readers.
+
+    A CTE is evaluated once, as PostgreSQL does: inlined, each reader evaluates it
+    again, which changes nothing unless a volatile function (`random()`) decides its
+    rows. Such a CTE is a binding of a `LetRec` around the query (it needs no more than
+    one round), read by `LocalGet` wherever the query names it.
+    """
+    once: dict[str, Plan] = {}
     recursive = bool(with_.args.get("recursive"))
     seen: set[str] = set()
     for cte in with_.expressions:
@@ -162,8 +181,11 @@ def _bind_ctes(with_: exp.With, env: Env, parent: Scope | None) -> Env:
             continue
         q = bind_query(cte.this, env, parent)
         plan = rename_plan(visible_plan(q), alias_columns(cte.args.get("alias")))
+        if plan_volatile_calls(plan) and not _reads_outer(plan):
+            once[name] = plan
+            plan = LocalGet(name, plan.columns)
         env = env.defined(name, plan, parent)
-    return env
+    return env, once
 
 
 def _references(node: exp.Expression, name: str) -> bool:
