@@ -163,7 +163,7 @@ def _bind_ctes(with_: exp.With, env: Env, parent: Scope | None) -> tuple[Env, di
     A CTE is evaluated once, as PostgreSQL does: inlined, each reader evaluates it
     again, which changes nothing unless a volatile function (`random()`) decides its
     rows. Such a CTE is a binding of a `LetRec` around the query (it needs no more than
-    one round), read by `LocalGet` wherever the query names it.
+    one round), read by `LocalGet` wherever the query names it, where `_shareable`.
     """
     once: dict[str, Plan] = {}
     recursive = bool(with_.args.get("recursive"))
@@ -181,11 +181,17 @@ def _bind_ctes(with_: exp.With, env: Env, parent: Scope | None) -> tuple[Env, di
             continue
         q = bind_query(cte.this, env, parent)
         plan = rename_plan(visible_plan(q), alias_columns(cte.args.get("alias")))
-        if plan_volatile_calls(plan) and not _reads_outer(plan):
+        if plan_volatile_calls(plan) and _shareable(plan):
             once[name] = plan
             plan = LocalGet(name, plan.columns)
         env = env.defined(name, plan, parent)
     return env, once
+
+
+def _shareable(plan: Plan) -> bool:
+    """Whether a CTE can be a `LetRec` binding: its columns' types are known (a loop's
+    variable has a schema) and it does not read its enclosing query's row."""
+    return not _reads_outer(plan) and not any(types.is_unknown(c.type) for c in plan.columns)
 
 
 def _references(node: exp.Expression, name: str) -> bool:
