@@ -45,6 +45,7 @@ from dsql.planner.bind_shape import (
     visible_plan,
 )
 from dsql.planner.catalog import Catalog
+from dsql.planner.decorrelate import shift_levels
 from dsql.planner.expr import Outer
 from dsql.planner.plan import (
     Column,
@@ -70,8 +71,8 @@ class Env:
     """What a query level can see: the catalog and the CTEs in scope.
 
     `levels` holds, for each CTE that reads the enclosing query's row, the parent scope
-    of the level that defined it: its `Outer` references mean that level's enclosing
-    row, so only a FROM item of that same level may read it (`cte`).
+    of the level that defined it: its `Outer` references count levels from there, and a
+    query nested deeper reads it with them shifted (`cte`).
     """
 
     catalog: Catalog
@@ -90,15 +91,16 @@ class Env:
         return env
 
     def cte(self, name: str, parent: Scope | None) -> Plan:
-        """CTE `name` as read by a FROM item of a query whose parent is `parent`."""
-        if name in self.levels and self.levels[name] is not parent:
-            raise UnsupportedError(
-                f"reading '{name}' in a nested query: it refers to its enclosing query's "
-                "columns, two or more query levels out from there",
-                hint=f"read '{name}' in the FROM clause of the query that defines it, or "
-                "join the outer table in it",
-            )
-        return self.ctes[name]
+        """CTE `name` as read by a FROM item of a query whose parent is `parent`: read
+        `k` levels below its definition, its outer references reach `k` levels further."""
+        plan = self.ctes[name]
+        if name not in self.levels:
+            return plan
+        below, scope = 0, parent
+        while scope is not self.levels[name]:
+            assert scope is not None, "a CTE is read only below the query defining it"
+            below, scope = below + 1, scope.parent
+        return shift_levels(plan, below) if below else plan
 
 
 def _reads_outer(plan: Plan) -> bool:

@@ -18,18 +18,34 @@ one row returned by a subquery used as an expression").
 A LATERAL join's right side is lifted the same way. Uncorrelated subqueries
 are the case `C = ()` (a left join with no keys).
 
+Subqueries are decorrelated innermost first. A reference two or more levels out
+(`Outer` with `level` k) is left in place by a lift, one level closer (k - 1): once
+the inner subquery is a join of its container, the reference is the container's, and
+the container's own decorrelation lifts it in turn (`shift_levels`).
+
 Invariant: the result has no `SubqueryExpr` and no `Outer`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
+from dataclasses import replace
 
 from sqlglot import exp
 
 from dsql.errors import UnsupportedError
 from dsql.planner import types
-from dsql.planner.expr import Outer, RaiseError, SubqueryExpr, as_expression, col, remap, shift
+from dsql.planner.expr import (
+    Outer,
+    RaiseError,
+    SubqueryExpr,
+    as_expression,
+    col,
+    remap,
+    shift,
+)
+from dsql.planner.expr import outer as outer_ref
 from dsql.planner.plan import (
     Column,
     Constant,
@@ -68,6 +84,10 @@ def decorrelate(plan: Plan) -> Plan:
             return decorrelate(Filter(Join(l, r, "inner", None, plan.lateral), (on,)))
         case Join(left=l, right=r, kind="inner", on=on, lateral=True) if _correlated(r):
             return _lateral(l, r, on)
+        case Join(left=l, right=r, kind=kind, on=on, lateral=True):
+            # Reads no column of its left side: a derived table, whose references one
+            # level further out are the join's own enclosing row.
+            return Join(l, shift_levels(r, -1), kind, on)
         case Reduce(aggregates=aggs) if _has_subquery(aggs):
             raise UnsupportedError(
                 "a subquery inside an aggregate is not supported",
@@ -81,11 +101,59 @@ def _has_subquery(exprs: tuple[exp.Expression, ...]) -> bool:
 
 
 def _outer_columns(plan: Plan) -> list[int]:
+    """The columns of the enclosing row (one level out) that a decorrelated plan reads."""
     found: set[int] = set()
     for node in walk(plan):
         for e in expressions_of(node):
-            found.update(n.this for n in e.walk() if isinstance(n, Outer))
+            found.update(n.this for n in e.walk() if isinstance(n, Outer) and n.levels_out == 1)
     return sorted(found)
+
+
+def shift_levels(plan: Plan, by: int, above: int = 0) -> Plan:
+    """`plan` with every `Outer` that reaches past `above` levels moved `by` levels.
+
+    Levels count from where each reference sits: inside a subquery of `plan`, or the
+    right side of a LATERAL join, one more level is the plan's own. A subquery lifted
+    into a join reads its enclosing rows one level closer (`by` -1); a correlated CTE
+    read from a query nested `k` levels below its own reads them `k` further (`by` k).
+    """
+
+    def move(e: exp.Expression, depth: int) -> exp.Expression:
+        def visit(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, Outer) and n.levels_out > depth:
+                return outer_ref(n.this, n.levels_out + by)
+            if isinstance(n, SubqueryExpr):
+                return SubqueryExpr(this=shift_levels(n.plan, by, depth + 1), kind=n.args["kind"])
+            return n
+
+        return e.transform(visit)
+
+    inputs: tuple[Plan, ...]
+    if isinstance(plan, Join) and plan.lateral:
+        inputs = (shift_levels(plan.left, by, above), shift_levels(plan.right, by, above + 1))
+    else:
+        inputs = tuple(shift_levels(i, by, above) for i in plan.inputs)
+    changed = any(a is not b for a, b in zip(inputs, plan.inputs, strict=True))
+    node = plan.with_inputs(inputs) if changed else plan
+    return map_expressions(node, lambda e: move(e, above))
+
+
+def map_expressions(plan: Plan, f: Callable[[exp.Expression], exp.Expression]) -> Plan:
+    """`plan` with `f` applied to each expression it holds (its inputs unchanged)."""
+    match plan:
+        case Map(exprs=exprs):
+            return replace(plan, exprs=tuple(f(e) for e in exprs))
+        case Filter(predicates=preds):
+            return replace(plan, predicates=tuple(f(p) for p in preds))
+        case FlatMap(function=fn):
+            return replace(plan, function=f(fn))
+        case Join(on=on) if on is not None:
+            return replace(plan, on=f(on))
+        case Reduce(aggregates=aggs):
+            return replace(plan, aggregates=tuple(f(a) for a in aggs))
+        case Constant(rows=rows):
+            return replace(plan, rows=tuple(tuple(f(v) for v in row) for row in rows))
+    return plan
 
 
 def _correlated(plan: Plan) -> bool:
@@ -123,10 +191,10 @@ def _replace(e: exp.Expression, replacements: dict[int, exp.Expression]) -> exp.
 
 def _join_subquery(inp: Plan, s: SubqueryExpr) -> tuple[Plan, exp.Expression]:
     sub = decorrelate(s.plan)
-    outer = _outer_columns(sub)
-    d = len(outer)
-    domain = Distinct(Project(inp, tuple(outer)))
-    lifted = _lift(sub, outer, domain) if outer else sub
+    read = _outer_columns(sub)
+    d = len(read)
+    domain = Distinct(Project(inp, tuple(read)))
+    lifted = _lift(sub, read, domain) if read else shift_levels(sub, -1)
     right: Plan
     checked = False
     if s.args["kind"] == "exists":
@@ -134,22 +202,22 @@ def _join_subquery(inp: Plan, s: SubqueryExpr) -> tuple[Plan, exp.Expression]:
     elif _at_most_one_row_per_key(lifted, d):
         right = lifted
     else:
-        right, checked = _counted(lifted, d, domain if outer else None), True
+        right, checked = _counted(lifted, d, domain if read else None), True
     on = (
         as_expression(
             exp.and_(
                 *(
                     exp.NullSafeEQ(this=col(c), expression=col(inp.arity + j))
-                    for j, c in enumerate(outer)
+                    for j, c in enumerate(read)
                 )
             )
         )
-        if outer
+        if read
         else None
     )
     # A subquery with exactly one row per key of the domain (an aggregate without HAVING)
     # matches every input row once: the outer join would add no unmatched rows.
-    kind = "inner" if _one_row_per_key(right, domain if outer else None) else "left"
+    kind = "inner" if _one_row_per_key(right, domain if read else None) else "left"
     joined = Join(inp, right, kind, on)
     value: exp.Expression = col(inp.arity + d)
     if checked:
@@ -314,12 +382,17 @@ def _lift(plan: Plan, outer: list[int], domain: Plan) -> Plan:
     """`plan` with `domain`'s columns in front; `Outer(outer[j])` reads column j."""
     d = len(outer)
     if not _correlated(plan) and not _reads_lifted(plan):
-        return Join(domain, plan, "inner", None)
+        return Join(domain, shift_levels(plan, -1), "inner", None)
     where = {c: j for j, c in enumerate(outer)}
 
+    def lower(n: exp.Expression) -> exp.Expression:
+        # One level out is now the domain's columns; further levels are one closer.
+        if not isinstance(n, Outer):
+            return n
+        return col(where[n.this]) if n.levels_out == 1 else outer_ref(n.this, n.levels_out - 1)
+
     def fix(e: exp.Expression, by: int = d) -> exp.Expression:
-        moved = shift(e, by)
-        return moved.transform(lambda n: col(where[n.this]) if isinstance(n, Outer) else n)
+        return shift(e, by).transform(lower)
 
     match plan:
         case LocalGet(name=name, columns=columns):  # a binding lifted by _lift_letrec
@@ -342,7 +415,7 @@ def _lift(plan: Plan, outer: list[int], domain: Plan) -> Plan:
                 [
                     remap(
                         on, {i: (i + d if i < la else i + 2 * d) for i in range(la + ra)}
-                    ).transform(lambda n: col(where[n.this]) if isinstance(n, Outer) else n)
+                    ).transform(lower)
                 ]
                 if on is not None
                 else []
@@ -388,4 +461,4 @@ def _lift(plan: Plan, outer: list[int], domain: Plan) -> Plan:
     )
 
 
-__all__ = ["decorrelate"]
+__all__ = ["decorrelate", "map_expressions", "shift_levels"]

@@ -2,7 +2,8 @@
 
 An expression is a sqlglot tree in which column `i` of the input is the column
 reference `_c{i}` (`col(i)`; printed `#i` by EXPLAIN). Four expression nodes are the
-planner's own: `Outer(i)`, column `i` of the enclosing query's row, and
+planner's own: `Outer(i)`, column `i` of an enclosing query's row (printed `^#i`, `^^#i`
+two levels out), and
 `SubqueryExpr`, a subquery used as a value (both exist only before decorrelation),
 `Position(i)`, what `*` expands to while binding, and `RaiseError(message)`, an
 error where evaluated (decorrelation's check that a scalar subquery has one row).
@@ -86,9 +87,19 @@ def as_expression(e: exp.Expr) -> exp.Expression:
 
 
 class Outer(exp.Expression):
-    """Column `this` of the enclosing query's current row (a correlated reference)."""
+    """Column `this` of an enclosing query's current row (a correlated reference): `level`
+    1 (the default) is the query around this one, 2 the one around that, and so on."""
 
-    arg_types = {"this": True}
+    arg_types = {"this": True, "level": False}
+
+    @property
+    def levels_out(self) -> int:
+        return int(self.args.get("level") or 1)
+
+
+def outer(position: int, levels_out: int = 1) -> Outer:
+    """A reference to column `position` of the query `levels_out` levels out."""
+    return Outer(this=position, level=levels_out if levels_out > 1 else None)
 
 
 class Position(exp.Expression):
@@ -319,11 +330,11 @@ def show_expr(e: exp.Expression) -> str:
         if isinstance(node, SubqueryExpr):
             return exp.Anonymous(this=f"<{node.args['kind']} subquery>")
         if isinstance(node, Outer):
-            return exp.column(f"__outer{node.this}")
+            return exp.column(f"__outer{node.levels_out}_{node.this}")
         return node
 
     text = e.copy().transform(replace).sql("postgres")
-    text = re.sub(r"\b__outer(\d+)\b", r"^#\1", text)
+    text = re.sub(r"\b__outer(\d+)_(\d+)\b", lambda m: "^" * int(m[1]) + "#" + m[2], text)
     return _REF.sub(r"#\1", text).replace('"', "")
 
 
@@ -350,6 +361,7 @@ __all__ = [
     "is_col",
     "infer_type",
     "nodes",
+    "outer",
     "parse_expr",
     "refs",
     "remap",

@@ -22,7 +22,7 @@ from sqlglot import exp
 from dsql.errors import DsqlError, SchemaError
 from dsql.planner import types
 from dsql.planner.bind_shape import visible_plan
-from dsql.planner.expr import Outer, Position, SubqueryExpr, as_expression, col
+from dsql.planner.expr import Outer, Position, SubqueryExpr, as_expression, col, outer
 from dsql.planner.plan import Filter, Plan
 from dsql.planner.scope import Scope, position_of, unsupported
 
@@ -141,14 +141,7 @@ class ExprBinder:
                 return col(e.this)
             case exp.Column():
                 level, pos = self.scope.resolve(e.name, e.table or None)
-                if level == 0:
-                    return col(pos)
-                if level == 1:
-                    return Outer(this=pos)
-                raise unsupported(
-                    "a reference two or more query levels out",
-                    "join the outer table in the subquery",
-                )
+                return col(pos) if level == 0 else outer(pos, level)
             case exp.Subquery() | exp.Select() | exp.Union() | exp.Except() | exp.Intersect():
                 query = e.this if isinstance(e, exp.Subquery) else e
                 plan = self._subquery(query)
@@ -196,12 +189,13 @@ class ExprBinder:
         if plan.arity != 1:
             raise SchemaError("the subquery of IN must return exactly one column")
         x = self._bind(e.this.copy())
-        if any(isinstance(n, Outer) for n in x.walk()):
-            raise unsupported("IN whose left side is correlated two levels out", "use EXISTS")
+        # `x` is read one level further out inside the subquery's filters.
         outer_x = x.transform(
             lambda n: (
-                Outer(this=int(n.name[2:]))
+                outer(int(n.name[2:]))
                 if isinstance(n, exp.Column) and n.name.startswith("_c")
+                else outer(n.this, n.levels_out + 1)
+                if isinstance(n, Outer)
                 else n
             )
         )

@@ -195,24 +195,78 @@ def test_a_cte_reading_the_outer_row_keeps_its_correlation(sql: str, want: list)
 
 
 @pytest.mark.parametrize(
-    "sql",
+    ("sql", "want"),
     [
-        # PostgreSQL: (1, 3), (2, 6), (NULL, NULL); dsql read `a.x` as c's first column.
-        "SELECT x, (WITH s AS (SELECT a.x AS y) SELECT sum(q.v) FROM (SELECT c.y, (SELECT y FROM "
-        "s) v FROM c) q) FROM a",
-        "SELECT x, (WITH s AS (SELECT a.x AS y) SELECT count(*) FROM c WHERE c.y > (SELECT y "
-        "FROM s)) FROM a",
-        "SELECT x, (WITH s AS (SELECT a.x AS y) SELECT count(*) FROM c WHERE EXISTS (SELECT 1 "
-        "FROM s WHERE s.y = c.x)) FROM a",
-        "SELECT x, (WITH s AS (SELECT a.x AS y) SELECT z FROM (VALUES (1)) v(z), LATERAL (SELECT "
-        "y FROM s) l) FROM a",
-        "SELECT x, (WITH RECURSIVE r(n) AS (SELECT a.x UNION SELECT n + 1 FROM r WHERE n < 3) "
-        "SELECT count(*) FROM c WHERE c.y > (SELECT max(n) FROM r)) FROM a",
+        # Read two levels below its definition: `a.x` is two levels out from there.
+        (
+            "SELECT x, (WITH s AS (SELECT a.x AS y) SELECT sum(q.v) FROM "
+            "(SELECT c.y, (SELECT y FROM s) v FROM c) q) FROM a",
+            [(1, 3), (2, 6), (None, None)],
+        ),
+        (
+            "SELECT x, (WITH s AS (SELECT a.x AS y) "
+            "SELECT count(*) FROM c WHERE c.y > (SELECT y FROM s)) FROM a",
+            [(1, 3), (2, 3), (None, 0)],
+        ),
+        (
+            "SELECT x, (WITH s AS (SELECT a.x AS y) "
+            "SELECT count(*) FROM c WHERE EXISTS (SELECT 1 FROM s WHERE s.y = c.x)) FROM a",
+            [(1, 2), (2, 1), (None, 0)],
+        ),
+        (
+            "SELECT x, (WITH s AS (SELECT a.x AS y) "
+            "SELECT z FROM (VALUES (1)) v(z), LATERAL (SELECT y FROM s) l) FROM a",
+            [(1, 1), (2, 1), (None, 1)],
+        ),
+        (
+            "SELECT x, (WITH RECURSIVE r(n) AS (SELECT a.x UNION SELECT n + 1 FROM r WHERE n < 3) "
+            "SELECT count(*) FROM c WHERE c.y > (SELECT max(n) FROM r)) FROM a",
+            [(1, 3), (2, 3), (None, 0)],
+        ),
+        # The same reach without a CTE: subqueries, IN and LATERAL two levels down.
+        (
+            "SELECT x, (SELECT count(*) FROM c WHERE c.x = (SELECT a.x)) FROM a",
+            [(1, 2), (2, 1), (None, 0)],
+        ),
+        (
+            "SELECT x, (SELECT count(*) FROM c WHERE EXISTS (SELECT 1 WHERE c.x = a.x)) FROM a",
+            [(1, 2), (2, 1), (None, 0)],
+        ),
+        ("SELECT x FROM a WHERE EXISTS (SELECT 1 FROM c WHERE a.x IN (SELECT c.x))", [(1,), (2,)]),
+        (
+            "SELECT x, (SELECT sum(l.z) FROM c, LATERAL (SELECT c.y + a.x AS z) l) FROM a",
+            [(1, 44), (2, 47), (None, None)],
+        ),
+        (
+            "SELECT x, (SELECT count(*) FROM c WHERE EXISTS "
+            "(SELECT 1 FROM c d WHERE d.y > c.y AND EXISTS (SELECT 1 WHERE d.x = a.x))) FROM a",
+            [(1, 1), (2, 2), (None, 0)],
+        ),
     ],
 )
-def test_a_correlated_cte_read_two_levels_down_is_refused(sql: str) -> None:
-    with pytest.raises(UnsupportedError, match="two or more query levels out"):
-        _connect().execute(sql)
+def test_a_reference_two_levels_out_reads_that_levels_row(sql: str, want: list) -> None:
+    assert _rows(_connect(), sql) == Counter(want)
+
+
+def test_a_view_with_a_reference_two_levels_out_follows_its_inputs() -> None:
+    con = _connect()
+    oracle = duckdb.connect()
+    oracle.execute("CREATE TABLE a (x int); INSERT INTO a VALUES (1), (2), (NULL)")
+    oracle.execute("CREATE TABLE c (x int, y int); INSERT INTO c VALUES (1, 10), (1, 11), (2, 20)")
+    query = (
+        "SELECT x, (SELECT count(*) FROM c WHERE EXISTS (SELECT 1 WHERE c.x = a.x)) AS n, "
+        "(SELECT sum(l.z) FROM c, LATERAL (SELECT c.y + a.x AS z) l) AS s FROM a"
+    )
+    con.execute(f"CREATE MATERIALIZED VIEW v AS {query}")
+    for step in (
+        "INSERT INTO c VALUES (2, 21), (NULL, 5)",
+        "DELETE FROM a WHERE x = 1",
+        "INSERT INTO a VALUES (1), (5)",
+        "DELETE FROM c WHERE x = 2",
+    ):
+        con.execute(step)
+        oracle.execute(step)
+        assert _rows(con, "SELECT * FROM v") == Counter(oracle.execute(query).fetchall()), step
 
 
 # --- NOT, IS [NOT] NULL, IS [NOT] DISTINCT FROM, IS TRUE/FALSE/UNKNOWN ----------------------
