@@ -149,7 +149,7 @@ def _bind_form(node: Any, env: Env, parent: Scope | None, top: bool) -> Query:
             return _bind_setop(node, env, parent, top)
         case exp.Values():
             plan = bind_values(node, env, parent)
-            return Query(plan, plan.arity)
+            return apply_limit(Query(plan, plan.arity, _output_order(node, plan)), node, top)
     raise UnsupportedError(
         f"{type(node).__name__} is not a query dsql can compile",
         hint="write SELECT, VALUES, WITH or a set operation",
@@ -281,19 +281,27 @@ def _bind_setop(node: exp.Expression, env: Env, parent: Scope | None, top: bool)
             if distinct:
                 left, right = Distinct(left), Distinct(right)
             plan = Union((left, Negate(Threshold(Union((left, Negate(right)))))))
+    return apply_limit(Query(plan, plan.arity, _output_order(node, plan)), node, top)
+
+
+def _output_order(node: exp.Expression, plan: Plan) -> tuple[Order, ...]:
+    """The ORDER BY of a set operation or VALUES: output columns by name or position."""
     order_nodes = list(node.args["order"].expressions) if node.args.get("order") else []
     names = [c.name for c in plan.columns]
     order = []
     for o in order_nodes:
         e = o.this
-        if isinstance(e, exp.Literal) and not e.is_string:
+        if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
             k = int(e.this) - 1
-        elif isinstance(e, exp.Column) and e.name in names:
+            if not 0 <= k < len(names):
+                raise SchemaError(f"ORDER BY position {e.this} is not in the select list")
+        elif isinstance(e, exp.Column) and not e.table and e.name in names:
             k = names.index(e.name)
         else:
-            raise SchemaError("ORDER BY of a set operation must name an output column or position")
+            what = "VALUES" if isinstance(node, exp.Values) else "a set operation"
+            raise SchemaError(f"ORDER BY of {what} must name an output column or position")
         order.append(Order(k, bool(o.args.get("desc")), nulls_first_of(o)))
-    return apply_limit(Query(plan, plan.arity, tuple(order)), node, top)
+    return tuple(order)
 
 
 def _corresponding(node: exp.Expression, left: Plan, right: Plan) -> tuple[Plan, Plan]:

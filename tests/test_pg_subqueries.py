@@ -606,3 +606,48 @@ def test_subscribe_to_values_and_limit_without_order() -> None:
     assert sum(r[1] for r in cur.fetchall()) == 2
     first = next(iter(con.subscribe("SELECT x FROM t ORDER BY x DESC LIMIT 1")))
     assert first.to_pylist() == [{"mz_timestamp": 0, "mz_diff": 1, "x": 8}]
+
+
+# --- ORDER BY/LIMIT spelled other ways ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "want"),
+    [
+        ("VALUES (3), (1), (2) ORDER BY 1 LIMIT 2", [(1,), (2,)]),
+        (
+            "VALUES (3, 'c'), (1, 'a'), (2, 'b') ORDER BY column2 DESC OFFSET 1",
+            [(2, "b"), (1, "a")],
+        ),
+        ("WITH v AS (VALUES (3), (1), (2) ORDER BY 1 DESC LIMIT 1) SELECT * FROM v", [(3,)]),
+        ("SELECT x FROM c ORDER BY y FETCH FIRST 1 ROWS ONLY", [(1,)]),
+        ("SELECT * FROM (SELECT y FROM c ORDER BY y FETCH FIRST 2 ROWS ONLY) s", [(10,), (11,)]),
+        ("SELECT * FROM (SELECT y FROM c ORDER BY y DESC FETCH NEXT ROW ONLY) s", [(20,)]),
+        ("SELECT * FROM (SELECT y FROM c ORDER BY y LIMIT ALL) s", [(10,), (11,), (20,)]),
+        ("SELECT * FROM (SELECT y FROM c ORDER BY y OFFSET 1 ROWS) s", [(11,), (20,)]),
+    ],
+)
+def test_values_order_limit_fetch_first_and_limit_all(sql: str, want: list) -> None:
+    con = _connect()
+    assert _rows(con, sql) == Counter(want)
+    con.execute(f"CREATE MATERIALIZED VIEW v AS {sql}")
+    assert _rows(con, "SELECT * FROM v") == Counter(want)
+
+
+def test_subscribe_to_values_with_order_and_limit() -> None:
+    cur = dsql.connect(kernel="local").cursor()
+    cur.execute("SUBSCRIBE (VALUES (3), (1), (2) ORDER BY 1 DESC LIMIT 2)")
+    assert sorted(r[1:] for r in cur.fetchall()) == [(1, 2), (1, 3)]
+
+
+@pytest.mark.parametrize(
+    ("sql", "error"),
+    [
+        ("SELECT y FROM c ORDER BY y FETCH FIRST 2 ROWS WITH TIES", UnsupportedError),
+        ("VALUES (1) ORDER BY 2", SchemaError),
+        ("SELECT x FROM a UNION SELECT x FROM c ORDER BY 3", SchemaError),
+    ],
+)
+def test_order_and_fetch_refusals(sql: str, error: type) -> None:
+    with pytest.raises(error):
+        _connect().execute(sql)
