@@ -119,7 +119,9 @@ def _bind_lateral(
     offset = base.arity
     if isinstance(fn, exp.Subquery | exp.Select):
         query = fn.this if isinstance(fn, exp.Subquery) else fn
-        right = visible_plan(bind_query(query, env, Scope(scope.items, scope.parent)))
+        right = visible_plan(
+            bind_query(query, env, Scope(scope.items, scope.parent, tuple(types_of(base))))
+        )
         right = rename_plan(right, aliases)
         plan: Plan = Join(base, right, "inner", None, lateral=True)
         return plan, Item(alias or "", tuple(c.name for c in right.columns), offset)

@@ -75,6 +75,11 @@ def decorrelate(plan: Plan) -> Plan:
             mapped = Map(joined, new, names)
             keep = tuple(range(inp.arity)) + tuple(range(joined.arity, mapped.arity))
             return Project(mapped, keep)
+        case FlatMap(input=inp, function=f, names=names, types=ts) if _has_subquery((f,)):
+            joined, (function,) = _apply(inp, (f,))
+            flat = FlatMap(joined, function, names, ts)
+            keep = tuple(range(inp.arity)) + tuple(range(joined.arity, flat.arity))
+            return Project(flat, keep)
         case Join(left=l, right=r, kind=kind, on=on) if on is not None and _has_subquery((on,)):
             if kind != "inner":
                 raise UnsupportedError(

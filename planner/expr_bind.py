@@ -22,7 +22,15 @@ from sqlglot import exp
 from dsql.errors import DsqlError, SchemaError
 from dsql.planner import types
 from dsql.planner.bind_shape import visible_plan
-from dsql.planner.expr import Outer, Position, SubqueryExpr, as_expression, col, outer
+from dsql.planner.expr import (
+    Outer,
+    Position,
+    SubqueryExpr,
+    as_expression,
+    col,
+    outer,
+    typed,
+)
 from dsql.planner.plan import Filter, Plan
 from dsql.planner.scope import Scope, position_of, unsupported
 
@@ -117,6 +125,9 @@ class ExprBinder:
 
     def with_types(self, column_types: list[exp.DataType]) -> ExprBinder:
         self._types = column_types
+        # Subqueries see this scope as their parent: with the types, their outer
+        # references are typed too.
+        self.scope = Scope(self.scope.items, self.scope.parent, tuple(column_types))
         return self
 
     def bind(self, e: exp.Expr) -> exp.Expression:
@@ -219,6 +230,20 @@ class ExprBinder:
             default=exp.false(),
         )
 
+    def _typed(self, e: exp.Expr) -> exp.Expr:
+        """A copy of `e` sqlglot can type: outer references and scalar subqueries as
+        NULLs of their types (where known)."""
+
+        def replace(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, Outer):
+                t = self.scope.outer_type(node.levels_out, node.this)
+                return exp.Cast(this=exp.Null(), to=t.copy()) if t is not None else exp.Null()
+            if isinstance(node, SubqueryExpr):
+                return typed(node)
+            return node
+
+        return e.copy().transform(replace)
+
     def _div(self, e: exp.Div) -> exp.Expression:
         left = self._bind(e.this)
         right = self._bind(e.expression)
@@ -226,8 +251,8 @@ class ExprBinder:
         e.set("expression", right)
         if self._types is None:
             return e
-        lt = types.infer(left.copy(), self._types)
-        rt = types.infer(right.copy(), self._types)
+        lt = types.infer(self._typed(left), self._types)
+        rt = types.infer(self._typed(right), self._types)
         if types.is_integer(lt) and types.is_integer(rt):
             return exp.IntDiv(this=left, expression=right)
         return e

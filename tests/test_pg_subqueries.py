@@ -651,3 +651,40 @@ def test_subscribe_to_values_with_order_and_limit() -> None:
 def test_order_and_fetch_refusals(sql: str, error: type) -> None:
     with pytest.raises(error):
         _connect().execute(sql)
+
+
+# --- what a subquery's value feeds: integer division, table functions -------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "want"),
+    [
+        # PostgreSQL divides integers as integers, whether they come from an outer row or
+        # a subquery (dsql typed those as unknown and divided as DuckDB does, in floats).
+        ("SELECT x, (SELECT a.x / 2) FROM a", [(1, 0), (2, 1), (None, None)]),
+        (
+            "SELECT x, (SELECT a.x / c.x FROM c WHERE c.y = 20) FROM a",
+            [(1, 0), (2, 1), (None, None)],
+        ),
+        ("SELECT (SELECT max(y) FROM c) / 7", [(2,)]),
+        ("SELECT x / (SELECT count(*) FROM c) FROM a", [(0,), (0,), (None,)]),
+        ("SELECT a.x, l.h FROM a, LATERAL (SELECT a.x / 2 AS h) l", [(1, 0), (2, 1), (None, None)]),
+        (
+            "SELECT x, (SELECT count(*) FROM c WHERE c.y / 10 = (SELECT a.x / 2 + 1)) FROM a",
+            [(1, 2), (2, 1), (None, 0)],
+        ),
+        # A subquery in a table function's arguments.
+        ("SELECT generate_series(1, (SELECT max(x) FROM a))", [(1,), (2,)]),
+        ("SELECT * FROM generate_series(1, (SELECT max(x) FROM a)) g", [(1,), (2,)]),
+        (
+            "SELECT x, g FROM a, generate_series(1, (SELECT max(y) FROM c WHERE c.x = a.x) / 10) g",
+            [(1, 1), (2, 1), (2, 2)],
+        ),
+        (
+            "SELECT x FROM a, repeat_row((SELECT count(*) FROM c WHERE c.x = a.x))",
+            [(1,), (1,), (2,)],
+        ),
+    ],
+)
+def test_a_subquery_value_feeding_division_and_table_functions(sql: str, want: list) -> None:
+    assert _rows(_connect(), sql) == Counter(want)
