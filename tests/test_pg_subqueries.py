@@ -688,3 +688,31 @@ def test_order_and_fetch_refusals(sql: str, error: type) -> None:
 )
 def test_a_subquery_value_feeding_division_and_table_functions(sql: str, want: list) -> None:
     assert _rows(_connect(), sql) == Counter(want)
+
+
+# --- the Spark kernel ------------------------------------------------------------------------
+
+
+def test_subquery_checks_on_spark(spark) -> None:  # noqa: ANN001 - the shared session fixture
+    con = dsql.connect(kernel="spark", spark=spark)
+    for statement in (
+        "CREATE TABLE a (x int)",
+        "INSERT INTO a VALUES (1), (2), (NULL)",
+        "CREATE TABLE c (x int, y int)",
+        "INSERT INTO c VALUES (1, 10), (1, 11), (2, 20)",
+        "CREATE TABLE p (x int)",
+        "INSERT INTO p VALUES (1), (NULL)",
+    ):
+        con.execute(statement)
+    with pytest.raises(ExecutionError, match=MORE_THAN_ONE_ROW):
+        con.execute("SELECT (SELECT y FROM c WHERE c.x = a.x) FROM a").fetchall()
+    assert _rows(con, "SELECT x, (SELECT y > 10 FROM c WHERE c.y = a.x * 10) FROM a") == Counter(
+        [(1, False), (2, True), (None, None)]
+    )
+    assert _rows(con, "SELECT DISTINCT x FROM p WHERE NOT x IS NOT NULL") == Counter([(None,)])
+    assert _rows(con, "SELECT x, (SELECT a.x / 2) FROM a") == Counter(
+        [(1, 0), (2, 1), (None, None)]
+    )
+    assert _rows(con, "SELECT count(*) FROM (SELECT x, generate_series(1, x) FROM a) s") == (
+        Counter([(3,)])
+    )
