@@ -141,6 +141,8 @@ class Indexes:
         s = self.session
         if rel.arrangement is not None and rel.arrangement.keys == keys:
             return rel.arrangement, ()
+        if rel.plan is not None and rel.arrangement is None:  # the index maintains the view
+            s.refuse_volatile(rel.plan, "an indexed view")
         s.close_time()
         start = len(s.worker.nodes)
         try:

@@ -33,6 +33,7 @@ from dsql.planner.catalog import unknown_relation
 from dsql.planner.decorrelate import decorrelate
 from dsql.planner.optimize import optimize
 from dsql.planner.plan import Column, Get, Plan, Query, walk
+from dsql.planner.volatile import refuse_volatile
 from dsql.relation import Relation, _view_plan, typed_columns
 from dsql.render import Renderer
 from dsql.results import accumulate, present, reads_nothing
@@ -205,6 +206,8 @@ class Session:
         self.indexes.check_free(name)
         bound = self.plan(query)
         plan = _view_plan(bound)
+        if materialized:
+            self.refuse_volatile(plan, "a materialized view")
         cols = plan.columns
         if column_names:
             if len(column_names) != len(cols):
@@ -281,6 +284,16 @@ class Session:
     def plan(self, query: Any) -> Query:
         """Bind a query against the catalog (views inlined later, at rendering)."""
         return bind(query, self)
+
+    def refuse_volatile(self, plan: Plan, what: str) -> None:
+        """An error if `plan`, to be maintained as `what`, calls a volatile function,
+        itself or in a plain view it reads (rendered with it)."""
+        refuse_volatile(plan, what)
+        for node in walk(plan):
+            if isinstance(node, Get) and node.name in self.relations:
+                rel = self.relations[node.name]
+                if rel.plan is not None and rel.arrangement is None:
+                    self.refuse_volatile(rel.plan, what)
 
     def _render(self, plan: Plan, source: Any = None) -> Collection:
         """`plan` as a dataflow; `source` (a read AS OF a past time) renders relations

@@ -2,7 +2,9 @@
 
 As in Materialize: the snapshot comes first, stamped with the AS OF time (the
 time the subscription started, by default); then the updates in time order,
-consolidated within each millisecond. AS OF is inclusive, UP TO exclusive.
+consolidated within each millisecond. AS OF is inclusive, UP TO exclusive. A
+subscribed query is maintained as a view of it is: `ORDER BY ... LIMIT k` keeps the
+top k rows at every time, and ORDER BY alone orders nothing.
 With PROGRESS, a row with `mz_progressed = true` (data columns NULL) says that
 every update before its timestamp has been emitted.
 """
@@ -17,6 +19,7 @@ import pyarrow.compute as pc
 from dsql.clock import TICKS_PER_MS
 from dsql.errors import DsqlError
 from dsql.planner.plan import Query
+from dsql.relation import _view_plan
 from dsql.runtime.capture import consolidate_table
 from dsql.runtime.lattice import DIFF, TIME
 
@@ -37,7 +40,12 @@ class Subscription:
         up_to: int | None = None,
     ) -> None:
         self.session = session
-        self.bound = bound
+        # The query maintained exactly as a view of it would be: its LIMIT/OFFSET a top-k
+        # of the plan (a one-off read applies them to the result instead), ORDER BY
+        # columns outside the select list dropped.
+        view = _view_plan(bound)
+        session.refuse_volatile(view, "SUBSCRIBE")
+        self.bound = bound = Query(view, view.arity)
         self.snapshot = snapshot
         self.progress = progress
         session.close_time()

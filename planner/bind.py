@@ -45,18 +45,22 @@ from dsql.planner.bind_shape import (
     visible_plan,
 )
 from dsql.planner.catalog import Catalog
+from dsql.planner.decorrelate import shift_levels
+from dsql.planner.expr import Outer
 from dsql.planner.plan import (
     Column,
     LocalGet,
     Negate,
     Order,
     Plan,
+    Project,
     Query,
     Union,
 )
 from dsql.planner.recursive_term import check_recursive_term
 from dsql.planner.scope import Scope
-from dsql.planner.stateful import Distinct, LetRec, Threshold
+from dsql.planner.stateful import Distinct, Join, LetRec, Threshold, expressions_of
+from dsql.planner.volatile import plan_volatile_calls
 
 #: Default bound on the rounds of a recursive query (WITH RECURSIVE / MUTUALLY RECURSIVE).
 DEFAULT_RECURSION_LIMIT = 10_000
@@ -64,13 +68,51 @@ DEFAULT_RECURSION_LIMIT = 10_000
 
 @dataclass
 class Env:
-    """What a query level can see: the catalog and the CTEs in scope."""
+    """What a query level can see: the catalog and the CTEs in scope.
+
+    `levels` holds, for each CTE that reads the enclosing query's row, the parent scope
+    of the level that defined it: its `Outer` references count levels from there, and a
+    query nested deeper reads it with them shifted (`cte`).
+    """
 
     catalog: Catalog
     ctes: dict[str, Plan] = field(default_factory=dict)
+    levels: dict[str, Scope | None] = field(default_factory=dict)
 
     def child(self, **ctes: Plan) -> Env:
-        return Env(self.catalog, {**self.ctes, **ctes})
+        levels = {n: p for n, p in self.levels.items() if n not in ctes}
+        return Env(self.catalog, {**self.ctes, **ctes}, levels)
+
+    def defined(self, name: str, plan: Plan, parent: Scope | None) -> Env:
+        """This env with CTE `name` bound to `plan` by a query whose parent is `parent`."""
+        env = self.child(**{name: plan})
+        if _reads_outer(plan):
+            env.levels[name] = parent
+        return env
+
+    def cte(self, name: str, parent: Scope | None) -> Plan:
+        """CTE `name` as read by a FROM item of a query whose parent is `parent`: read
+        `k` levels below its definition, its outer references reach `k` levels further."""
+        plan = self.ctes[name]
+        if name not in self.levels:
+            return plan
+        below, scope = 0, parent
+        while scope is not self.levels[name]:
+            assert scope is not None, "a CTE is read only below the query defining it"
+            below, scope = below + 1, scope.parent
+        return shift_levels(plan, below) if below else plan
+
+
+def _reads_outer(plan: Plan) -> bool:
+    """Whether `plan` reads its enclosing query's row: an `Outer` outside the right side
+    of a LATERAL join (whose `Outer`s read the join's left row) and outside subqueries."""
+    if isinstance(plan, Join) and plan.lateral:
+        inputs: tuple[Plan, ...] = (plan.left,)
+    else:
+        inputs = plan.inputs
+    return any(isinstance(n, Outer) for e in expressions_of(plan) for n in e.walk()) or any(
+        _reads_outer(i) for i in inputs
+    )
 
 
 def bind(query: Any, catalog: Catalog) -> Query:
@@ -83,10 +125,20 @@ def bind_query(node: Any, env: Env, parent: Scope | None, top: bool = False) -> 
     if _is_mutually_recursive(node):
         return _bind_mutually_recursive(node, env, parent, top)
     with_ = node.args.get("with_") if isinstance(node, exp.Expression) else None
-    if with_ is not None:
-        env = _bind_ctes(with_, env, parent)
-        node = node.copy()
-        node.set("with_", None)
+    if with_ is None:
+        return _bind_form(node, env, parent, top)
+    env, once = _bind_ctes(with_, env, parent)
+    node = node.copy()
+    node.set("with_", None)
+    q = _bind_form(node, env, parent, top)
+    if not once:
+        return q
+    names = tuple(once)
+    plan = LetRec(names, tuple(once.values()), q.plan, DEFAULT_RECURSION_LIMIT, "error")
+    return Query(plan, q.visible, q.order, q.limit, q.offset)
+
+
+def _bind_form(node: Any, env: Env, parent: Scope | None, top: bool) -> Query:
     match node:
         case exp.Subquery():
             inner = bind_query(node.this, env, parent, top)
@@ -97,7 +149,7 @@ def bind_query(node: Any, env: Env, parent: Scope | None, top: bool = False) -> 
             return _bind_setop(node, env, parent, top)
         case exp.Values():
             plan = bind_values(node, env, parent)
-            return Query(plan, plan.arity)
+            return apply_limit(Query(plan, plan.arity, _output_order(node, plan)), node, top)
     raise UnsupportedError(
         f"{type(node).__name__} is not a query dsql can compile",
         hint="write SELECT, VALUES, WITH or a set operation",
@@ -107,7 +159,15 @@ def bind_query(node: Any, env: Env, parent: Scope | None, top: bool = False) -> 
 # --- CTEs and recursion --------------------------------------------------------------
 
 
-def _bind_ctes(with_: exp.With, env: Env, parent: Scope | None) -> Env:
+def _bind_ctes(with_: exp.With, env: Env, parent: Scope | None) -> tuple[Env, dict[str, Plan]]:
+    """The env with the CTEs of `with_`, and those to evaluate once for all their readers.
+
+    A CTE is evaluated once, as PostgreSQL does: inlined, each reader evaluates it
+    again, which changes nothing unless a volatile function (`random()`) decides its
+    rows. Such a CTE is a binding of a `LetRec` around the query (it needs no more than
+    one round), read by `LocalGet` wherever the query names it, where `_shareable`.
+    """
+    once: dict[str, Plan] = {}
     recursive = bool(with_.args.get("recursive"))
     seen: set[str] = set()
     for cte in with_.expressions:
@@ -119,13 +179,21 @@ def _bind_ctes(with_: exp.With, env: Env, parent: Scope | None) -> Env:
             )
         seen.add(name)
         if recursive and _references(cte.this, name):
-            env = env.child(**{name: _bind_recursive_cte(cte, env, parent)})
+            env = env.defined(name, _bind_recursive_cte(cte, env, parent), parent)
             continue
         q = bind_query(cte.this, env, parent)
-        env = env.child(
-            **{name: rename_plan(visible_plan(q), alias_columns(cte.args.get("alias")))}
-        )
-    return env
+        plan = rename_plan(visible_plan(q), alias_columns(cte.args.get("alias")))
+        if plan_volatile_calls(plan) and _shareable(plan):
+            once[name] = plan
+            plan = LocalGet(name, plan.columns)
+        env = env.defined(name, plan, parent)
+    return env, once
+
+
+def _shareable(plan: Plan) -> bool:
+    """Whether a CTE can be a `LetRec` binding: its columns' types are known (a loop's
+    variable has a schema) and it does not read its enclosing query's row."""
+    return not _reads_outer(plan) and not any(types.is_unknown(c.type) for c in plan.columns)
 
 
 def _references(node: exp.Expression, name: str) -> bool:
@@ -188,6 +256,8 @@ def _bind_mutually_recursive(node: Any, env: Env, parent: Scope | None, top: boo
 def _bind_setop(node: exp.Expression, env: Env, parent: Scope | None, top: bool) -> Query:
     left = visible_plan(bind_query(node.this, env, parent))
     right = visible_plan(bind_query(node.expression, env, parent))
+    if node.args.get("by_name"):
+        left, right = _corresponding(node, left, right)
     if left.arity != right.arity:
         raise SchemaError(
             f"each {type(node).__name__.upper()} query must have the same number of columns",
@@ -211,19 +281,79 @@ def _bind_setop(node: exp.Expression, env: Env, parent: Scope | None, top: bool)
             if distinct:
                 left, right = Distinct(left), Distinct(right)
             plan = Union((left, Negate(Threshold(Union((left, Negate(right)))))))
+    return apply_limit(Query(plan, plan.arity, _output_order(node, plan)), node, top)
+
+
+def _output_order(node: exp.Expression, plan: Plan) -> tuple[Order, ...]:
+    """The ORDER BY of a set operation or VALUES: output columns by name or position."""
     order_nodes = list(node.args["order"].expressions) if node.args.get("order") else []
     names = [c.name for c in plan.columns]
     order = []
     for o in order_nodes:
         e = o.this
-        if isinstance(e, exp.Literal) and not e.is_string:
+        if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
             k = int(e.this) - 1
-        elif isinstance(e, exp.Column) and e.name in names:
+            if not 0 <= k < len(names):
+                raise SchemaError(f"ORDER BY position {e.this} is not in the select list")
+        elif isinstance(e, exp.Column) and not e.table and e.name in names:
             k = names.index(e.name)
         else:
-            raise SchemaError("ORDER BY of a set operation must name an output column or position")
+            what = "VALUES" if isinstance(node, exp.Values) else "a set operation"
+            raise SchemaError(f"ORDER BY of {what} must name an output column or position")
         order.append(Order(k, bool(o.args.get("desc")), nulls_first_of(o)))
-    return apply_limit(Query(plan, plan.arity, tuple(order)), node, top)
+    return tuple(order)
+
+
+def _corresponding(node: exp.Expression, left: Plan, right: Plan) -> tuple[Plan, Plan]:
+    """`left` and `right` cut to the columns CORRESPONDING matches by name (the SQL
+    standard): those both sides have, in the left side's order, or those `BY (...)`
+    lists, in its order.
+
+    >>> from dsql.planner.catalog import StaticCatalog
+    >>> from dsql.planner.types import build
+    >>> cat = StaticCatalog({"t": (Column("a", build("int")), Column("b", build("int")))})
+    >>> sql = "SELECT b, a FROM t UNION CORRESPONDING SELECT a, 1 AS c FROM t"
+    >>> bind(sqlglot.parse_one(sql, read="postgres"), cat).column_names
+    ('a',)
+    """
+    what = f"{type(node).__name__.upper()} CORRESPONDING"
+    if node.args.get("kind") is None:  # DuckDB's BY NAME: an outer match, NULL-padded
+        raise UnsupportedError(
+            f"{type(node).__name__.upper()} BY NAME is not supported",
+            hint=f"match columns by name with {what} [BY (columns)]",
+        )
+    sides = {"left": left.column_names, "right": right.column_names}
+    listed = [c.name for c in node.args.get("on") or ()]
+    if listed:
+        names = listed
+        if len(set(listed)) != len(listed):
+            raise SchemaError(f"{what} BY lists a column more than once")
+        for side, have in sides.items():
+            missing = [n for n in listed if n not in have]
+            if missing:
+                raise SchemaError(
+                    f"column '{missing[0]}' of {what} BY is not in its {side} query",
+                    hint=f"the {side} query's columns: {', '.join(have)}",
+                )
+    else:
+        names = [n for n in sides["left"] if n in sides["right"]]
+        if not names:
+            raise SchemaError(
+                f"the queries of {what} have no column name in common",
+                hint="name the columns alike with AS, or match them by position without "
+                "CORRESPONDING",
+            )
+    for side, have in sides.items():
+        twice = [n for n in names if have.count(n) > 1]
+        if twice:
+            raise SchemaError(
+                f"column '{twice[0]}' occurs more than once in the {side} query of {what}",
+                hint="give each column its own name with AS",
+            )
+    return (
+        Project(left, tuple(left.column_names.index(n) for n in names)),
+        Project(right, tuple(right.column_names.index(n) for n in names)),
+    )
 
 
 __all__ = ["DEFAULT_RECURSION_LIMIT", "Env", "bind", "bind_query"]

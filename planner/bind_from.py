@@ -85,7 +85,7 @@ def _bind_item(
         if node.args.get("db"):
             raise SchemaError(f"schemas are not supported: {node.sql('postgres')}")
         if name in env.ctes:
-            plan = env.ctes[name]
+            plan = env.cte(name, scope.parent)
         else:
             plan = Get(name, env.catalog.columns(name))
         plan = rename_plan(plan, aliases)
@@ -119,7 +119,9 @@ def _bind_lateral(
     offset = base.arity
     if isinstance(fn, exp.Subquery | exp.Select):
         query = fn.this if isinstance(fn, exp.Subquery) else fn
-        right = visible_plan(bind_query(query, env, Scope(scope.items, scope.parent)))
+        right = visible_plan(
+            bind_query(query, env, Scope(scope.items, scope.parent, tuple(types_of(base))))
+        )
         right = rename_plan(right, aliases)
         plan: Plan = Join(base, right, "inner", None, lateral=True)
         return plan, Item(alias or "", tuple(c.name for c in right.columns), offset)
@@ -162,17 +164,26 @@ def _check_constant_size(fn: exp.Expr) -> None:
 
 
 def _table_function(fn: exp.Expr, binder: ExprBinder) -> tuple[str, exp.Expression, exp.DataType]:
-    bound = binder.bind(fn)
+    return table_function(binder.bind(fn), binder.input_types(), fn)
+
+
+def table_function(
+    bound: exp.Expression, input_types: list[exp.DataType], written: exp.Expr | None = None
+) -> tuple[str, exp.Expression, exp.DataType]:
+    """A bound table function call: its name, the call, and the type of its column.
+
+    `written` is the call as the query spells it, for the error of an unknown one.
+    """
     _check_constant_size(bound)
     if isinstance(bound, exp.ExplodingGenerateSeries | exp.GenerateSeries):
-        start_type = types.infer(bound.args["start"].copy(), binder.input_types())
+        start_type = types.infer(bound.args["start"].copy(), input_types)
         t = start_type if not types.is_unknown(start_type) else types.build("bigint")
         if types.is_integer(t):
             t = types.build("bigint") if t.this == exp.DataType.Type.BIGINT else types.build("int")
         return "generate_series", bound, t
     if isinstance(bound, exp.Unnest | exp.Explode):
         arg = (bound.expressions or [bound.this])[0]
-        t = types.infer(arg.copy(), binder.input_types())
+        t = types.infer(arg.copy(), input_types)
         inner = (
             t.expressions[0]
             if t.this == exp.DataType.Type.ARRAY and t.expressions
@@ -182,7 +193,8 @@ def _table_function(fn: exp.Expr, binder: ExprBinder) -> tuple[str, exp.Expressi
     if isinstance(bound, exp.Anonymous) and bound.name.lower() == "repeat_row":
         return "repeat_row", bound, types.build("bigint")
     raise unsupported(
-        f"table function {fn.sql('postgres')}", "use generate_series, unnest or repeat_row"
+        f"table function {(written or bound).sql('postgres')}",
+        "use generate_series, unnest or repeat_row",
     )
 
 
@@ -283,4 +295,5 @@ __all__ = [
     "MAX_CONSTANT_ROWS",
     "bind_from",
     "bind_values",
+    "table_function",
 ]

@@ -25,24 +25,25 @@ import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import SchemaError
-from dsql.planner.bind_from import bind_from
+from dsql.planner.bind_from import bind_from, table_function
 from dsql.planner.bind_shape import (
     and_operands,
     apply_limit,
     nulls_first_of,
     types_of,
 )
-from dsql.planner.expr import Position, col
+from dsql.planner.expr import Position, SubqueryExpr, col
 from dsql.planner.expr_bind import ExprBinder, aggregate_calls, is_aggregate
 from dsql.planner.plan import (
     Filter,
+    FlatMap,
     Map,
     Order,
     Plan,
     Project,
     Query,
 )
-from dsql.planner.scope import Item, Scope, column_name, unsupported
+from dsql.planner.scope import Item, Scope, column_name, position_of, unsupported
 from dsql.planner.stateful import Distinct, Reduce
 
 if TYPE_CHECKING:
@@ -60,12 +61,17 @@ def bind_select(sel: exp.Select, env: Env, parent: Scope | None, top: bool) -> Q
         predicate = binder.bind(where.this)
         if is_aggregate(predicate):
             raise SchemaError("aggregate functions are not allowed in WHERE", hint="use HAVING")
+        _refuse_set_returning(predicate, "WHERE")
         plan = Filter(plan, and_operands(predicate))
     items = _select_items(sel, scope)
     exprs = [binder.bind(e) for _, e in items]
+    for e in exprs:  # refused where PostgreSQL refuses them, before aggregation hides them
+        _set_returning_calls(e)
     names = [n for n, _ in items]
     having = sel.args.get("having")
     having_expr = binder.bind(having.this) if having is not None else None
+    if having_expr is not None:
+        _refuse_set_returning(having_expr, "HAVING")
     order_nodes = list(sel.args["order"].expressions) if sel.args.get("order") else []
     orders = [_order_target(o.this, names, items, binder) for o in order_nodes]
     group_node = sel.args.get("group")
@@ -87,6 +93,7 @@ def bind_select(sel: exp.Select, env: Env, parent: Scope | None, top: bool) -> Q
         is_aggregate(o) for o in orders if not isinstance(o, int)
     ):
         raise SchemaError("aggregate in ORDER BY of a query without GROUP BY")
+    plan, exprs, orders = _expand_set_returning(plan, exprs, orders)
     base = plan.arity
     hidden = [o for o in orders if isinstance(o, exp.Expression)]
     plan = Map(
@@ -119,6 +126,105 @@ def bind_select(sel: exp.Select, env: Env, parent: Scope | None, top: bool) -> Q
     )
     q = Query(plan, visible, order)
     return apply_limit(q, sel, top)
+
+
+#: The set-returning functions a select list may call: each row of the function's result
+#: is a row of the query (PostgreSQL's `SELECT x, generate_series(1, x) FROM t`).
+SET_RETURNING = (exp.Explode, exp.Unnest, exp.ExplodingGenerateSeries, exp.GenerateSeries)
+
+#: Where PostgreSQL refuses a set-returning function inside an expression.
+_CONDITIONAL: dict[type, str] = {exp.Case: "CASE", exp.If: "CASE", exp.Coalesce: "COALESCE"}
+
+
+def _set_returning_calls(e: exp.Expression) -> list[exp.Expression]:
+    """The set-returning calls in `e` (not in subqueries); an error where PostgreSQL
+    refuses one (inside CASE, COALESCE, an aggregate or another such call)."""
+    found: list[exp.Expression] = []
+
+    def visit(node: exp.Expression, inside: str | None) -> None:
+        if isinstance(node, SubqueryExpr):
+            return
+        if isinstance(node, exp.Anonymous) and node.name.lower() == "repeat_row":
+            raise _located(
+                SchemaError(
+                    "repeat_row() may only be called in FROM",
+                    hint="SELECT ... FROM t, repeat_row(n)",
+                ),
+                node,
+            )
+        if isinstance(node, SET_RETURNING):
+            if inside is not None:
+                raise _located(
+                    SchemaError(
+                        f"set-returning functions are not allowed in {inside}",
+                        hint="call it in FROM (a LATERAL table function) and use its column",
+                    ),
+                    node,
+                )
+            found.append(node)
+            inside = "the arguments of a set-returning function"
+        elif type(node) in _CONDITIONAL:
+            inside = inside or _CONDITIONAL[type(node)]
+        elif isinstance(node, exp.AggFunc):
+            inside = inside or "aggregate function calls"
+        for child in node.iter_expressions():
+            visit(child, inside)
+
+    visit(e, None)
+    return found
+
+
+def _located(error: SchemaError, node: exp.Expression) -> SchemaError:
+    error.position = position_of(node)
+    return error
+
+
+def _refuse_set_returning(e: exp.Expression, clause: str) -> None:
+    calls = _set_returning_calls(e)
+    if calls:
+        raise _located(
+            SchemaError(
+                f"set-returning functions are not allowed in {clause}",
+                hint="call it in FROM (a LATERAL table function) and filter its column",
+            ),
+            calls[0],
+        )
+
+
+def _expand_set_returning(
+    plan: Plan, exprs: list[exp.Expression], orders: list[Any]
+) -> tuple[Plan, list[exp.Expression], list[Any]]:
+    """The select list's set-returning call as a `FlatMap` over `plan`, and the select
+    list and ORDER BY reading its column: a table function, not a value, so that no
+    pass drops it with its column (it decides how many rows there are).
+
+    Equal calls are one (PostgreSQL runs them in step: the same rows). Different calls
+    PostgreSQL zips row by row, padding the shorter with NULLs; that is refused.
+    """
+    calls: list[exp.Expression] = []
+    for e in [*exprs, *(o for o in orders if isinstance(o, exp.Expression))]:
+        for call in _set_returning_calls(e):
+            if call not in calls:
+                calls.append(call)
+    if not calls:
+        return plan, exprs, orders
+    if len(calls) > 1:
+        raise unsupported(
+            "several different set-returning functions in one select list",
+            "call them in FROM, joined as you need them (FROM unnest(a) AS x, "
+            "generate_series(1, 3) AS g), or keep one per select list",
+        )
+    (call,) = calls
+    name, function, out_type = table_function(call, types_of(plan))
+    position = plan.arity
+    flat = FlatMap(plan, function, (name,), (out_type,))
+
+    def read(e: Any) -> Any:
+        if not isinstance(e, exp.Expression):
+            return e
+        return e.transform(lambda n: col(position) if n == call else n)
+
+    return flat, [read(e) for e in exprs], [read(o) for o in orders]
 
 
 def _select_items(sel: exp.Select, scope: Scope) -> list[tuple[str, exp.Expression]]:

@@ -64,7 +64,14 @@ def refuse_outer_order_limit(inner: Query, node: exp.Expression, top: bool) -> Q
 def _int_arg(node: exp.Expression | None, what: str) -> int | None:
     if node is None:
         return None
+    if isinstance(node, exp.Fetch):  # FETCH {FIRST|NEXT} [n] {ROW|ROWS} ONLY
+        options = node.args.get("limit_options")
+        if options is not None and (options.args.get("percent") or options.args.get("with_ties")):
+            raise unsupported("FETCH ... PERCENT or WITH TIES", "use FETCH FIRST n ROWS ONLY")
+        node = node.args.get("count") or exp.Literal.number(1)
     value = node.args.get("expression") if isinstance(node, exp.Limit | exp.Offset) else node
+    if isinstance(value, exp.Var) and value.name.upper() == "ALL":  # LIMIT ALL: no limit
+        return None
     if isinstance(node, exp.Limit | exp.Offset) and value is None:
         value = node.this
     if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():

@@ -1,10 +1,12 @@
 """Scalar expressions over positional columns, as the logical plan holds them.
 
 An expression is a sqlglot tree in which column `i` of the input is the column
-reference `_c{i}` (`col(i)`; printed `#i` by EXPLAIN). Three expression nodes are the
-planner's own: `Outer(i)`, column `i` of the enclosing query's row, and
+reference `_c{i}` (`col(i)`; printed `#i` by EXPLAIN). Four expression nodes are the
+planner's own: `Outer(i)`, column `i` of an enclosing query's row (printed `^#i`, `^^#i`
+two levels out), and
 `SubqueryExpr`, a subquery used as a value (both exist only before decorrelation),
-and `Position(i)`, what `*` expands to while binding.
+`Position(i)`, what `*` expands to while binding, and `RaiseError(message)`, an
+error where evaluated (decorrelation's check that a scalar subquery has one row).
 
 Invariant: the planner never mutates an expression a plan node or a linear step
 holds, so facts about one (`held_refs`, `held_key`) are remembered by identity.
@@ -85,9 +87,19 @@ def as_expression(e: exp.Expr) -> exp.Expression:
 
 
 class Outer(exp.Expression):
-    """Column `this` of the enclosing query's current row (a correlated reference)."""
+    """Column `this` of an enclosing query's current row (a correlated reference): `level`
+    1 (the default) is the query around this one, 2 the one around that, and so on."""
 
-    arg_types = {"this": True}
+    arg_types = {"this": True, "level": False}
+
+    @property
+    def levels_out(self) -> int:
+        return int(self.args.get("level") or 1)
+
+
+def outer(position: int, levels_out: int = 1) -> Outer:
+    """A reference to column `position` of the query `levels_out` levels out."""
+    return Outer(this=position, level=levels_out if levels_out > 1 else None)
 
 
 class Position(exp.Expression):
@@ -105,6 +117,19 @@ class SubqueryExpr(exp.Expression):
     @property
     def plan(self) -> Plan:
         return self.args["this"]
+
+
+class RaiseError(exp.Expression, exp.Func):
+    """An error with message `this`, raised where the expression is evaluated: a runtime
+    error of PostgreSQL's that the planner spells out (a scalar subquery's second row).
+
+    Printed `RAISE_ERROR(message)`, which both kernels evaluate: Spark's function, and a
+    macro over `error()` in the in-process kernel's DuckDB. Its value is NULL-typed, so
+    it takes the type of the CASE arm it replaces when cast.
+    """
+
+    arg_types = {"this": True}
+    _sql_names = ["RAISE_ERROR"]
 
 
 def nodes(expression: exp.Expression) -> Iterator[exp.Expression]:
@@ -305,11 +330,11 @@ def show_expr(e: exp.Expression) -> str:
         if isinstance(node, SubqueryExpr):
             return exp.Anonymous(this=f"<{node.args['kind']} subquery>")
         if isinstance(node, Outer):
-            return exp.column(f"__outer{node.this}")
+            return exp.column(f"__outer{node.levels_out}_{node.this}")
         return node
 
     text = e.copy().transform(replace).sql("postgres")
-    text = re.sub(r"\b__outer(\d+)\b", r"^#\1", text)
+    text = re.sub(r"\b__outer(\d+)_(\d+)\b", lambda m: "^" * int(m[1]) + "#" + m[2], text)
     return _REF.sub(r"#\1", text).replace('"', "")
 
 
@@ -324,6 +349,7 @@ def check_refs(where: str, expressions: Any, arity: int) -> None:
 __all__ = [
     "Outer",
     "Position",
+    "RaiseError",
     "SubqueryExpr",
     "check_refs",
     "col",
@@ -335,6 +361,7 @@ __all__ = [
     "is_col",
     "infer_type",
     "nodes",
+    "outer",
     "parse_expr",
     "refs",
     "remap",

@@ -22,7 +22,15 @@ from sqlglot import exp
 from dsql.errors import DsqlError, SchemaError
 from dsql.planner import types
 from dsql.planner.bind_shape import visible_plan
-from dsql.planner.expr import Outer, Position, SubqueryExpr, as_expression, col
+from dsql.planner.expr import (
+    Outer,
+    Position,
+    SubqueryExpr,
+    as_expression,
+    col,
+    outer,
+    typed,
+)
 from dsql.planner.plan import Filter, Plan
 from dsql.planner.scope import Scope, position_of, unsupported
 
@@ -117,6 +125,9 @@ class ExprBinder:
 
     def with_types(self, column_types: list[exp.DataType]) -> ExprBinder:
         self._types = column_types
+        # Subqueries see this scope as their parent: with the types, their outer
+        # references are typed too.
+        self.scope = Scope(self.scope.items, self.scope.parent, tuple(column_types))
         return self
 
     def bind(self, e: exp.Expr) -> exp.Expression:
@@ -141,14 +152,7 @@ class ExprBinder:
                 return col(e.this)
             case exp.Column():
                 level, pos = self.scope.resolve(e.name, e.table or None)
-                if level == 0:
-                    return col(pos)
-                if level == 1:
-                    return Outer(this=pos)
-                raise unsupported(
-                    "a reference two or more query levels out",
-                    "join the outer table in the subquery",
-                )
+                return col(pos) if level == 0 else outer(pos, level)
             case exp.Subquery() | exp.Select() | exp.Union() | exp.Except() | exp.Intersect():
                 query = e.this if isinstance(e, exp.Subquery) else e
                 plan = self._subquery(query)
@@ -196,12 +200,13 @@ class ExprBinder:
         if plan.arity != 1:
             raise SchemaError("the subquery of IN must return exactly one column")
         x = self._bind(e.this.copy())
-        if any(isinstance(n, Outer) for n in x.walk()):
-            raise unsupported("IN whose left side is correlated two levels out", "use EXISTS")
+        # `x` is read one level further out inside the subquery's filters.
         outer_x = x.transform(
             lambda n: (
-                Outer(this=int(n.name[2:]))
+                outer(int(n.name[2:]))
                 if isinstance(n, exp.Column) and n.name.startswith("_c")
+                else outer(n.this, n.levels_out + 1)
+                if isinstance(n, Outer)
                 else n
             )
         )
@@ -225,6 +230,20 @@ class ExprBinder:
             default=exp.false(),
         )
 
+    def _typed(self, e: exp.Expr) -> exp.Expr:
+        """A copy of `e` sqlglot can type: outer references and scalar subqueries as
+        NULLs of their types (where known)."""
+
+        def replace(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, Outer):
+                t = self.scope.outer_type(node.levels_out, node.this)
+                return exp.Cast(this=exp.Null(), to=t.copy()) if t is not None else exp.Null()
+            if isinstance(node, SubqueryExpr):
+                return typed(node)
+            return node
+
+        return e.copy().transform(replace)
+
     def _div(self, e: exp.Div) -> exp.Expression:
         left = self._bind(e.this)
         right = self._bind(e.expression)
@@ -232,8 +251,8 @@ class ExprBinder:
         e.set("expression", right)
         if self._types is None:
             return e
-        lt = types.infer(left.copy(), self._types)
-        rt = types.infer(right.copy(), self._types)
+        lt = types.infer(self._typed(left), self._types)
+        rt = types.infer(self._typed(right), self._types)
         if types.is_integer(lt) and types.is_integer(rt):
             return exp.IntDiv(this=left, expression=right)
         return e

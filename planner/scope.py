@@ -35,10 +35,24 @@ class Item:
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """The FROM items of one query level, and the enclosing level's scope."""
+    """The FROM items of one query level, and the enclosing level's scope.
+
+    `types`, where known, are the level's column types by position: a subquery's outer
+    references are typed by them (`outer_type`), as PostgreSQL's integer division needs.
+    """
 
     items: tuple[Item, ...]
     parent: Scope | None = None
+    types: tuple[exp.DataType, ...] | None = None
+
+    def outer_type(self, levels_out: int, position: int) -> exp.DataType | None:
+        """The type of column `position` of the scope `levels_out` levels out, if known."""
+        scope: Scope | None = self
+        for _ in range(levels_out):
+            scope = scope.parent if scope is not None else None
+        if scope is None or scope.types is None or position >= len(scope.types):
+            return None
+        return scope.types[position]
 
     @property
     def arity(self) -> int:

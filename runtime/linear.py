@@ -102,10 +102,16 @@ def _not_null_columns(condition: exp.Expr) -> list[str] | None:
     if isinstance(condition, exp.And):
         left, right = _not_null_columns(condition.this), _not_null_columns(condition.expression)
         return None if left is None or right is None else left + right
-    if isinstance(condition, exp.Not) and isinstance(condition.this, exp.Is):
-        test = condition.this
-        if isinstance(test.expression, exp.Null) and isinstance(test.this, exp.Column):
-            return None if test.this.table else [test.this.name]
+    # sqlglot writes `c IS NOT NULL` as `Is(negate=True)` and `NOT (c IS NULL)` as
+    # `Not(Is)`; `NOT c IS NOT NULL` (`Not(Is(negate=True))`) is `c IS NULL`.
+    negated = isinstance(condition, exp.Not)
+    test = condition.this if negated else condition
+    while isinstance(test, exp.Paren):
+        test = test.this
+    if not isinstance(test, exp.Is) or negated == bool(test.args.get("negate")):
+        return None
+    if isinstance(test.expression, exp.Null) and isinstance(test.this, exp.Column):
+        return None if test.this.table else [test.this.name]
     return None
 
 

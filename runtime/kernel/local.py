@@ -41,6 +41,8 @@ class LocalKernel(Kernel):
         # One thread: a step's batch is small (bigger relations go to Spark under `auto`),
         # and starting DuckDB's worker threads costs more CPU than they save here.
         self._con.execute("SET threads TO 1")
+        # Spark's `raise_error(message)`, which plans use for runtime errors they predict.
+        self._con.execute("CREATE MACRO raise_error(message) AS error(message)")
         self._deadline: float | None = None
         # One cursor per thread, kept: a cursor per statement costs more than the small
         # statements it runs. Registered inputs are replaced by name at each run.
