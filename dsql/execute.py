@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,11 +17,9 @@ import sqlglot
 from sqlglot import exp
 
 from dsql import fast_path, grammar
-from dsql.clock import MAX_MS
 from dsql.errors import (
     DsqlError,
     SchemaError,
-    TimeError,
     TypeMismatchError,
     UnsupportedError,
 )
@@ -35,6 +32,7 @@ from dsql.results import Result
 from dsql.session import Session
 from dsql.show_arrangements import arrangement_rows
 from dsql.subscribe import Subscription
+from dsql.time_expr import time_ms
 from dsql.timeout import parse_duration, statement_deadline
 
 
@@ -136,10 +134,10 @@ class Executor:
                 return self._show(stmt)
             case grammar.Advance():
                 if stmt.to is not None:
-                    s.advance_to(_as_ms(stmt.to))
+                    s.advance_to(time_ms(s, stmt.to))
                 else:
                     assert stmt.by is not None  # exactly one of `to` and `by` is set
-                    s.advance_to(s.clock.now_ms() + _as_ms(stmt.by, interval=True))
+                    s.advance_to(s.clock.now_ms() + time_ms(s, stmt.by, interval=True))
                 return Result(status=f"ADVANCE {s.clock.now_ms()}")
             case grammar.Begin():
                 s.clock.in_transaction = True
@@ -256,7 +254,7 @@ class Executor:
     # --- reads ----------------------------------------------------------------------------
     def _select(self, stmt: Any) -> Result:
         s = self.session
-        as_of = _as_ms(stmt.as_of) if stmt.as_of is not None else None
+        as_of = time_ms(s, stmt.as_of) if stmt.as_of is not None else None
         query = _replace_mz_now(stmt.query, as_of if as_of is not None else s.clock.now_ms())
         if as_of is not None and as_of < s.clock.now_ms():  # the query runs at that time
             query = replace_mz_now(query, as_of)
@@ -275,8 +273,8 @@ class Executor:
             bound,
             snapshot=stmt.snapshot if stmt.snapshot is not None else True,
             progress=bool(stmt.progress),
-            as_of=_as_ms(stmt.as_of) if stmt.as_of is not None else None,
-            up_to=_as_ms(stmt.up_to) if stmt.up_to is not None else None,
+            as_of=time_ms(s, stmt.as_of) if stmt.as_of is not None else None,
+            up_to=time_ms(s, stmt.up_to) if stmt.up_to is not None else None,
         )
 
     def _cursor(self, name: str) -> Subscription:
@@ -384,45 +382,6 @@ def _in_select_list(node: exp.Expression) -> bool:
             return True
         parent = parent.parent
     return True
-
-
-def _as_ms(e: exp.Expression, interval: bool = False) -> int:
-    """A time given in SQL: milliseconds, a timestamp literal, or (for BY) an interval."""
-    if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
-        if int(e.this) > MAX_MS:
-            raise TimeError(f"time {e.this} is beyond the last time, {MAX_MS} ms")
-        return int(e.this)
-    if isinstance(e, exp.Neg):
-        raise TypeMismatchError("a time cannot be negative")
-    try:
-        import duckdb
-
-        value = duckdb.execute(f"SELECT {e.sql('duckdb')}").fetchone()[0]  # type: ignore[index]
-    except Exception:
-        value = None
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.UTC)
-        return int(value.timestamp() * 1000)
-    if isinstance(value, dt.date):
-        return int(
-            dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC).timestamp() * 1000
-        )
-    if isinstance(value, dt.timedelta) and interval:
-        return int(value.total_seconds() * 1000)
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise TypeMismatchError(
-                "a time cannot be negative", hint="give milliseconds since the Unix epoch"
-            )
-        if value > MAX_MS:
-            raise TimeError(f"time {value} is beyond the last time, {MAX_MS} ms")
-        return value
-    raise TypeMismatchError(
-        f"'{e.sql('postgres')}' is not a time",
-        hint="give milliseconds, TIMESTAMP '2024-01-01 00:00:00'"
-        + (", or INTERVAL '5 minutes'" if interval else ""),
-    )
 
 
 __all__ = ["Executor", "Query", "sqlglot"]
