@@ -35,6 +35,10 @@ from dsql.subscribe import Subscription
 from dsql.time_expr import time_ms
 from dsql.timeout import parse_duration, statement_deadline
 
+#: PostgreSQL client settings that drivers set on connecting and that cannot change
+#: what dsql computes: accepted and ignored. Every other name but dsql's is refused.
+_CLIENT_SETTINGS = frozenset({"application_name", "extra_float_digits"})
+
 
 class Executor:
     """Runs statements against one session; keeps cursors and subscriptions."""
@@ -65,6 +69,9 @@ class Executor:
                 cols = tuple(Column(c.name, types.build(c.type)) for c in stmt.columns)
                 for c in cols:
                     types.to_arrow(c.type)
+                for c in stmt.columns:  # a default binds now, as it will at each INSERT
+                    if c.default is not None:
+                        s.plan(exp.select(c.default.copy()))
                 s.create_table(
                     stmt.name,
                     cols,
@@ -151,8 +158,14 @@ class Executor:
                     )
                 return Result(status="COMMIT")
             case grammar.SetVariable():
-                if stmt.name.lower() == "statement_timeout":
+                name = stmt.name.lower()
+                if name == "statement_timeout":
                     self.statement_timeout = parse_duration(stmt.value)
+                elif name not in _CLIENT_SETTINGS:
+                    raise UnsupportedError(
+                        f'unrecognized configuration parameter "{stmt.name}"',
+                        hint="dsql's one setting is statement_timeout",
+                    )
                 return Result(status="SET")
         raise UnsupportedError(f"{type(stmt).__name__} statements are not supported yet")
 

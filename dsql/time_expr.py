@@ -57,7 +57,7 @@ def _value(session: Session, e: exp.Expression, interval: bool) -> object:
         inner = inner.this
     query = inner.copy() if isinstance(inner, exp.Query) else exp.select(e.copy())
     bound = session.plan(query)
-    what = "an interval" if interval else "a time"
+    what = "a time interval" if interval else "a time"
     if bound.visible != 1:
         raise TypeMismatchError(
             f"{what} must be one value; the query returns {bound.visible} columns",
@@ -66,7 +66,7 @@ def _value(session: Session, e: exp.Expression, interval: bool) -> object:
     kind = bound.columns[0].type
     if not _time_like(kind, interval):
         raise TypeMismatchError(
-            f"{what} cannot be of type {kind.sql('postgres').lower()}",
+            f"{e.sql('postgres')} is not {what}: it is of type {kind.sql('postgres').lower()}",
             hint=_INTERVAL_HINT if interval else _HINT,
         )
     table = session.read(bound)
@@ -111,7 +111,7 @@ def _checked(value: object, e: exp.Expression, interval: bool) -> int:
         ms = value
     else:
         raise TypeMismatchError(
-            f"'{e.sql('postgres')}' is not a time", hint=_INTERVAL_HINT if interval else _HINT
+            f"{e.sql('postgres')} is not a time", hint=_INTERVAL_HINT if interval else _HINT
         )
     if ms < 0:
         raise TypeMismatchError(
