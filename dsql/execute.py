@@ -69,9 +69,8 @@ class Executor:
                 cols = tuple(Column(c.name, types.build(c.type)) for c in stmt.columns)
                 for c in cols:
                     types.to_arrow(c.type)
-                for c in stmt.columns:  # a default binds now, as it will at each INSERT
-                    if c.default is not None:
-                        s.plan(exp.select(c.default.copy()))
+                for default in (d.default for d in stmt.columns if d.default is not None):
+                    s.plan(exp.select(default.copy()))  # binds now, as at each INSERT
                 s.create_table(
                     stmt.name,
                     cols,
