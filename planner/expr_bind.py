@@ -153,6 +153,8 @@ class ExprBinder:
                 )
             case exp.Cast() if isinstance(e.args.get("to"), exp.DataType):
                 types.check_cast_target(e.args["to"])
+            case exp.If() if isinstance(e.parent, exp.Case):
+                pass  # a WHEN branch; a call `if(...)` is DuckDB's and Spark's, not SQL's
             case exp.Window():
                 raise unsupported("window functions", "use GROUP BY, or a join with an aggregate")
             case exp.Func() if not isinstance(e, functions.SYNTAX):

@@ -245,8 +245,7 @@ _ALL_NAMES = sorted({n for f in FUNCTIONS for n in f.names})
 #: Calls that are SQL syntax rather than functions (sqlglot models them as functions).
 SYNTAX: tuple[type[exp.Expr], ...] = (
     exp.Cast,
-    exp.Case,
-    exp.If,
+    exp.Case,  # its WHEN branches (`exp.If`) bind with it: `expr_bind`
     exp.Array,
     exp.Exists,
     exp.Extract,
@@ -257,14 +256,18 @@ SYNTAX: tuple[type[exp.Expr], ...] = (
 
 #: Calls whose value is the wall clock or the session: not a function of the rows, so a
 #: view over them could not equal its query at every time.
-_REFUSED: dict[type[exp.Expr], str] = {
-    exp.CurrentTimestamp: "now()",
-    exp.CurrentDate: "current_date",
-    exp.CurrentTime: "current_time",
-    exp.Localtimestamp: "localtimestamp",
-    exp.CurrentUser: "current_user",
-    exp.SessionUser: "session_user",
-    exp.Rand: "random()",
+_CLOCK_HINT = (
+    "use mz_now(), the time a query reads at (a one-off SELECT) or a temporal filter's "
+    "time (a view)"
+)
+_REFUSED: dict[type[exp.Expr], tuple[str, str]] = {
+    exp.CurrentTimestamp: ("now()", _CLOCK_HINT),
+    exp.CurrentDate: ("current_date", _CLOCK_HINT),
+    exp.CurrentTime: ("current_time", _CLOCK_HINT),
+    exp.Localtimestamp: ("localtimestamp", _CLOCK_HINT),
+    exp.CurrentUser: ("current_user", "dsql has no users"),
+    exp.SessionUser: ("session_user", "dsql has no users"),
+    exp.Rand: ("random()", "store the values in a table"),
 }
 
 
@@ -279,8 +282,10 @@ def call_name(call: exp.Expr) -> str:
     """A call's function name as the user wrote it (or as PostgreSQL spells its node)."""
     if isinstance(call, exp.Anonymous):
         return call.name.lower()
-    text = call.sql("postgres")
-    return text.split("(", 1)[0].strip().lower() if "(" in text else text.lower()
+    head = call.sql("postgres").split("(", 1)[0].strip().lower()
+    if head.isidentifier():
+        return head
+    return call.sql_name().lower() if isinstance(call, exp.Func) else head
 
 
 def check(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
@@ -289,10 +294,9 @@ def check(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     entry = lookup(call)
     name = call_name(call)
     if entry is None and type(call) in _REFUSED:
+        what, hint = _REFUSED[type(call)]
         raise SchemaError(
-            f"{_REFUSED[type(call)]} is not supported: its value is not a function of the rows",
-            hint="use mz_now(), the time a query reads at (a one-off SELECT) or a temporal "
-            "filter's time (a view)",
+            f"{what} is not supported: its value is not a function of the rows", hint=hint
         )
     if entry is None:
         close = difflib.get_close_matches(name, _ALL_NAMES, n=1, cutoff=0.75)
