@@ -136,6 +136,15 @@ def test_engine_statements_are_refused(statement: str) -> None:
     assert not Path("/tmp/dsql-leak.csv").exists()
 
 
+def test_set_takes_only_dsqls_setting_and_harmless_client_ones() -> None:
+    cur = _connect("local")
+    cur.execute("SET statement_timeout = '5s'")
+    cur.execute("SET application_name = 'psql'")
+    error = _refused(cur, "SET search_path = 'x'")
+    assert error.message == 'unrecognized configuration parameter "search_path"'
+    _usable(cur)
+
+
 def test_everything_is_refused_on_spark(spark: Any) -> None:
     cur = _connect("spark", spark)
     for entry in ENTRY_POINTS:
@@ -283,6 +292,7 @@ _INTERNAL = (
     "^#0",
     "__outer0",
     "'quoted'",
+    "back\\slash \\n",
 )
 
 
@@ -306,6 +316,19 @@ def _literals_survive(cur: Any) -> None:
     ]
     cur.execute("SELECT a FROM t WHERE s = '__diff__'")
     assert cur.fetchall() == [(3,)]
+    cur.execute(
+        'CREATE TABLE x ("__time__" int, "_c0" text, "__diff__" int, '
+        '"__dsql_input_src__" int, "{__in_src}" int)'
+    )
+    cur.execute("INSERT INTO x VALUES (5, 'a', 7, 8, 9), (6, 'b', -1, 2, 3)")
+    cur.execute(
+        'CREATE MATERIALIZED VIEW xv AS SELECT "__time__" + "__diff__" AS "__diff__", "_c0", '
+        '"{__in_src}" FROM x WHERE "__dsql_input_src__" > 1'
+    )
+    cur.execute('SELECT * FROM xv ORDER BY "_c0"')
+    assert cur.fetchall() == [(12, "a", 9), (5, "b", 3)]
+    cur.execute('SELECT "_c0", sum("__diff__") FROM x GROUP BY "_c0" ORDER BY 1')
+    assert cur.fetchall() == [("a", 7), ("b", -1)]
 
 
 def test_string_literals_holding_internal_names_are_not_rewritten() -> None:
