@@ -128,12 +128,19 @@ def _trunc(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
 
 _F = Function
 _MATH = (
-    _F(("abs",), exp.Abs, (1, 1), "arg", "abs(j)"),
-    _F(("ceil", "ceiling"), exp.Ceil, (1, 1), "numeric|float8", "ceil(x)", _float8_unless_numeric),
-    _F(("floor",), exp.Floor, (1, 1), "numeric|float8", "floor(x)", _float8_unless_numeric),
-    _F(("round",), exp.Round, (1, 2), "numeric|float8", "round(n, 1)", _round),
-    _F(("trunc",), exp.Trunc, (1, 1), "numeric|float8", "trunc(x)", _trunc),
-    _F(("sign",), exp.Sign, (1, 1), "numeric|float8", "sign(j)", _float8_unless_numeric),
+    _F(("abs",), exp.Abs, (1, 1), "arg", "abs(j) + abs(x)"),
+    _F(
+        ("ceil", "ceiling"),
+        exp.Ceil,
+        (1, 1),
+        "numeric|float8",
+        "ceil(x) + ceil(j)",
+        _float8_unless_numeric,
+    ),
+    _F(("floor",), exp.Floor, (1, 1), "numeric|float8", "floor(n)", _float8_unless_numeric),
+    _F(("round",), exp.Round, (1, 2), "numeric|float8", "round(n, 1) + round(n)", _round),
+    _F(("trunc",), exp.Trunc, (1, 1), "numeric|float8", "trunc(x) + trunc(j)", _trunc),
+    _F(("sign",), exp.Sign, (1, 1), "numeric|float8", "sign(j) + sign(x)", _float8_unless_numeric),
     _F(("sqrt",), exp.Sqrt, (1, 1), "float8", "sqrt(x)"),
     _F(("cbrt",), exp.Cbrt, (1, 1), "float8", "cbrt(x)"),
     _F(("exp",), exp.Exp, (1, 1), "float8", "exp(y)"),
@@ -177,7 +184,13 @@ _TEXT = (
     ),
     _F(("left",), exp.Left, (2, 2), "text", "left(s, 2)"),
     _F(("right",), exp.Right, (2, 2), "text", "right(s, 2)"),
-    _F(("lpad", "rpad"), exp.Pad, (2, 3), "text", "lpad(p, 5, 'x') || rpad(p, 5, 'x')"),
+    _F(
+        ("lpad", "rpad"),
+        exp.Pad,
+        (2, 3),
+        "text",
+        "lpad(p, 5, 'x') || rpad(p, 5, 'x') || lpad(p, 3) || rpad(p, 3)",
+    ),
     _F(
         ("ltrim", "rtrim", "btrim", "trim"),
         exp.Trim,
