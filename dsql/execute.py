@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,11 +17,9 @@ import sqlglot
 from sqlglot import exp
 
 from dsql import fast_path, grammar
-from dsql.clock import MAX_MS
 from dsql.errors import (
     DsqlError,
     SchemaError,
-    TimeError,
     TypeMismatchError,
     UnsupportedError,
 )
@@ -35,7 +32,12 @@ from dsql.results import Result
 from dsql.session import Session
 from dsql.show_arrangements import arrangement_rows
 from dsql.subscribe import Subscription
+from dsql.time_expr import time_ms
 from dsql.timeout import parse_duration, statement_deadline
+
+#: PostgreSQL client settings that drivers set on connecting and that cannot change
+#: what dsql computes: accepted and ignored. Every other name but dsql's is refused.
+_CLIENT_SETTINGS = frozenset({"application_name", "extra_float_digits"})
 
 
 class Executor:
@@ -67,6 +69,8 @@ class Executor:
                 cols = tuple(Column(c.name, types.build(c.type)) for c in stmt.columns)
                 for c in cols:
                     types.to_arrow(c.type)
+                for default in (d.default for d in stmt.columns if d.default is not None):
+                    s.plan(exp.select(default.copy()))  # binds now, as at each INSERT
                 s.create_table(
                     stmt.name,
                     cols,
@@ -136,10 +140,10 @@ class Executor:
                 return self._show(stmt)
             case grammar.Advance():
                 if stmt.to is not None:
-                    s.advance_to(_as_ms(stmt.to))
+                    s.advance_to(time_ms(s, stmt.to))
                 else:
                     assert stmt.by is not None  # exactly one of `to` and `by` is set
-                    s.advance_to(s.clock.now_ms() + _as_ms(stmt.by, interval=True))
+                    s.advance_to(s.clock.now_ms() + time_ms(s, stmt.by, interval=True))
                 return Result(status=f"ADVANCE {s.clock.now_ms()}")
             case grammar.Begin():
                 s.clock.in_transaction = True
@@ -153,8 +157,14 @@ class Executor:
                     )
                 return Result(status="COMMIT")
             case grammar.SetVariable():
-                if stmt.name.lower() == "statement_timeout":
+                name = stmt.name.lower()
+                if name == "statement_timeout":
                     self.statement_timeout = parse_duration(stmt.value)
+                elif name not in _CLIENT_SETTINGS:
+                    raise UnsupportedError(
+                        f'unrecognized configuration parameter "{stmt.name}"',
+                        hint="dsql's one setting is statement_timeout",
+                    )
                 return Result(status="SET")
         raise UnsupportedError(f"{type(stmt).__name__} statements are not supported yet")
 
@@ -256,7 +266,7 @@ class Executor:
     # --- reads ----------------------------------------------------------------------------
     def _select(self, stmt: Any) -> Result:
         s = self.session
-        as_of = _as_ms(stmt.as_of) if stmt.as_of is not None else None
+        as_of = time_ms(s, stmt.as_of) if stmt.as_of is not None else None
         query = _replace_mz_now(stmt.query, as_of if as_of is not None else s.clock.now_ms())
         if as_of is not None and as_of < s.clock.now_ms():  # the query runs at that time
             query = replace_mz_now(query, as_of)
@@ -275,8 +285,8 @@ class Executor:
             bound,
             snapshot=stmt.snapshot if stmt.snapshot is not None else True,
             progress=bool(stmt.progress),
-            as_of=_as_ms(stmt.as_of) if stmt.as_of is not None else None,
-            up_to=_as_ms(stmt.up_to) if stmt.up_to is not None else None,
+            as_of=time_ms(s, stmt.as_of) if stmt.as_of is not None else None,
+            up_to=time_ms(s, stmt.up_to) if stmt.up_to is not None else None,
         )
 
     def _cursor(self, name: str) -> Subscription:
@@ -384,45 +394,6 @@ def _in_select_list(node: exp.Expression) -> bool:
             return True
         parent = parent.parent
     return True
-
-
-def _as_ms(e: exp.Expression, interval: bool = False) -> int:
-    """A time given in SQL: milliseconds, a timestamp literal, or (for BY) an interval."""
-    if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
-        if int(e.this) > MAX_MS:
-            raise TimeError(f"time {e.this} is beyond the last time, {MAX_MS} ms")
-        return int(e.this)
-    if isinstance(e, exp.Neg):
-        raise TypeMismatchError("a time cannot be negative")
-    try:
-        import duckdb
-
-        value = duckdb.execute(f"SELECT {e.sql('duckdb')}").fetchone()[0]  # type: ignore[index]
-    except Exception:
-        value = None
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.UTC)
-        return int(value.timestamp() * 1000)
-    if isinstance(value, dt.date):
-        return int(
-            dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC).timestamp() * 1000
-        )
-    if isinstance(value, dt.timedelta) and interval:
-        return int(value.total_seconds() * 1000)
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise TypeMismatchError(
-                "a time cannot be negative", hint="give milliseconds since the Unix epoch"
-            )
-        if value > MAX_MS:
-            raise TimeError(f"time {value} is beyond the last time, {MAX_MS} ms")
-        return value
-    raise TypeMismatchError(
-        f"'{e.sql('postgres')}' is not a time",
-        hint="give milliseconds, TIMESTAMP '2024-01-01 00:00:00'"
-        + (", or INTERVAL '5 minutes'" if interval else ""),
-    )
 
 
 __all__ = ["Executor", "Query", "sqlglot"]

@@ -49,10 +49,15 @@ def retention_ms(interval: str) -> int:
     """Milliseconds of a `RETAIN HISTORY FOR` interval ('1h', '30 minutes', '10s')."""
     import duckdb
 
-    try:
-        value = duckdb.execute("SELECT CAST(? AS INTERVAL)", [interval]).fetchone()[0]  # type: ignore[index]
+    from dsql.runtime.kernel import duckdb_sandbox
+
+    con = duckdb_sandbox.connect()
+    try:  # the text is a parameter, never SQL
+        value = con.execute("SELECT CAST(? AS INTERVAL)", [interval]).fetchone()[0]  # type: ignore[index]
     except duckdb.Error:
         value = None
+    finally:
+        con.close()
     if not isinstance(value, dt.timedelta) or value < dt.timedelta(0):
         raise TypeMismatchError(
             f"invalid RETAIN HISTORY interval '{interval}'",

@@ -92,12 +92,9 @@ def _duckdb() -> Any:
     costs tens of milliseconds; a cursor, with its own temporary tables, almost none)."""
     global _DUCKDB
     if _DUCKDB is None:
-        import duckdb
+        from dsql.runtime.kernel import duckdb_sandbox
 
-        _DUCKDB = duckdb.connect()
-        # Reads' statements are small: DuckDB's worker threads cost more CPU than they save
-        # (as in the in-process kernel).
-        _DUCKDB.execute("SET threads TO 1")
+        _DUCKDB = duckdb_sandbox.connect()
     return _DUCKDB.cursor()
 
 

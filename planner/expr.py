@@ -17,7 +17,6 @@ holds, so facts about one (`held_refs`, `held_key`) are remembered by identity.
 
 from __future__ import annotations
 
-import re
 import weakref
 from collections.abc import Hashable, Iterator
 from copy import deepcopy
@@ -320,22 +319,24 @@ def conjuncts(e: exp.Expression) -> list[exp.Expression]:
     return [e]
 
 
-_REF = re.compile(r"\b_c(\d+)\b")
-
-
 def show_expr(e: exp.Expression) -> str:
-    """An expression as EXPLAIN prints it: positional references `#n`, outer ones `^#n`."""
+    """An expression as EXPLAIN prints it: positional references `#n`, outer ones `^#n`,
+    names unquoted (string literals printed as they are)."""
 
     def replace(node: exp.Expression) -> exp.Expression:
         if isinstance(node, SubqueryExpr):
             return exp.Anonymous(this=f"<{node.args['kind']} subquery>")
         if isinstance(node, Outer):
-            return exp.column(f"__outer{node.levels_out}_{node.this}")
+            return exp.Var(this="^" * node.levels_out + f"#{node.this}")
+        if isinstance(node, exp.Column) and not node.table:
+            i = index(node)
+            if i is not None:
+                return exp.Var(this=f"#{i}")
+        if isinstance(node, exp.Identifier) and node.quoted:
+            return exp.Identifier(this=node.this, quoted=False)
         return node
 
-    text = e.copy().transform(replace).sql("postgres")
-    text = re.sub(r"\b__outer(\d+)_(\d+)\b", lambda m: "^" * int(m[1]) + "#" + m[2], text)
-    return _REF.sub(r"#\1", text).replace('"', "")
+    return e.copy().transform(replace).sql("postgres")
 
 
 def check_refs(where: str, expressions: Any, arity: int) -> None:

@@ -20,7 +20,7 @@ import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import DsqlError, SchemaError
-from dsql.planner import types
+from dsql.planner import functions, types
 from dsql.planner.bind_shape import visible_plan
 from dsql.planner.expr import (
     Outer,
@@ -56,27 +56,6 @@ _AGG_HINT = (
     "dsql's aggregates: count, sum, avg, min, max, array_agg, string_agg, bool_and, "
     "bool_or, stddev[_pop|_samp], variance, var_pop"
 )
-
-#: Functions dsql itself gives meaning to (the others must be known to the engines).
-_DSQL_FUNCTIONS = frozenset({"mz_now", "repeat_row"})
-
-
-def _function_exists(name: str) -> bool:
-    """Whether `name` is a scalar function dsql or its in-process engine knows (DuckDB's
-    aggregates and table functions are not dsql's)."""
-    global _ENGINE_FUNCTIONS
-    if _ENGINE_FUNCTIONS is None:
-        import duckdb
-
-        rows = duckdb.execute(
-            "SELECT DISTINCT function_name FROM duckdb_functions() "
-            "WHERE function_type IN ('scalar', 'macro')"
-        ).fetchall()
-        _ENGINE_FUNCTIONS = frozenset(r[0].lower() for r in rows)
-    return name.lower() in _ENGINE_FUNCTIONS or name.lower() in _DSQL_FUNCTIONS
-
-
-_ENGINE_FUNCTIONS: frozenset[str] | None = None
 
 
 def is_aggregate(e: Any) -> bool:
@@ -176,17 +155,38 @@ class ExprBinder:
                     "function list() does not exist",
                     hint="aggregate values into an array with array_agg(...)",
                 )
-            case exp.Anonymous() if not _function_exists(e.name):
-                raise SchemaError(
-                    f"function {e.name}() does not exist",
-                    hint="check the name; dsql speaks PostgreSQL's functions",
-                )
+            case exp.Cast() if isinstance(e.args.get("to"), exp.DataType):
+                types.check_cast_target(e.args["to"])
+            case exp.If() if isinstance(e.parent, exp.Case):
+                pass  # a WHEN branch; a call `if(...)` is DuckDB's and Spark's, not SQL's
+            case exp.Window():
+                raise unsupported("window functions", "use GROUP BY, or a join with an aggregate")
+            case exp.Func() if not isinstance(e, functions.SYNTAX):
+                return self._function(e)
+        self._bind_children(e)
+        return e
+
+    def _bind_children(self, e: exp.Expr) -> None:
         for key, value in list(e.args.items()):
             if isinstance(value, exp.Expression):
                 e.set(key, self._bind(value))
             elif isinstance(value, list):
                 e.set(key, [self._bind(v) if isinstance(v, exp.Expression) else v for v in value])
-        return e
+
+    def _function(self, call: exp.Func) -> exp.Expr:
+        """A call of a function in dsql's registry (`functions.py`), in every kernel's
+        spelling; refused, at the call's position, if dsql does not list it."""
+        position = _call_position(call)
+        try:
+            if functions.lookup(call) is None:
+                functions.check(call, ())  # refuses before the arguments bind
+            self._bind_children(call)
+            arg_types = [types.infer(a.copy(), self.input_types()) for a in _arguments(call)]
+            return functions.check(call, arg_types)
+        except DsqlError as error:
+            if error.position is None:
+                error.position = position
+            raise
 
     def _subquery(self, query: exp.Expression) -> Plan:
         assert self.bind_query is not None
@@ -256,6 +256,26 @@ class ExprBinder:
         if types.is_integer(lt) and types.is_integer(rt):
             return exp.IntDiv(this=left, expression=right)
         return e
+
+
+def _call_position(call: exp.Func) -> tuple[int, int] | None:
+    """Where a call's name starts (sqlglot records where it ends)."""
+    meta = call.meta
+    if {"line", "col", "start", "end"} <= meta.keys():
+        return meta["line"], meta["col"] - (meta["end"] - meta["start"])
+    return position_of(call)
+
+
+def _arguments(call: exp.Func) -> list[exp.Expression]:
+    """A call's arguments in order (sqlglot keeps them under named keys)."""
+    found: list[exp.Expression] = []
+    for key in call.arg_types:
+        value = call.args.get(key)
+        if isinstance(value, exp.Expression):
+            found.append(value)
+        elif isinstance(value, list):
+            found.extend(v for v in value if isinstance(v, exp.Expression))
+    return found
 
 
 __all__ = ["ExprBinder", "aggregate_calls", "is_aggregate"]

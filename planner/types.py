@@ -77,6 +77,26 @@ def to_arrow(dtype: exp.DataType) -> pa.DataType:
     )
 
 
+#: Types a value may be cast to beyond those stored (`_TO_ARROW`, numeric, arrays).
+_CAST_ONLY = frozenset({T.INTERVAL, T.TIME, T.JSON, T.JSONB, T.UUID})
+
+
+def check_cast_target(dtype: exp.DataType) -> None:
+    """Refuse a cast to a type dsql does not know (`::regclass`, `::pg_lsn`, a user type):
+    the kernels would resolve the name in their own catalogs."""
+    kind = dtype.this
+    if kind == T.ARRAY and dtype.expressions:
+        check_cast_target(dtype.expressions[0])
+        return
+    if kind in _TO_ARROW or kind in _CAST_ONLY or kind in (T.DECIMAL, T.BIGDECIMAL):
+        return
+    raise TypeMismatchError(
+        f"type {dtype.sql('postgres').lower()} does not exist",
+        hint="use integer, bigint, double precision, numeric(p,s), text, boolean, date, "
+        "timestamp, interval or an array of one",
+    )
+
+
 def from_arrow(dtype: pa.DataType) -> exp.DataType:
     """The SQL type of an Arrow type."""
     if pa.types.is_boolean(dtype):

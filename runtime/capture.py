@@ -138,11 +138,11 @@ def consolidate_table(
 def _consolidate_nested(table: pa.Table, keys: list[str], times: tuple[str, ...]) -> pa.Table:
     """`consolidate_table` where a column is a list or struct (Arrow cannot group by
     those; DuckDB can)."""
-    import duckdb
+    from dsql.runtime.kernel import duckdb_sandbox
 
     names = ", ".join(f'"{k}"' for k in keys)
     order = ", ".join(f'"{t}"' for t in times) or "ALL"
-    con = duckdb.connect()
+    con = duckdb_sandbox.connect()
     try:
         con.register("t", table)
         grouped = con.sql(

@@ -424,4 +424,4 @@ class Kernel(ABC):
 
     def sql(self, select: exp.Expr) -> str:
         """The text of `select` in this kernel's dialect."""
-        return select.sql(dialect=self.dialect)
+        return select.sql(dialect=self.dialect, comments=False)  # comments are user text

@@ -7,6 +7,7 @@ the identity and lineage never grows.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -19,7 +20,7 @@ from sqlglot import exp
 
 from dsql.errors import ExecutionError, SchemaError
 from dsql.runtime.dataflow import canceled
-from dsql.runtime.kernel import chain_reduce, driver
+from dsql.runtime.kernel import chain_reduce, driver, duckdb_sandbox
 from dsql.runtime.kernel import key_index as _index
 from dsql.runtime.kernel.base import Kernel, Pipeline, Prepared, Stored
 from dsql.runtime.kernel.driver import JoinShape, Selection
@@ -35,12 +36,9 @@ class LocalKernel(Kernel):
     probe_by_keys = False
 
     def __init__(self) -> None:
-        import duckdb
-
-        self._con = duckdb.connect()
-        # One thread: a step's batch is small (bigger relations go to Spark under `auto`),
-        # and starting DuckDB's worker threads costs more CPU than they save here.
-        self._con.execute("SET threads TO 1")
+        # One thread (a step's batch is small: bigger relations go to Spark under `auto`),
+        # no file, network or extension access, and the configuration locked.
+        self._con = duckdb_sandbox.connect()
         # Spark's `raise_error(message)`, which plans use for runtime errors they predict.
         self._con.execute("CREATE MACRO raise_error(message) AS error(message)")
         self._deadline: float | None = None
@@ -63,15 +61,26 @@ class LocalKernel(Kernel):
         ctes = {cte.alias_or_name for cte in select.find_all(exp.CTE)}
         names = sorted({t.name for t in select.find_all(exp.Table)})
         inputs = {n for n in names if n and n not in ctes}
-        if inputs:
-            select = select.copy()
-            for table in select.find_all(exp.Table):
-                if table.name in inputs and not table.args.get("db"):
-                    if not table.alias:
-                        table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name)))
-                    table.set("this", exp.to_identifier(_placeholder(table.name), quoted=True))
-        tables = tuple((n, _placeholder(n) if n in inputs else n) for n in names)
-        return Prepared(self.sql(select), tables)
+        if not inputs:
+            return Prepared(self.sql(select), tuple((n, n) for n in names))
+        # A placeholder that no text of the tree holds (a string literal, a quoted name)
+        # occurs in the prepared text only where an input is read.
+        own = [v for node in select.walk() for v in node.args.values() if isinstance(v, str)]
+        salt = next(
+            k
+            for k in itertools.count()
+            if not any(_placeholder(n, k) in text for n in inputs for text in own)
+        )
+        marks = {n: _placeholder(n, salt) for n in inputs}
+        select = select.copy()
+        for table in select.find_all(exp.Table):
+            if table.name in inputs and not table.args.get("db"):
+                if not table.alias:
+                    table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name)))
+                table.set("this", exp.to_identifier(marks[table.name], quoted=True))
+        text = self.sql(select)
+        tables = tuple((n, marks[n] if n in inputs else n) for n in names)
+        return Prepared(text, tables)
 
     def _cursor(self) -> tuple[Any, dict[Any, Any]]:
         """This thread's cursor and the tables registered on it, by name."""
@@ -331,9 +340,10 @@ class LocalKernel(Kernel):
         )
 
 
-def _placeholder(name: str) -> str:
-    """The name a prepared query reads input `name` under, until `run` binds it."""
-    return f"__dsql_input_{name}__"
+def _placeholder(name: str, salt: int = 0) -> str:
+    """The name a prepared query reads input `name` under, until `run` binds it (`salt`:
+    another such name, where the query's text holds the first)."""
+    return f"__dsql_input_{name}__" if not salt else f"__dsql_input_{name}_{salt}__"
 
 
 def _source(

@@ -70,7 +70,6 @@ from dsql.runtime.lattice import Antichain
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-_IDENT = re.compile(r"`?\b(__in_[A-Za-z0-9_]+)\b`?")
 #: Buckets per shuffle partition (`SparkKernel.buckets`). A merge aggregates one bucket
 #: per task: with one bucket per partition the 10M book's merges (30M rows into 10M,
 #: 2 tasks) spilled 2.4 GB and took 23.9 and 12.9 s; with 4 a partition, 14.7 and 8.8 s
@@ -244,22 +243,24 @@ class SparkKernel(Kernel):
             raise _engine_error(error) from error
 
     def prepare(self, select: exp.Query) -> Prepared:
-        # Inputs are bound as `{__in_name}` placeholders of `spark.sql(text, **frames)`.
+        # Inputs are bound as `{__in_name}` placeholders of `spark.sql(text, **frames)`,
+        # which reads the text as a format string: every brace of the query's own text
+        # (string literals, quoted names) is doubled in the tree, and each input table
+        # becomes a placeholder node, so nothing else of the text is substituted.
         ctes = {c.alias for c in select.find_all(exp.CTE)}
         renamed: dict[str, str] = {}
 
         def rename(node: exp.Expression) -> exp.Expression:
             if isinstance(node, exp.Table) and not node.db and node.name not in ctes:
                 bound = renamed.setdefault(node.name, f"__in_{node.name.strip('_')}")
-                table = exp.to_table(bound)
+                table = exp.Table(this=exp.Var(this="{" + bound + "}"))
                 alias = node.args.get("alias") or exp.TableAlias(this=exp.to_identifier(node.name))
-                table.set("alias", alias)
+                table.set("alias", _escaped(alias))
                 return table
-            return node
+            return _escaped(node)
 
         tree = select.transform(rename)
-        text = self.sql(tree).replace("{", "{{").replace("}", "}}")
-        text = _IDENT.sub(lambda m: "{" + m.group(1) + "}", text)
+        text = self.sql(tree)
         self._order_maps[text] = _order_map(select)
         return Prepared(text, tuple(sorted(renamed.items())))
 
@@ -845,6 +846,16 @@ def _spark_columns(schema: pa.Schema) -> str | None:
 
 def _table_name() -> str:
     return f"dsql_batch_{uuid.uuid4().hex}"
+
+
+def _escaped(node: exp.Expression) -> exp.Expression:
+    """`node` with the braces of its own text doubled (a string literal, a name, a
+    keyword), so `spark.sql`'s formatting gives them back unchanged."""
+    if isinstance(node, exp.Literal | exp.Identifier | exp.Var) and isinstance(node.this, str):
+        if "{" in node.this or "}" in node.this:
+            node = node.copy()
+            node.set("this", node.this.replace("{", "{{").replace("}", "}}"))
+    return node
 
 
 def _quote(name: str) -> str:

@@ -1,0 +1,336 @@
+"""The functions dsql speaks: PostgreSQL's, and Materialize's where it extends them.
+
+The function surface is this registry, not what an engine happens to know. A call binds
+only if its name is listed with an arity that fits; anything else (an engine's own
+functions: DuckDB's `read_text`, `getenv`, `current_setting`, Spark's `reflect`, ...) is
+refused at bind time with a `SchemaError` naming the function. Each entry says:
+
+- `names`: PostgreSQL's spellings (sqlglot parses several into one node: `ceil` and
+  `ceiling` are both `exp.Ceil`);
+- `node`: the sqlglot node those names parse into (`exp.Anonymous` for names sqlglot does
+  not know, matched by name);
+- `arity`: the fewest and most arguments (None: any number);
+- `returns`: PostgreSQL's result type rule, as text (`"arg"`: the first argument's type,
+  `"common"`: the arguments' common type, `"numeric|float8"`: numeric for a numeric
+  argument, else double precision);
+- `spell`: how every kernel spells it, where sqlglot's own rendering would make the
+  kernels disagree with PostgreSQL or with each other: a rewrite of the bound call into a
+  tree that DuckDB and Spark both evaluate as PostgreSQL does (None: sqlglot's rendering
+  already does).
+
+`tests/test_functions.py` evaluates every scalar entry's `sample` on the in-process and
+the Spark kernel and compares them; a function the kernels cannot be made to agree on is
+not listed.
+
+>>> lookup(sqlglot.parse_one("ceiling(x)", read="postgres")).names
+('ceil', 'ceiling')
+>>> lookup(sqlglot.parse_one("read_text('/etc/passwd')", read="postgres")) is None
+True
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import sqlglot  # noqa: F401 - the doctest parses with it
+from sqlglot import exp
+
+from dsql.errors import SchemaError
+from dsql.planner import types
+
+#: A rewrite of a bound call (its argument types given) into every kernel's spelling.
+Spelling = Callable[[exp.Func, Sequence[exp.DataType]], exp.Expr]
+
+
+@dataclass(frozen=True, slots=True)
+class Function:
+    """One function dsql supports (module docstring: the fields)."""
+
+    names: tuple[str, ...]
+    node: type[exp.Expr]
+    arity: tuple[int, int | None]
+    returns: str
+    sample: str = ""
+    spell: Spelling | None = None
+    kind: Literal["scalar", "table"] = "scalar"
+
+    def __post_init__(self) -> None:
+        low, high = self.arity
+        if high is not None and high < low:
+            raise ValueError(f"function {self.names[0]}: arity {self.arity} is empty")
+        if self.kind == "scalar" and not self.sample:
+            raise ValueError(f"function {self.names[0]}: a scalar function needs a sample")
+
+
+def _float8_unless_numeric(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """PostgreSQL's `ceil`, `floor`, `sign`, `round(x)`, `trunc(x)`: numeric for a
+    numeric argument, else double precision (Spark's ceil gives a bigint)."""
+    first = arg_types[0] if arg_types else types.build("unknown")
+    if first.is_type(exp.DataType.Type.DECIMAL):
+        return exp.Cast(this=call, to=first.copy())
+    if types.is_unknown(first):
+        return call
+    return exp.Cast(this=call, to=types.build("double"))
+
+
+def _as_arg_type(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """The call's value cast to its first argument's type (`date_trunc`: Spark's gives a
+    timestamp with local time zone)."""
+    first = arg_types[0] if arg_types else types.build("unknown")
+    return call if types.is_unknown(first) else exp.Cast(this=call, to=first.copy())
+
+
+def _log10(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """PostgreSQL's one-argument `log` is base 10 (Spark's is natural): the base made
+    explicit."""
+    if call.args.get("expression") is None:
+        return exp.Log(this=exp.Literal.number(10), expression=call.this)
+    return call
+
+
+def _text_args(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """`concat`'s arguments as text (Spark's rendering pads each with `''`, which fails
+    for a number)."""
+    args = [
+        a if t.is_type(*exp.DataType.TEXT_TYPES) else exp.Cast(this=a, to=types.build("text"))
+        for a, t in zip(call.expressions, arg_types, strict=False)
+    ]
+    call.set("expressions", args)
+    return call
+
+
+def _round(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """`round(x)` as `_float8_unless_numeric`; `round(x, n)` only for numeric `x`, as in
+    PostgreSQL (a double rounds differently on each kernel)."""
+    if call.args.get("decimals") is None:
+        return _float8_unless_numeric(call, arg_types)
+    first = arg_types[0] if arg_types else types.build("unknown")
+    if not first.is_type(exp.DataType.Type.DECIMAL):
+        raise SchemaError(
+            f"function round({first.sql('postgres').lower()}, integer) does not exist",
+            hint="cast the value to numeric: round(x::numeric, n)",
+        )
+    return call
+
+
+def _trunc(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """`trunc(x)` as `_float8_unless_numeric`; Spark has no `trunc(x, n)`."""
+    if call.args.get("decimals") is not None:
+        raise SchemaError(
+            "function trunc(x, n) is not supported",
+            hint="use trunc(x * 10^n) / 10^n, or round(x::numeric, n)",
+        )
+    return _float8_unless_numeric(call, arg_types)
+
+
+_F = Function
+_MATH = (
+    _F(("abs",), exp.Abs, (1, 1), "arg", "abs(j) + abs(x)"),
+    _F(
+        ("ceil", "ceiling"),
+        exp.Ceil,
+        (1, 1),
+        "numeric|float8",
+        "ceil(x) + ceil(j)",
+        _float8_unless_numeric,
+    ),
+    _F(("floor",), exp.Floor, (1, 1), "numeric|float8", "floor(n)", _float8_unless_numeric),
+    _F(("round",), exp.Round, (1, 2), "numeric|float8", "round(n, 1) + round(n)", _round),
+    _F(("trunc",), exp.Trunc, (1, 1), "numeric|float8", "trunc(x) + trunc(j)", _trunc),
+    _F(("sign",), exp.Sign, (1, 1), "numeric|float8", "sign(j) + sign(x)", _float8_unless_numeric),
+    _F(("sqrt",), exp.Sqrt, (1, 1), "float8", "sqrt(x)"),
+    _F(("cbrt",), exp.Cbrt, (1, 1), "float8", "cbrt(x)"),
+    _F(("exp",), exp.Exp, (1, 1), "float8", "exp(y)"),
+    _F(("ln",), exp.Ln, (1, 1), "float8", "ln(x)"),
+    _F(("log", "log10"), exp.Log, (1, 2), "float8", "log(x) + log(2.0, x) + log10(x)", _log10),
+    _F(("power", "pow"), exp.Pow, (2, 2), "float8", "power(i, 2) + pow(x, 2)"),
+    _F(("mod",), exp.Mod, (2, 2), "arg", "mod(i, 3)"),
+    _F(("greatest",), exp.Greatest, (1, None), "common", "greatest(i, j, 3)"),
+    _F(("least",), exp.Least, (1, None), "common", "least(i, j, 3)"),
+    _F(("pi",), exp.Pi, (0, 0), "float8", "pi()"),
+    _F(("degrees",), exp.Degrees, (1, 1), "float8", "degrees(x)"),
+    _F(("radians",), exp.Radians, (1, 1), "float8", "radians(x)"),
+    _F(("sin",), exp.Sin, (1, 1), "float8", "sin(x)"),
+    _F(("cos",), exp.Cos, (1, 1), "float8", "cos(x)"),
+    _F(("tan",), exp.Tan, (1, 1), "float8", "tan(x)"),
+    _F(("asin",), exp.Asin, (1, 1), "float8", "asin(y)"),
+    _F(("acos",), exp.Acos, (1, 1), "float8", "acos(y)"),
+    _F(("atan",), exp.Atan, (1, 1), "float8", "atan(x)"),
+    _F(("atan2",), exp.Atan2, (2, 2), "float8", "atan2(x, y)"),
+    _F(("cot",), exp.Cot, (1, 1), "float8", "cot(x)"),
+)
+_TEXT = (
+    _F(("lower",), exp.Lower, (1, 1), "text", "lower(s)"),
+    _F(("upper",), exp.Upper, (1, 1), "text", "upper(s)"),
+    _F(
+        ("length", "char_length", "character_length"),
+        exp.Length,
+        (1, 1),
+        "int",
+        "length(s) + char_length(s) + character_length(s)",
+    ),
+    _F(("bit_length",), exp.BitLength, (1, 1), "int", "bit_length(s)"),
+    _F(("concat",), exp.Concat, (1, None), "text", "concat(s, i, NULL, p)", _text_args),
+    _F(("concat_ws",), exp.ConcatWs, (2, None), "text", "concat_ws('-', s, p)"),
+    _F(
+        ("substr", "substring"),
+        exp.Substring,
+        (2, 3),
+        "text",
+        "substr(s, 2, 3) || substr(s, 2) || substring(s from 2 for 3)",
+    ),
+    _F(("left",), exp.Left, (2, 2), "text", "left(s, 2)"),
+    _F(("right",), exp.Right, (2, 2), "text", "right(s, 2)"),
+    _F(
+        ("lpad", "rpad"),
+        exp.Pad,
+        (2, 3),
+        "text",
+        "lpad(p, 5, 'x') || rpad(p, 5, 'x') || lpad(p, 3) || rpad(p, 3)",
+    ),
+    _F(
+        ("ltrim", "rtrim", "btrim", "trim"),
+        exp.Trim,
+        (1, 2),
+        "text",
+        "ltrim(s, 'H') || rtrim(s, 'd') || btrim(s, 'Hd') || ltrim(s) || rtrim(s) || btrim(s)"
+        " || trim(both 'H' from s) || trim(s)",
+    ),
+    _F(("replace",), exp.Replace, (3, 3), "text", "replace(s, 'l', 'L')"),
+    _F(("reverse",), exp.Reverse, (1, 1), "text", "reverse(s)"),
+    _F(("repeat",), exp.Repeat, (2, 2), "text", "repeat(p, 3)"),
+    _F(("strpos", "position"), exp.StrPosition, (2, 2), "int", "strpos(s, p) + position(p in s)"),
+    _F(("split_part",), exp.SplitPart, (3, 3), "text", "split_part(s, ' ', 2)"),
+    _F(("initcap",), exp.Initcap, (1, 1), "text", "initcap(s)"),
+    _F(("ascii",), exp.Ascii, (1, 1), "int", "ascii(s)"),
+    _F(("chr",), exp.Chr, (1, 1), "text", "chr(i + 60)"),
+    _F(("md5",), exp.MD5, (1, 1), "text", "md5(s)"),
+    _F(("starts_with",), exp.StartsWith, (2, 2), "bool", "starts_with(s, 'He')"),
+    _F(("translate",), exp.Translate, (3, 3), "text", "translate(s, 'lo', 'LO')"),
+    _F(("to_hex",), exp.Hex, (1, 1), "text", "to_hex(i)"),
+)
+_OTHER = (
+    _F(("coalesce",), exp.Coalesce, (1, None), "common", "coalesce(j, 1)"),
+    _F(("nullif",), exp.Nullif, (2, 2), "arg", "nullif(i, 7)"),
+    _F(
+        ("date_trunc",),
+        exp.TimestampTrunc,
+        (2, 2),
+        "arg",
+        "date_trunc('day', ts)",
+        _as_arg_type,
+    ),
+    _F(("make_date",), exp.Anonymous, (3, 3), "date", "make_date(2024, i, 5)"),
+    _F(
+        ("make_timestamp",),
+        exp.TimestampFromParts,
+        (6, 6),
+        "timestamp",
+        "make_timestamp(2024, 3, 5, 10, i, 12.5)",
+    ),
+    _F(("array_length",), exp.ArraySize, (2, 2), "int", "array_length(ARRAY[i, j], 1)"),
+    _F(("cardinality",), exp.Anonymous, (1, 1), "int", "cardinality(ARRAY[i, j])"),
+    _F(("array_append",), exp.ArrayAppend, (2, 2), "arg", "array_append(ARRAY[i], j)"),
+    _F(("array_prepend",), exp.ArrayPrepend, (2, 2), "array", "array_prepend(j, ARRAY[i])"),
+    _F(("array_cat",), exp.ArrayConcat, (2, 2), "arg", "array_cat(ARRAY[i], ARRAY[j])"),
+    # Materialize's: the time a row is read at (temporal filters; `planner/temporal.py`).
+    _F(("mz_now",), exp.Anonymous, (0, 0), "mz_timestamp", "mz_now() > 0"),
+)
+_TABLE = (
+    _F(("generate_series",), exp.ExplodingGenerateSeries, (2, 3), "arg", kind="table"),
+    _F(("generate_series",), exp.GenerateSeries, (2, 3), "arg", kind="table"),
+    _F(("unnest",), exp.Unnest, (1, 1), "element", kind="table"),
+    _F(("unnest",), exp.Explode, (1, 1), "element", kind="table"),
+    # dsql's: each input row repeated by a count (`planner/bind_from.py`).
+    _F(("repeat_row",), exp.Anonymous, (1, 1), "none", kind="table"),
+)
+
+#: Every function dsql supports.
+FUNCTIONS: tuple[Function, ...] = _MATH + _TEXT + _OTHER + _TABLE
+
+_BY_NODE = {f.node: f for f in FUNCTIONS if f.node is not exp.Anonymous}
+_BY_NAME = {n: f for f in FUNCTIONS if f.node is exp.Anonymous for n in f.names}
+_ALL_NAMES = sorted({n for f in FUNCTIONS for n in f.names})
+
+#: Calls that are SQL syntax rather than functions (sqlglot models them as functions).
+SYNTAX: tuple[type[exp.Expr], ...] = (
+    exp.Cast,
+    exp.Case,  # its WHEN branches (`exp.If`) bind with it: `expr_bind`
+    exp.Array,
+    exp.Exists,
+    exp.Extract,
+    exp.Binary,  # operators: `~`, `@>`, `->`, `^`, COLLATE
+    exp.AggFunc,  # aggregates: `expr_bind.aggregate_calls` holds dsql's list
+)
+
+
+#: Calls whose value is the wall clock or the session: not a function of the rows, so a
+#: view over them could not equal its query at every time.
+_CLOCK_HINT = (
+    "use mz_now(), the time a query reads at (a one-off SELECT) or a temporal filter's "
+    "time (a view)"
+)
+_REFUSED: dict[type[exp.Expr], tuple[str, str]] = {
+    exp.CurrentTimestamp: ("now()", _CLOCK_HINT),
+    exp.CurrentDate: ("current_date", _CLOCK_HINT),
+    exp.CurrentTime: ("current_time", _CLOCK_HINT),
+    exp.Localtimestamp: ("localtimestamp", _CLOCK_HINT),
+    exp.CurrentUser: ("current_user", "dsql has no users"),
+    exp.SessionUser: ("session_user", "dsql has no users"),
+    exp.Rand: ("random()", "store the values in a table"),
+}
+
+
+def lookup(call: exp.Expr) -> Function | None:
+    """The registry's entry for a call, None if dsql does not support it."""
+    if isinstance(call, exp.Anonymous):
+        return _BY_NAME.get(call.name.lower())
+    return _BY_NODE.get(type(call))
+
+
+def call_name(call: exp.Expr) -> str:
+    """A call's function name as the user wrote it (or as PostgreSQL spells its node)."""
+    if isinstance(call, exp.Anonymous):
+        return call.name.lower()
+    head = call.sql("postgres").split("(", 1)[0].strip().lower()
+    if head.isidentifier():
+        return head
+    return call.sql_name().lower() if isinstance(call, exp.Func) else head
+
+
+def check(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """The bound call in every kernel's spelling; a `SchemaError` naming the function
+    (with the closest listed name as a hint) if dsql does not support it."""
+    entry = lookup(call)
+    name = call_name(call)
+    if entry is None and type(call) in _REFUSED:
+        what, hint = _REFUSED[type(call)]
+        raise SchemaError(
+            f"{what} is not supported: its value is not a function of the rows", hint=hint
+        )
+    if entry is None:
+        close = difflib.get_close_matches(name, _ALL_NAMES, n=1, cutoff=0.75)
+        hint = f"perhaps you meant {close[0]}()" if close else "dsql speaks PostgreSQL's functions"
+        raise SchemaError(f"function {name}() does not exist", hint=hint)
+    if isinstance(call, exp.Anonymous):
+        low, high = entry.arity
+        count = len(call.expressions)
+        if count < low or (high is not None and count > high):
+            raise SchemaError(
+                f"function {name}() does not take {count} argument{'s' * (count != 1)}",
+                hint=f"{name} takes {_arity_text(entry.arity)}",
+            )
+    return entry.spell(call, arg_types) if entry.spell is not None else call
+
+
+def _arity_text(arity: tuple[int, int | None]) -> str:
+    low, high = arity
+    if high == low:
+        return f"{low} argument{'s' * (low != 1)}"
+    return f"{low} or more arguments" if high is None else f"{low} to {high} arguments"
+
+
+__all__ = ["FUNCTIONS", "SYNTAX", "Function", "call_name", "check", "lookup"]
