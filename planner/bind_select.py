@@ -126,7 +126,8 @@ def _select_items(sel: exp.Select, scope: Scope) -> list[tuple[str, exp.Expressi
     for e in sel.expressions:
         if isinstance(e, exp.Star):
             for item in scope.items:
-                out.extend(_item_columns(item))
+                if item.unqualified:
+                    out.extend(_item_columns(item))
         elif isinstance(e, exp.Column) and isinstance(e.this, exp.Star):
             out.extend(_item_columns(scope.item(e.table)))
         else:
@@ -137,11 +138,7 @@ def _select_items(sel: exp.Select, scope: Scope) -> list[tuple[str, exp.Expressi
 
 def _item_columns(item: Item) -> list[tuple[str, exp.Expression]]:
     # By position: a name may occur twice in one item (a view's two `?column?`).
-    return [
-        (n, Position(this=item.offset + i))
-        for i, n in enumerate(item.names)
-        if n not in item.hidden
-    ]
+    return [(n, Position(this=p)) for n, p in zip(item.names, item.positions, strict=True)]
 
 
 def _order_target(
