@@ -161,9 +161,20 @@ def column_name(e: exp.Expression) -> str:
         return (
             column_name(e.this) if isinstance(e.this, exp.Column) else e.to.sql("postgres").lower()
         )
+    if isinstance(e, exp.Subquery):
+        return _query_column_name(e.this)
     if isinstance(e, exp.Func):
         name = e.sql_name() if not isinstance(e, exp.Anonymous) else e.name
         return name.lower()
+    return "?column?"
+
+
+def _query_column_name(query: exp.Expression) -> str:
+    """A scalar subquery's name: its (first branch's) one output column's."""
+    while isinstance(query, exp.SetOperation | exp.Subquery):
+        query = query.this
+    if isinstance(query, exp.Select) and len(query.expressions) == 1:
+        return column_name(query.expressions[0])
     return "?column?"
 
 
