@@ -346,6 +346,13 @@ VIEWS = {
     "v_paren": "SELECT j.x, j.y, c.w FROM (a FULL JOIN b USING (x)) j LEFT JOIN c USING (x)",
     "v_count_using": "SELECT x, count(*) AS n FROM a FULL JOIN b USING (x) GROUP BY x",
     "v_ordinality": "SELECT id, v, n FROM arrs, unnest(arr) WITH ORDINALITY AS u(v, n)",
+    "v_outer_in_subquery": (
+        "SELECT a.y FROM a WHERE EXISTS (SELECT 1 FROM b FULL JOIN c USING (x) WHERE x = a.x)"
+    ),
+    "v_values": "SELECT * FROM b NATURAL FULL JOIN (VALUES (42), (45)) v(x)",
+    "v_lateral_paren": (
+        "SELECT j.x, s.t FROM (a JOIN b USING (x)) j, LATERAL (SELECT j.y + j.z AS t) s"
+    ),
     "v_rows_from": (
         "SELECT id, p, q, n FROM arrs, "
         "ROWS FROM (unnest(arr), generate_series(1, id)) WITH ORDINALITY AS r(p, q, n)"
