@@ -194,6 +194,7 @@ def _aliased(tree: Bound, alias_node: exp.Expression) -> Bound:
             f"table '{alias_node.name}' has {len(tree.columns.names)} columns available "
             f"but {len(names)} columns specified"
         )
+    _check_aliases(tree.items)
     renamed = names + tree.columns.names[len(names) :]
     item = Item(alias_node.name, renamed, at=tree.columns.positions)
     return Bound(tree.plan, (item,), item, tree.hidden + tree.items)

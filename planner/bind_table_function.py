@@ -56,9 +56,10 @@ def bind_table_function(
     over base ++ its columns, and its scope item."""
     from dsql.planner.bind import bind_query
 
-    alias_node = node.args.get("alias")
     inner = node.this if isinstance(node, exp.Lateral) else node
+    alias_node = node.args.get("alias") or inner.args.get("alias")
     calls, ordinality = _calls(inner)
+    ordinality = ordinality or bool(node.args.get("ordinality"))  # `LATERAL f() WITH ...`
     aliases = alias_columns(alias_node)
     if isinstance(inner, exp.Unnest) and isinstance(inner.args.get("offset"), exp.Identifier):
         aliases = (*aliases, inner.args["offset"].name)  # sqlglot keeps `AS u(v, n)`'s n apart
@@ -74,7 +75,8 @@ def _calls(node: exp.Expression) -> tuple[list[exp.Expression], bool]:
     if isinstance(node, exp.Unnest):
         offset = node.args.get("offset")
         return [exp.Unnest(expressions=[a.copy()]) for a in node.expressions], bool(offset)
-    assert isinstance(node, exp.Table)
+    if not isinstance(node, exp.Table):
+        return [node], False
     ordinality = bool(node.args.get("ordinality"))
     if node.args.get("rows_from"):
         calls: list[exp.Expression] = []

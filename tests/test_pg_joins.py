@@ -255,6 +255,9 @@ PAREN_QUERIES = [
 def test_a_join_alias_hides_its_tables_and_may_repeat_them(con: dsql.Connection) -> None:
     with pytest.raises(SchemaError, match="specified more than once"):
         con.cursor().execute("SELECT * FROM a JOIN (b JOIN a ON true) ON true")
+    with pytest.raises(SchemaError, match="specified more than once"):
+        con.cursor().execute("SELECT * FROM (a JOIN a ON true) j")
+    con.cursor().execute("SELECT * FROM (a JOIN b ON true) j, a")
     with pytest.raises(SchemaError, match="ambiguous"):
         con.cursor().execute("SELECT j.x FROM (a JOIN b ON a.x = b.x) j")
 
@@ -281,6 +284,12 @@ FUNCTION_QUERIES = [
     "SELECT id, r.* FROM arrs, ROWS FROM (unnest(arr), unnest(ARRAY[id])) WITH ORDINALITY r",
     "SELECT * FROM a, generate_series(1, a.y) WITH ORDINALITY AS g(v, n) WHERE n > 1",
     "SELECT * FROM a LEFT JOIN unnest(ARRAY[42, 43]) WITH ORDINALITY u(x, n) USING (x)",
+    "SELECT * FROM a, LATERAL generate_series(1, a.y) WITH ORDINALITY AS g(v, n)",
+    "SELECT * FROM arrs, unnest(arr, ARRAY[id, id]) WITH ORDINALITY AS u(p, q, n) WHERE n > 1",
+    "SELECT * FROM a FULL JOIN ROWS FROM (generate_series(1, 3), unnest(ARRAY['p'])) "
+    "AS r(v, t) ON a.y = r.v",
+    "SELECT * FROM ROWS FROM (generate_series(1::bigint, 3), generate_series(5, 2, -1)) "
+    "WITH ORDINALITY",
 ]
 
 
