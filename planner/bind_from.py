@@ -96,7 +96,7 @@ def bind_from(sel: exp.Select, env: Env, parent: Scope | None) -> tuple[Plan, Sc
     if from_ is None:
         return Constant(((),), ()), Scope((), parent)
     context: Bound | None = None
-    for first, joins in _comma_list(from_.this, list(sel.args.get("joins") or [])):
+    for first, joins in _comma_list(from_.this, _nest_right(list(sel.args.get("joins") or []))):
         own = _bind_chain(first, joins, _Level(env, parent), context)
         context = _with_context(context, own)
     assert context is not None
@@ -119,6 +119,44 @@ def _comma_list(
         else:
             elements[-1][1].append(join)
     return elements
+
+
+def _nest_right(joins: list[exp.Join]) -> list[exp.Join]:
+    """The joins with those sqlglot flattened out of a join's right side nested back.
+
+    `a JOIN b NATURAL JOIN c ON p` is `a JOIN (b NATURAL JOIN c) ON p` (a NATURAL or
+    CROSS join takes no condition), which sqlglot lists as `JOIN b`, `NATURAL JOIN c ON p`.
+    """
+    out: list[exp.Join] = []
+    for join in joins:
+        condition = {k: join.args[k] for k in ("on", "using") if join.args.get(k)}
+        k = len(out) - 1
+        while condition and _takes_none(join) and k >= 0 and _takes_none(out[k]):
+            k -= 1
+        if not condition or not _takes_none(join) or k < 0 or _has_condition(out[k]):
+            out.append(join)
+            continue
+        right = out[k].this.copy()
+        inner = [j.copy() for j in (*out[k + 1 :], join)]
+        for key in condition:
+            inner[-1].set(key, None)
+        right.set("joins", [*(right.args.get("joins") or []), *inner])
+        outer = out[k].copy()
+        outer.set("this", right)
+        for key, value in condition.items():
+            outer.set(key, value.copy() if isinstance(value, exp.Expression) else value)
+        out[k:] = [outer]
+    return out
+
+
+def _takes_none(join: exp.Join) -> bool:
+    """Whether a join takes no condition of its own (NATURAL, CROSS)."""
+    natural = str(join.args.get("method") or "").upper() == "NATURAL"
+    return natural or (join.kind or "").upper() == "CROSS"
+
+
+def _has_condition(join: exp.Join) -> bool:
+    return bool(join.args.get("on") or join.args.get("using"))
 
 
 def _is_comma(join: exp.Join) -> bool:
@@ -176,7 +214,7 @@ def _bind_node(node: exp.Expression, at: _Level, context: Bound | None) -> Bound
     if joins:
         first = node.copy()
         first.set("joins", None)
-        return _bind_chain(first, list(joins), at, context)
+        return _bind_chain(first, _nest_right(list(joins)), at, context)
     if isinstance(node, exp.Subquery) and not _is_query(node.this):
         inner = _bind_node(node.this, at, context)
         alias_node = node.args.get("alias")
@@ -280,6 +318,11 @@ def _bind_join(join: exp.Join, left: Bound, at: _Level, context: Bound | None) -
     condition: exp.Expression | None = None
     merged: list[tuple[str, exp.Expression]] = []
     using = join.args.get("using")
+    if _takes_none(join) and _has_condition(join):
+        raise SchemaError(
+            "a NATURAL or CROSS JOIN takes no ON or USING condition",
+            hint="drop the condition, or write JOIN ... ON",
+        )
     if using or str(join.args.get("method") or "").upper() == "NATURAL":
         names = [u.name for u in using] if using else _common_names(left.columns, right.columns)
         conditions, merged = _using(names, left.columns, right.columns, kind, column_types)

@@ -204,6 +204,12 @@ COMMA_QUERIES = [
     "SELECT count(*) FROM a CROSS JOIN b FULL JOIN c ON b.x = c.x",
     "SELECT * FROM a, b JOIN LATERAL (SELECT a.y + b.z AS s) l ON true",
     "SELECT * FROM a JOIN b JOIN c ON c.x = b.x ON a.x = b.x",
+    # A join's right side may be an unparenthesized NATURAL or CROSS join.
+    "SELECT * FROM a JOIN b NATURAL JOIN c ON a.x = c.x",
+    "SELECT * FROM a LEFT JOIN b CROSS JOIN (SELECT 1 AS q) s NATURAL JOIN d USING (x)",
+    "SELECT * FROM a LEFT JOIN b NATURAL JOIN c ON true LEFT JOIN d ON true",
+    "SELECT * FROM a FULL JOIN b CROSS JOIN c ON a.y = c.w - 100",
+    "SELECT * FROM (a RIGHT JOIN b NATURAL FULL JOIN c ON a.x = b.x) j",
 ]
 
 
