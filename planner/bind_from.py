@@ -410,29 +410,21 @@ def _cast(value: exp.Expression, have: exp.DataType, want: exp.DataType) -> exp.
 def _joined(
     plan: Plan, left: Bound, right: Bound, merged: list[tuple[str, exp.Expression]]
 ) -> Bound:
-    """The join's names: its sides' tables by alias, its columns (merged ones first)."""
-    positions: list[int] = []
-    computed = [(n, e) for n, e in merged if not isinstance(e, exp.Column)]
+    """The join's names: its sides' tables by alias, its columns (merged ones first).
+
+    A merged column that is one side's column as it is keeps that position; the others
+    are computed by a `Map` after the join.
+    """
+    kept = [index(e) if isinstance(e, exp.Column) else None for _, e in merged]
+    computed = [(n, e) for (n, e), k in zip(merged, kept, strict=True) if k is None]
     if computed:
         plan = Map(plan, tuple(e for _, e in computed), tuple(n for n, _ in computed))
-    width = plan.arity - len(computed)
-    k = 0
-    used: set[int] = set()
-    for _, value in merged:
-        if isinstance(value, exp.Column):
-            positions.append(index(value))
-        else:
-            positions.append(width + k)
-            k += 1
-    merged_names = tuple(n for n, _ in merged)
+    fresh = iter(range(plan.arity - len(computed), plan.arity))
+    positions = [k if k is not None else next(fresh) for k in kept]
+    names = [n for n, _ in merged]
     for side in (left.columns, right.columns):
         for n, p in zip(side.names, side.positions, strict=True):
-            if n in merged_names:
-                used.add(p)
-    names = list(merged_names)
-    for side in (left.columns, right.columns):
-        for n, p in zip(side.names, side.positions, strict=True):
-            if p not in used:
+            if n not in names[: len(merged)]:
                 names.append(n)
                 positions.append(p)
     columns = Item("", tuple(names), at=tuple(positions), qualified=False)
