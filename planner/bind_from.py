@@ -85,9 +85,12 @@ class _Level:
     env: Env
     parent: Scope | None
     blocked: tuple[Item, ...] = ()
+    #: The FROM items left of a tree holding a RIGHT or FULL JOIN: PostgreSQL lets a
+    #: LATERAL item inside read them, dsql does not (the tree is bound on its own).
+    apart: tuple[Item, ...] = ()
 
     def blocking(self, items: tuple[Item, ...]) -> _Level:
-        return _Level(self.env, self.parent, self.blocked + items)
+        return _Level(self.env, self.parent, self.blocked + items, self.apart)
 
 
 def bind_from(sel: exp.Select, env: Env, parent: Scope | None) -> tuple[Plan, Scope]:
@@ -200,7 +203,8 @@ def _bind_chain(
 ) -> Bound:
     """`first` joined with each of `joins` in turn, after `context`."""
     if context is not None and any(_side(j) in ("right", "full") for j in joins):
-        own = _bind_chain(first, joins, at.blocking(_names(context)), None)
+        apart = _Level(at.env, at.parent, at.blocked + _names(context), _names(context))
+        own = _bind_chain(first, joins, apart, None)
         return _cross(context, own)
     tree = _bind_node(first, at, context)
     for join in joins:
@@ -255,11 +259,20 @@ def _bind_leaf(node: exp.Expression, at: _Level, context: Bound | None) -> Bound
     query = node.this if isinstance(node, exp.Lateral | exp.Subquery) else None
     if isinstance(query, exp.Subquery):
         query = query.this
-    if query is None or not _is_query(query):
-        plan, item = bind_table_function(node, at.env, scope, base)
-        return Bound(plan, (item,), item)
+    try:
+        if query is None or not _is_query(query):
+            plan, item = bind_table_function(node, at.env, scope, base)
+            return Bound(plan, (item,), item)
+        right = visible_plan(bind_query(query, at.env, scope))
+    except InvisibleReference as error:
+        if not at.apart:
+            raise
+        raise unsupported(
+            "a LATERAL reference to an earlier FROM item from inside a RIGHT or FULL JOIN",
+            "move the earlier item into the join, or the LATERAL item out of it",
+        ) from error
     alias_node = node.args.get("alias")
-    right = rename_plan(visible_plan(bind_query(query, at.env, scope)), alias_columns(alias_node))
+    right = rename_plan(right, alias_columns(alias_node))
     item = Item(alias_node.name if alias_node is not None else "", right.column_names, base.arity)
     return Bound(Join(base, right, "inner", None, lateral=True), (item,), item)
 

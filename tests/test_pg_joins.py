@@ -304,6 +304,7 @@ FUNCTION_QUERIES = [
     [
         ("SELECT * FROM generate_series(3, 4) WITH ORDINALITY AS g(a, b, c)", SchemaError),
         ("SELECT * FROM repeat_row(2) WITH ORDINALITY", UnsupportedError),
+        ("SELECT * FROM a, generate_series(1, a.y) g FULL JOIN c ON g = c.w", UnsupportedError),
         (
             "SELECT * FROM generate_series(timestamp '2024-01-31', timestamp '2024-04-01', "
             "interval '1 month') WITH ORDINALITY",
