@@ -183,7 +183,12 @@ def _by_row_number(
         length: exp.Expression = exp.Cast(
             this=exp.func("cardinality", array.copy()), to=types.build("bigint")
         )
-        return name, length, exp.Bracket(this=array.copy(), expressions=[_row()]), out_type
+        # A 1-based subscript (`offset=1`), NULL past the end (`safe`): DuckDB writes
+        # `(a)[n]`, Spark `try_element_at(a, n)` (a bare `a[n]` counts from 0 there).
+        value: exp.Expression = exp.Bracket(
+            this=exp.paren(array.copy()), expressions=[_row()], offset=1, safe=True
+        )
+        return name, length, value, out_type
     if name == "generate_series" and types.is_integer(out_type):
         start, end = call.args["start"], call.args["end"]
         step = call.args.get("step") or exp.Literal.number(1)
