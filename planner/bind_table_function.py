@@ -184,9 +184,11 @@ def _by_row_number(
             this=exp.func("cardinality", array.copy()), to=types.build("bigint")
         )
         # A 1-based subscript (`offset=1`), NULL past the end (`safe`): DuckDB writes
-        # `(a)[n]`, Spark `try_element_at(a, n)` (a bare `a[n]` counts from 0 there).
+        # `(a)[n]`, Spark `try_element_at(a, n)` (a bare `a[n]` counts from 0 there, and
+        # its index is an int).
+        index = exp.Cast(this=_row(), to=types.build("int"))
         value: exp.Expression = exp.Bracket(
-            this=exp.paren(array.copy()), expressions=[_row()], offset=1, safe=True
+            this=exp.paren(array.copy()), expressions=[index], offset=1, safe=True
         )
         return name, length, value, out_type
     if name == "generate_series" and types.is_integer(out_type):
