@@ -414,6 +414,23 @@ def test_views_agree_with_postgres_under_changes(
             pg.query(f"DELETE FROM {name}; INSERT INTO {name} VALUES {rows}")
 
 
+def test_table_functions_and_merged_columns_on_spark(pg: Postgres, spark: object) -> None:
+    """Spark evaluates the zipped functions' subscripts and the merged columns alike."""
+    connection = dsql.connect(kernel="spark", spark=spark)
+    cur = connection.cursor()
+    for name, columns in TABLES.items():
+        cur.execute(f"CREATE TABLE {name} ({columns})")
+        cur.execute(f"INSERT INTO {name} VALUES {ROWS[name]}")
+    for sql in [
+        "SELECT * FROM unnest(ARRAY[5, 6]) WITH ORDINALITY AS u(v, n)",
+        "SELECT id, r.* FROM arrs, ROWS FROM (unnest(arr), unnest(ARRAY[id])) WITH ORDINALITY r",
+        "SELECT * FROM a FULL JOIN c USING (x)",
+        "SELECT * FROM a, b FULL JOIN c ON b.x = c.x",
+    ]:
+        assert_same(pg, connection, sql)
+    connection.close()
+
+
 def test_every_error_is_a_dsql_error(con: dsql.Connection) -> None:
     for sql in [
         "SELECT * FROM a JOIN b USING (nope)",
