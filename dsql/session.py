@@ -215,6 +215,14 @@ class Session:
                     f"view '{name}' names {len(column_names)} columns; its query has {len(cols)}"
                 )
             cols = tuple(Column(n, c.type) for n, c in zip(column_names, cols, strict=False))
+        names = [c.name for c in cols]
+        repeated = next((n for n in names if names.count(n) > 1), None)
+        if repeated is not None:
+            # A view's columns are read by name, as PostgreSQL's; a query's need not be.
+            raise SchemaError(
+                f"column '{repeated}' specified more than once",
+                hint=f"name the view's columns apart: AS in its query, or {name} (a, b, ...)",
+            )
         deps = tuple(sorted({n.name for n in walk(plan) if isinstance(n, Get)}))
         rel = Relation(
             name,

@@ -25,13 +25,14 @@ import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import SchemaError
-from dsql.planner.bind_from import bind_from, table_function
+from dsql.planner.bind_from import bind_from
 from dsql.planner.bind_shape import (
     and_operands,
     apply_limit,
     nulls_first_of,
     types_of,
 )
+from dsql.planner.bind_table_function import bound_table_function
 from dsql.planner.expr import Position, SubqueryExpr, col
 from dsql.planner.expr_bind import ExprBinder, aggregate_calls, is_aggregate
 from dsql.planner.plan import (
@@ -215,7 +216,7 @@ def _expand_set_returning(
             "generate_series(1, 3) AS g), or keep one per select list",
         )
     (call,) = calls
-    name, function, out_type = table_function(call, types_of(plan))
+    name, function, out_type = bound_table_function(call, types_of(plan))
     position = plan.arity
     flat = FlatMap(plan, function, (name,), (out_type,))
 
@@ -232,7 +233,8 @@ def _select_items(sel: exp.Select, scope: Scope) -> list[tuple[str, exp.Expressi
     for e in sel.expressions:
         if isinstance(e, exp.Star):
             for item in scope.items:
-                out.extend(_item_columns(item))
+                if item.unqualified:
+                    out.extend(_item_columns(item))
         elif isinstance(e, exp.Column) and isinstance(e.this, exp.Star):
             out.extend(_item_columns(scope.item(e.table)))
         else:
@@ -243,11 +245,7 @@ def _select_items(sel: exp.Select, scope: Scope) -> list[tuple[str, exp.Expressi
 
 def _item_columns(item: Item) -> list[tuple[str, exp.Expression]]:
     # By position: a name may occur twice in one item (a view's two `?column?`).
-    return [
-        (n, Position(this=item.offset + i))
-        for i, n in enumerate(item.names)
-        if n not in item.hidden
-    ]
+    return [(n, Position(this=p)) for n, p in zip(item.names, item.positions, strict=True)]
 
 
 def _order_target(

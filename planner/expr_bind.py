@@ -106,7 +106,9 @@ class ExprBinder:
         self._types = column_types
         # Subqueries see this scope as their parent: with the types, their outer
         # references are typed too.
-        self.scope = Scope(self.scope.items, self.scope.parent, tuple(column_types))
+        self.scope = Scope(
+            self.scope.items, self.scope.parent, self.scope.blocked, types=tuple(column_types)
+        )
         return self
 
     def bind(self, e: exp.Expr) -> exp.Expression:

@@ -151,6 +151,8 @@ _MATH = (
     _F(("greatest",), exp.Greatest, (1, None), "common", "greatest(i, j, 3)"),
     _F(("least",), exp.Least, (1, None), "common", "least(i, j, 3)"),
     _F(("pi",), exp.Pi, (0, 0), "float8", "pi()"),
+    # Volatile: one-off reads only (planner/volatile.py refuses it where rows are maintained).
+    _F(("random",), exp.Rand, (0, 0), "float8", "random() >= 0 AND random() < 1"),
     _F(("degrees",), exp.Degrees, (1, 1), "float8", "degrees(x)"),
     _F(("radians",), exp.Radians, (1, 1), "float8", "radians(x)"),
     _F(("sin",), exp.Sin, (1, 1), "float8", "sin(x)"),
@@ -280,7 +282,6 @@ _REFUSED: dict[type[exp.Expr], tuple[str, str]] = {
     exp.Localtimestamp: ("localtimestamp", _CLOCK_HINT),
     exp.CurrentUser: ("current_user", "dsql has no users"),
     exp.SessionUser: ("session_user", "dsql has no users"),
-    exp.Rand: ("random()", "store the values in a table"),
 }
 
 
@@ -295,7 +296,12 @@ def call_name(call: exp.Expr) -> str:
     """A call's function name as the user wrote it (or as PostgreSQL spells its node)."""
     if isinstance(call, exp.Anonymous):
         return call.name.lower()
-    head = call.sql("postgres").split("(", 1)[0].strip().lower()
+    # The arguments may hold plan nodes sqlglot cannot render (a bound subquery): the
+    # name alone is wanted, so they are rendered as NULL.
+    bare = call.copy()
+    for arg in list(bare.iter_expressions()):
+        arg.replace(exp.Null())
+    head = bare.sql("postgres").split("(", 1)[0].strip().lower()
     if head.isidentifier():
         return head
     return call.sql_name().lower() if isinstance(call, exp.Func) else head

