@@ -279,7 +279,8 @@ class Cursor:
         if stmt is None:  # only comments: PostgreSQL's empty query
             if params:
                 raise errors.ParameterError(
-                    f"the statement is empty but {len(params)} parameters were given"
+                    f"the statement is empty but {len(params)} parameters were given",
+                    hint="pass one parameter per ? placeholder",
                 )
             self._set(Result())
             return

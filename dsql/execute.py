@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +31,7 @@ from dsql.errors import (
     UnsupportedError,
 )
 from dsql.explain import explain
+from dsql.grammar.sql import nesting_room
 from dsql.history import replace_mz_now, retention_ms
 from dsql.planner import types
 from dsql.planner.plan import Column, Query
@@ -42,10 +42,6 @@ from dsql.show_arrangements import arrangement_rows
 from dsql.subscribe import Subscription
 from dsql.timeout import interrupt_cancels, parse_duration, statement_deadline
 
-#: Python frames a statement may use: binding, optimizing and rendering recurse over the
-#: expression tree, which the grammar bounds (`MAX_DEPTH` levels); Python 3.11 runs
-#: Python-to-Python calls without growing the C stack.
-_STATEMENT_FRAMES = 20_000
 #: How often a wait for SUBSCRIBE updates polls under the wall clock (seconds).
 POLL_SECONDS = 0.05
 
@@ -87,10 +83,8 @@ class Executor:
         exhausted, an interrupt) dropping the dataflow the block built."""
         worker = self.session.worker
         start = len(worker.nodes)
-        limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(limit, _STATEMENT_FRAMES))
         try:
-            with interrupt_cancels(worker):
+            with nesting_room(), interrupt_cancels(worker):
                 yield
         except DsqlError as error:
             if error.statement is None:
@@ -98,17 +92,10 @@ class Executor:
             raise
         except RecursionError:
             worker.drop(worker.nodes[start:])
-            raise ResourceLimitError(
-                "statement too deeply nested to plan",
-                statement=text,
-                hint="simplify it: fewer levels of nested subqueries, functions or "
-                "parentheses (a chain of WITH queries nests less)",
-            ) from None
+            raise too_deep(text) from None
         except BaseException:
             worker.drop(worker.nodes[start:])
             raise
-        finally:
-            sys.setrecursionlimit(limit)
 
     def wait(self, fetch: Callable[[], pa.Table], timeout: float | None) -> pa.Table:
         """`fetch()`'s first result with rows, trying again for up to `timeout` seconds.
@@ -412,6 +399,16 @@ class Executor:
                 raise SchemaError(f"'{stmt.of}' is not a view")
             return _rows({"name": [view.name], "create_sql": [view.sql]})
         raise UnsupportedError(f"SHOW {what.upper()} is not supported")
+
+
+def too_deep(statement: str | None) -> ResourceLimitError:
+    """The error of a statement whose planning ran out of stack."""
+    return ResourceLimitError(
+        "statement too deeply nested to plan",
+        statement=statement,
+        hint="simplify it: fewer levels of nested subqueries, functions or parentheses "
+        "(a chain of WITH queries nests less)",
+    )
 
 
 def _rows(columns: dict[str, list[Any]]) -> Result:

@@ -42,10 +42,12 @@ _CONTEXT = 1 << 30  # sqlglot quotes this much text before an error: all of it
 #: later stage (binding, optimizing, rendering) recurses over the tree; past this depth
 #: the statement is refused here, with a hint, instead of exhausting Python's stack.
 MAX_DEPTH = 400
-#: Python frames sqlglot's recursive-descent parser may use: about twenty per level of
-#: nesting, so the default limit (1000) would refuse 50 nested parentheses. Python 3.11
-#: runs Python-to-Python calls without growing the C stack, so this is safe.
-_PARSER_FRAMES = 20_000
+#: Python frames that parsing, binding, optimizing and rendering a statement may use:
+#: sqlglot's recursive descent takes about twenty per level of nesting, so the default
+#: limit (1000) would refuse 50 nested parentheses, and the later stages recurse over
+#: the tree (`MAX_DEPTH` levels) too. Python 3.11 runs Python-to-Python calls without
+#: growing the C stack, so this is safe.
+_FRAMES = 20_000
 #: A chain of more AND (or OR) operands than this is rebuilt as a balanced tree.
 _CHAIN = 8
 
@@ -265,10 +267,10 @@ def _parse_condition(sql: str) -> exp.Expression:
 
 
 @contextmanager
-def _parser_stack() -> Iterator[None]:
-    """Room for sqlglot's recursive descent into nested expressions (`_PARSER_FRAMES`)."""
+def nesting_room() -> Iterator[None]:
+    """Room on Python's stack for recursion over a statement's trees (`_FRAMES`)."""
     limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, _PARSER_FRAMES))
+    sys.setrecursionlimit(max(limit, _FRAMES))
     try:
         yield
     finally:
@@ -355,7 +357,7 @@ def _parse(
     """
     before, after = wrap
     try:
-        with _parser_stack():
+        with nesting_room():
             return _shaped(fragment, offset - len(before), what, parse(before + text + after))
     except RecursionError:
         error = _too_deep(fragment, offset, what)
