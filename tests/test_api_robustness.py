@@ -266,30 +266,27 @@ CTRL_C = textwrap.dedent(
         assert sorted(con.execute("SELECT a FROM t").fetchall()) == [(a,) for a in sorted(values)]
         assert con.execute("SELECT k, n, s FROM v ORDER BY k").fetchall() == expected(values)
 
+    def interrupted(sql):
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        try:
+            con.execute(sql)
+        except KeyboardInterrupt:
+            print("interrupted")
+        timer.join()
+
     values = list(range(1, 41))
     con.execute("INSERT INTO t SELECT * FROM generate_series(1, 40)")
     # The view's maintenance of those rows runs inside the next statement that reads: an
     # INSERT ... SELECT, interrupted in the middle of that round.
-    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    try:
-        con.execute("INSERT INTO t SELECT a + 100 FROM t")
-    except KeyboardInterrupt:
-        print("interrupted")
-    timer.join()
+    interrupted("INSERT INTO t SELECT a + 100 FROM t")
     check(values)  # the INSERT did not apply; the view equals its query
     con.execute("INSERT INTO t VALUES (1000)")
     check(values + [1000])
     # Interrupting a read of the view while it maintains new rows: the read stops, the
     # view stays maintained.
     con.execute("INSERT INTO t SELECT * FROM generate_series(2001, 2040)")
-    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    try:
-        con.execute("SELECT * FROM v")
-    except KeyboardInterrupt:
-        print("interrupted")
-    timer.join()
+    interrupted("SELECT * FROM v")
     check(values + [1000] + list(range(2001, 2041)))
     # Ctrl-C outside dsql is still Python's KeyboardInterrupt.
     try:
