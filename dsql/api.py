@@ -66,6 +66,7 @@ def connect(
     kernel: str | None = None,
     placement_threshold: int | None = None,
     statement_timeout: float | str | None = None,
+    memory_limit: int | str | None = None,
     **spark_conf: Any,
 ) -> Connection:
     """A connection to a new dsql session.
@@ -76,7 +77,9 @@ def connect(
     step on Spark. `spark` adopts an existing SparkSession (the Spark kernel unless a
     kernel is named); `master` and `spark_conf` configure the one dsql starts.
     `statement_timeout` (seconds, or text like '2s') bounds each statement, as
-    `SET statement_timeout` does.
+    `SET statement_timeout` does; `memory_limit` (bytes, or text like '2GB') bounds each
+    query's intermediate state, as `SET memory_limit` does (default: half the machine's
+    memory).
     """
     kernel = kernel or ("spark" if spark is not None else default_kernel())
     conf = {k: str(v) for k, v in spark_conf.items()} or None
@@ -88,7 +91,9 @@ def connect(
             spark = get_spark(master=master, conf=conf)
         else:
             start = lambda: get_spark(master=master, conf=conf)  # noqa: E731
-    session = Session(kernel, clock, spark, placement_threshold, start_spark=start)
+    session = Session(
+        kernel, clock, spark, placement_threshold, start_spark=start, memory_limit=memory_limit
+    )
     connection = Connection(session)
     connection.executor.statement_timeout = parse_duration(statement_timeout)
     return connection

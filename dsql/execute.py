@@ -213,6 +213,8 @@ class Executor:
             case grammar.SetVariable():
                 if stmt.name.lower() == "statement_timeout":
                     self.statement_timeout = parse_duration(stmt.value)
+                elif stmt.name.lower() == "memory_limit":
+                    s.set_memory_limit(stmt.value)
                 return Result(status="SET")
         raise UnsupportedError(f"{type(stmt).__name__} statements are not supported yet")
 

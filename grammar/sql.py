@@ -63,7 +63,7 @@ def _placeholder(parser: Any) -> exp.Expression:
 class _Dialect(Postgres):
     """PostgreSQL as sqlglot reads it, with `?` placeholders located."""
 
-    class Parser(Postgres.Parser):
+    class Parser(Postgres.Parser):  # type: ignore[misc,valid-type]
         PLACEHOLDER_PARSERS = {  # noqa: RUF012 - sqlglot's class-level table
             **Postgres.Parser.PLACEHOLDER_PARSERS,
             TokenType.PLACEHOLDER: _placeholder,
@@ -301,7 +301,7 @@ def balance_connectives(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def _short_chain(node: exp.Expression) -> bool:
+def _short_chain(node: Any) -> bool:
     """Whether a chain of connectives is at most `_CHAIN` deep (left or right)."""
     depth, left, right = 0, node, node
     while depth <= _CHAIN and (type(left) is type(node) or type(right) is type(node)):
@@ -311,12 +311,13 @@ def _short_chain(node: exp.Expression) -> bool:
     return depth <= _CHAIN
 
 
-def _join(kind: type[exp.Expression], operands: list[exp.Expression]) -> exp.Expression:
+def _join(kind: Any, operands: list[Any]) -> exp.Expression:
     """`operands` joined by `kind` (And or Or) as a balanced tree."""
     if len(operands) == 1:
         return operands[0]
     middle = len(operands) // 2
-    return kind(this=_join(kind, operands[:middle]), expression=_join(kind, operands[middle:]))
+    joined = kind(this=_join(kind, operands[:middle]), expression=_join(kind, operands[middle:]))
+    return cast(exp.Expression, joined)
 
 
 def depth(tree: exp.Expression) -> int:

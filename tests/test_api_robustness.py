@@ -306,3 +306,83 @@ def test_ctrl_c_cancels_at_a_safe_point_and_leaves_views_consistent(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["interrupted", "interrupted", "plain", "interrupt", "ok"]
+
+
+# --- memory budget ----------------------------------------------------------------------
+
+CROSS = "SELECT a.x, b.x AS y FROM generate_series(1, 100000) a(x), generate_series(1, 100000) b(x)"
+
+
+def test_a_query_past_the_memory_budget_stops_and_the_session_goes_on(con):
+    con.execute("SET memory_limit = '200MB'")
+    con.execute("CREATE TABLE t (a int)")
+    con.execute("INSERT INTO t VALUES (1)")
+    con.execute("CREATE MATERIALIZED VIEW s AS SELECT sum(a) AS s FROM t")
+    for sql in (
+        f"CREATE MATERIALIZED VIEW v AS {CROSS}",
+        CROSS,
+        f"SELECT count(*) FROM ({CROSS}) c",
+        f"CREATE TABLE big AS {CROSS}",
+        f"INSERT INTO t SELECT a.x FROM ({CROSS}) a",
+    ):
+        with pytest.raises(dsql.OperationalError, match="memory_limit") as info:
+            con.execute(sql)
+        assert "SET memory_limit" in info.value.hint
+    assert con.execute("SHOW VIEWS").fetchall() == [("s", "materialized view")]
+    assert con.execute("SHOW TABLES").fetchall() == [("t",)]
+    con.execute("INSERT INTO t VALUES (2)")
+    assert con.execute("SELECT s FROM s").fetchall() == [(3,)]
+    assert con.execute("SELECT count(*) FROM t").fetchall() == [(2,)]
+    # A bigger budget lets a big (but not absurd) query through.
+    con.execute("SET memory_limit = '1GB'")
+    small = "SELECT count(*) FROM generate_series(1, 1000) a(x), generate_series(1, 1000) b(x)"
+    assert con.execute(small).fetchall() == [(1_000_000,)]
+
+
+def test_memory_limit_settings():
+    from dsql.runtime.memory import default_budget, machine_bytes
+
+    assert dsql.connect(kernel="local").session.memory_limit == default_budget()
+    total = machine_bytes()
+    assert total is None or default_budget() == total // 2
+    con = dsql.connect(kernel="local", memory_limit="256MB")
+    assert con.session.memory_limit == 256 << 20
+    con.execute("SET memory_limit = '2GB'")
+    assert con.session.memory_limit == 2 << 30
+    assert dsql.connect(kernel="local", memory_limit=64 << 20).session.memory_limit == 64 << 20
+    for bad in ("lots", "2 parsecs", "1kB", "-1GB"):
+        with pytest.raises(dsql.ProgrammingError, match='parameter "memory_limit"') as info:
+            con.execute(f"SET memory_limit = '{bad}'")
+        assert info.value.hint
+    assert con.session.memory_limit == 2 << 30
+    con.execute("SET memory_limit = DEFAULT")
+    assert con.session.memory_limit == default_budget()
+
+
+# --- negative multiplicities ------------------------------------------------------------
+
+
+def test_a_result_with_a_negative_multiplicity_is_an_error_not_rows(con):
+    con.execute("CREATE TABLE t (a int)")
+    con.execute("INSERT INTO t VALUES (1), (2)")
+    with pytest.raises(dsql.DataError, match="negative multiplicity") as info:
+        con.execute("SELECT a FROM t, repeat_row(-1)")
+    assert "repeat_row" in info.value.hint and "bug" not in info.value.hint
+    # A view whose contents hold a negative count refuses to be read while they do.
+    con.execute("CREATE MATERIALIZED VIEW v AS SELECT a FROM t, repeat_row(a - 2)")
+    with pytest.raises(dsql.DataError, match="negative multiplicity"):
+        con.execute("SELECT a FROM v")  # a = 1 has count -1
+    con.execute("DELETE FROM t WHERE a = 1")
+    assert con.execute("SELECT a FROM v").fetchall() == []
+    con.execute("INSERT INTO t VALUES (4)")
+    assert con.execute("SELECT a FROM v").fetchall() == [(4,), (4,)]
+    # Rows whose counts cancel are fine: the result holds no negative count.
+    assert (
+        con.execute(
+            "SELECT a FROM t UNION ALL SELECT a FROM t, repeat_row(-1) ORDER BY a"
+        ).fetchall()
+        == []
+    )
+    assert con.execute(
+        "SELECT a FROM t, repeat_row(2) EXCEPT ALL SELECT a FROM t ORDER BY a"
+    ).fetchall() == [(2,), (4,)]
