@@ -37,6 +37,7 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
+from dsql import grammar
 from dsql.errors import ParameterError
 from dsql.grammar.source import Source
 
@@ -78,10 +79,22 @@ def bind(stmt: Any, parameters: Sequence[Any] | None) -> Any:
         )
     if not placeholders:
         return stmt
+    if isinstance(stmt, _DEFINITIONS):
+        raise ParameterError(
+            f"parameters are not allowed in {type(stmt).__name__} statements: the "
+            "definition is kept as its text",
+            statement=text,
+            hint="write the values into the statement as literals",
+        )
     literals = {
         start: literal(value, text) for (start, _), value in zip(placeholders, given, strict=True)
     }
     return _map_trees(stmt, lambda tree: _substituted(tree, literals))
+
+
+#: Statements whose text is kept as the object's definition (SHOW CREATE shows it), so a
+#: `?` in them would outlive its value; PostgreSQL refuses parameters there too.
+_DEFINITIONS = (grammar.CreateView, grammar.CreateIndex)
 
 
 def literal(value: Any, statement: str | None = None) -> exp.Expression:

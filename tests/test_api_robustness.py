@@ -93,6 +93,26 @@ def test_parameters_bind_in_the_order_written_across_clauses(con):
     assert con.execute("SELECT a FROM t").fetchall() == [(2,)]
 
 
+def test_parameters_in_queries_of_cursors_and_tables_but_not_in_definitions(con):
+    con.execute("CREATE TABLE t (a int, b text DEFAULT 'x')")
+    con.execute("INSERT INTO t (a) VALUES (?), (?)", (1, 5))
+    con.execute("CREATE TABLE u AS SELECT a FROM t WHERE a > ?", (2,))
+    assert con.execute("SELECT a FROM u").fetchall() == [(5,)]
+    con.execute("DECLARE c CURSOR FOR SUBSCRIBE (SELECT a FROM t WHERE a < ?)", (3,))
+    assert [r[2:] for r in con.execute("FETCH ALL c").fetchall()] == [(1,)]
+    for sql in (
+        "CREATE MATERIALIZED VIEW v AS SELECT a FROM t WHERE a > ?",
+        "CREATE VIEW v AS SELECT ? AS a",
+        "CREATE INDEX i ON t (a + ?)",
+    ):
+        with pytest.raises(dsql.ProgrammingError, match="parameters are not allowed") as info:
+            con.execute(sql, (1,))
+        assert info.value.hint
+    assert con.execute("SHOW VIEWS").fetchall() == []
+    with pytest.raises(dsql.InterfaceError, match="takes no expression"):
+        con.execute("SET statement_timeout = ?", ("1s",))
+
+
 def test_a_parameter_is_a_value_never_sql(con):
     con.execute("CREATE TABLE t (a text)")
     evil = "x'); DROP TABLE t; --"
