@@ -80,11 +80,7 @@ def repeat_rows(counts: pa.Table, count: str, limit: int | None = None) -> pa.Ta
     n = counts[count]
     least, most = pc.min_max(n).values()
     if counts.num_rows and least.as_py() < 0:
-        raise DataError(
-            f"invalid data: a row of the result has a negative multiplicity ({least.as_py()})",
-            hint="repeat_row(n) with a negative n retracts rows; a result (a SELECT's or a "
-            "view's) must keep every row's count at zero or above, e.g. repeat_row(greatest(n, 0))",
-        )
+        raise negative_multiplicity(least.as_py(), "result")
     rows = counts.drop_columns([count])
     if not counts.num_rows or most.as_py() == 1:  # each row once: nothing to repeat
         return rows
@@ -92,6 +88,16 @@ def repeat_rows(counts: pa.Table, count: str, limit: int | None = None) -> pa.Ta
     if limit is not None and total * max(rows.nbytes // rows.num_rows, 1) > limit:
         raise memory.exceeded(limit, f"its result holds {total} rows")
     return rows.take(np.repeat(np.arange(counts.num_rows), n.to_numpy()))
+
+
+def negative_multiplicity(count: int, what: str) -> DataError:
+    """The error of a `what` (a result, a snapshot) holding a row `count` times, `count`
+    negative: no valid collection has such a row."""
+    return DataError(
+        f"invalid data: a row of the {what} has a negative multiplicity ({count})",
+        hint="repeat_row(n) with a negative n retracts rows; a SELECT's result and a view "
+        "must keep every row's count at zero or above, e.g. repeat_row(greatest(n, 0))",
+    )
 
 
 def _duckdb() -> Any:
@@ -143,5 +149,6 @@ __all__ = [
     "accumulate",
     "present",
     "reads_nothing",
+    "negative_multiplicity",
     "repeat_rows",
 ]
