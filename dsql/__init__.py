@@ -45,7 +45,7 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 apilevel = "2.0"
-threadsafety = 1
+threadsafety = 2
 paramstyle = "qmark"
 
 _LAZY = ("connect", "compile", "Connection", "Cursor", "CompiledQuery")

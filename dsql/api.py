@@ -1,7 +1,10 @@
 """The PEP 249 face of a session: `connect()`, `Connection`, `Cursor`, and `compile()`.
 
 A connection owns one `Session`; statements run as they execute (no transactions to
-commit). Parameters use the qmark style. Beyond PEP 249, in DuckDB's style: `.arrow()`
+commit), one statement per `execute` (scripts of many run through the CLI). Parameters
+use the qmark style and are bound in the parsed statement (`dsql.parameters`). Threads
+may share a connection and its cursors (PEP 249 threadsafety 2): each call into the
+session holds the executor's lock. Beyond PEP 249, in DuckDB's style: `.arrow()`
 (= `.fetch_arrow_table()`), `.df()`, and for Spark `.to_spark()`; tables load from Spark
 DataFrames, Arrow tables or files (`con.create_table`), views read out as DataFrames
 (`con.table("v").to_spark()`). After `cur.execute("SUBSCRIBE ...")` the fetch methods
@@ -20,17 +23,17 @@ return the updates available so far, waiting at most `timeout` seconds for some.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import wraps
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from sqlglot import exp
 
-from dsql import errors, grammar
+from dsql import errors, grammar, parameters
 from dsql.compiled import CompiledQuery, compile, query_of
-from dsql.errors import InterfaceError
+from dsql.errors import InterfaceError, ParseError
 from dsql.execute import Executor
 from dsql.results import Result
 from dsql.session import Session, default_kernel
@@ -38,10 +41,22 @@ from dsql.subscribe import Subscription
 from dsql.timeout import parse_duration
 
 apilevel = "2.0"
-threadsafety = 1
+threadsafety = 2
 paramstyle = "qmark"
-#: How long a SUBSCRIBE fetch waits between polls while it has a timeout to spend.
-_POLL_SECONDS = 0.05
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _serialized(method: F) -> F:
+    """`method` of a connection or cursor, run holding the connection's lock."""
+
+    @wraps(method)
+    def locked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        connection = self if isinstance(self, Connection) else self.connection
+        with connection.executor.lock:
+            return method(self, *args, **kwargs)
+
+    return locked  # type: ignore[return-value]
 
 
 def connect(
@@ -51,6 +66,7 @@ def connect(
     kernel: str | None = None,
     placement_threshold: int | None = None,
     statement_timeout: float | str | None = None,
+    memory_limit: int | str | None = None,
     **spark_conf: Any,
 ) -> Connection:
     """A connection to a new dsql session.
@@ -61,7 +77,9 @@ def connect(
     step on Spark. `spark` adopts an existing SparkSession (the Spark kernel unless a
     kernel is named); `master` and `spark_conf` configure the one dsql starts.
     `statement_timeout` (seconds, or text like '2s') bounds each statement, as
-    `SET statement_timeout` does.
+    `SET statement_timeout` does; `memory_limit` (bytes, or text like '2GB') bounds each
+    query's intermediate state, as `SET memory_limit` does (default: half the machine's
+    memory).
     """
     kernel = kernel or ("spark" if spark is not None else default_kernel())
     conf = {k: str(v) for k, v in spark_conf.items()} or None
@@ -73,7 +91,9 @@ def connect(
             spark = get_spark(master=master, conf=conf)
         else:
             start = lambda: get_spark(master=master, conf=conf)  # noqa: E731
-    session = Session(kernel, clock, spark, placement_threshold, start_spark=start)
+    session = Session(
+        kernel, clock, spark, placement_threshold, start_spark=start, memory_limit=memory_limit
+    )
     connection = Connection(session)
     connection.executor.statement_timeout = parse_duration(statement_timeout)
     return connection
@@ -103,6 +123,7 @@ class Connection:
     def executemany(self, sql: str, seq_of_parameters: Sequence[Sequence[Any]]) -> Cursor:
         return self.cursor().executemany(sql, seq_of_parameters)
 
+    @_serialized
     def subscribe(
         self,
         target: str,
@@ -113,12 +134,13 @@ class Connection:
     ) -> Updates:
         """Batches of updates of a view or query (`SUBSCRIBE` as an iterator; never blocks)."""
         self._check()
-        sub = Subscription(
-            self.session, _bind_target(self.session, target), snapshot, progress, as_of, up_to
-        )
+        with self.executor.guarded(target):
+            bound = _bind_target(self.session, target)
+            sub = Subscription(self.session, bound, snapshot, progress, as_of, up_to)
         self._subscriptions.append(sub)
-        return Updates(sub)
+        return Updates(sub, self.executor)
 
+    @_serialized
     def create_table(
         self,
         name: str,
@@ -130,9 +152,11 @@ class Connection:
         from dsql.interop import create_table
 
         self._check()
-        create_table(self.session, name, source, format, replace)
+        with self.executor.guarded(None):
+            create_table(self.session, name, source, format, replace)
         return self.table(name)
 
+    @_serialized
     def table(self, name: str) -> RelationRef:
         """A handle on a table or view: read it as Arrow, pandas or a Spark DataFrame."""
         self._check()
@@ -145,6 +169,7 @@ class Connection:
     def rollback(self) -> None:
         raise errors.UnsupportedError("ROLLBACK is not supported: writes apply as they run")
 
+    @_serialized
     def close(self) -> None:
         for sub in self._subscriptions:
             sub.close()
@@ -197,23 +222,26 @@ class Updates:
     """A subscription as an iterator of Arrow batches; each `next` returns what is final now
     (possibly no rows), and iteration stops once the subscription is closed or past UP TO."""
 
-    def __init__(self, sub: Subscription) -> None:
+    def __init__(self, sub: Subscription, executor: Executor) -> None:
         self.sub = sub
+        self.executor = executor
 
     def __iter__(self) -> Iterator[pa.Table]:
         return self
 
     def __next__(self) -> pa.Table:
-        if self.sub.closed:
-            raise StopIteration
-        return self.sub.poll()
+        with self.executor.lock:
+            if self.sub.closed:
+                raise StopIteration
+            return self.executor.wait(self.sub.poll, 0)
 
     def rows(self) -> list[tuple[Any, ...]]:
         """The next batch as tuples."""
         return _tuples(next(self, self.sub._empty()))
 
     def close(self) -> None:
-        self.sub.close()
+        with self.executor.lock:
+            self.sub.close()
 
 
 class Cursor:
@@ -231,22 +259,37 @@ class Cursor:
         self.closed = False
         self.status = ""
 
+    @_serialized
     def execute(self, sql: str, parameters: Sequence[Any] | None = None) -> Cursor:
+        """Run one statement, its `?` placeholders bound to `parameters` in order."""
         self._check()
-        if parameters:
-            sql = _bind_parameters(sql, parameters)
-        results = self.connection.executor.run(sql)
-        self._set(results[-1] if results else Result())
+        stmt = _one_statement(sql)
+        self._run(stmt, parameters)
         return self
 
+    @_serialized
     def executemany(self, sql: str, seq_of_parameters: Sequence[Sequence[Any]]) -> Cursor:
-        """Run `sql` once per parameter sequence; rowcount is the total."""
+        """Run one statement once per parameter sequence (parsed once); rowcount is the
+        total."""
+        self._check()
+        stmt = _one_statement(sql)
         total = 0
-        for parameters in seq_of_parameters:
-            self.execute(sql, parameters)
+        for params in seq_of_parameters:
+            self._run(stmt, params)
             total += max(self.rowcount, 0)
         self.rowcount = total
         return self
+
+    def _run(self, stmt: grammar.Statement | None, params: Sequence[Any] | None) -> None:
+        if stmt is None:  # only comments: PostgreSQL's empty query
+            if params:
+                raise errors.ParameterError(
+                    f"the statement is empty but {len(params)} parameters were given",
+                    hint="pass one parameter per ? placeholder",
+                )
+            self._set(Result())
+            return
+        self._set(self.connection.executor.execute(parameters.bind(stmt, params)))
 
     def _set(self, result: Result) -> None:
         if self._subscription is not None:
@@ -265,32 +308,30 @@ class Cursor:
             ]
         )
 
+    @_serialized
     def _available(self, wanted: int | None, timeout: float | None) -> int:
-        """Rows ready to fetch; for a SUBSCRIBE, polls for more (waiting up to `timeout`)."""
+        """Rows ready to fetch; for a SUBSCRIBE, polls for more (waiting up to `timeout`
+        while none are ready)."""
         sub = self._subscription
         ready = self._remaining()
-        if sub is None or (wanted is not None and ready >= wanted):
+        if sub is None or sub.closed or (wanted is not None and ready >= wanted):
             return ready
-        deadline = time.monotonic() + (timeout or 0.0)
-        while not sub.closed:
-            fresh = sub.poll()
-            if fresh.num_rows:
-                assert self._table is not None
-                rest = self._table.slice(self._pos)
-                self._table, self._pos = pa.concat_tables([rest, fresh]), 0
-                ready = self._remaining()
-            if ready or time.monotonic() >= deadline or sub.session.clock.kind == "manual":
-                break  # under the manual clock waiting cannot bring updates
-            time.sleep(_POLL_SECONDS)
-        return ready
+        fresh = self.connection.executor.wait(sub.poll, 0 if ready else timeout)
+        if fresh.num_rows:
+            assert self._table is not None
+            rest = self._table.slice(self._pos)
+            self._table, self._pos = pa.concat_tables([rest, fresh]), 0
+        return self._remaining()
 
     def _remaining(self) -> int:
         return 0 if self._table is None else self._table.num_rows - self._pos
 
+    @_serialized
     def fetchone(self, timeout: float | None = None) -> tuple[Any, ...] | None:
         rows = self.fetchmany(1, timeout)
         return rows[0] if rows else None
 
+    @_serialized
     def fetchmany(
         self, size: int | None = None, timeout: float | None = None
     ) -> list[tuple[Any, ...]]:
@@ -304,12 +345,14 @@ class Cursor:
         self._pos += chunk.num_rows
         return _tuples(chunk)
 
+    @_serialized
     def fetchall(self, timeout: float | None = None) -> list[tuple[Any, ...]]:
         """Every row left; for a SUBSCRIBE, the updates available now (waiting up to
         `timeout` seconds while there are none)."""
         self._check()
         return self.fetchmany(self._available(None, timeout), 0)
 
+    @_serialized
     def arrow(self) -> pa.Table:
         """The rest of the result as an Arrow table."""
         self._check()
@@ -347,6 +390,7 @@ class Cursor:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @_serialized
     def close(self) -> None:
         if self._subscription is not None:
             self._subscription.close()
@@ -373,27 +417,18 @@ def _tuples(table: pa.Table) -> list[tuple[Any, ...]]:
     return list(zip(*columns, strict=False)) if columns else [() for _ in range(table.num_rows)]
 
 
-def _bind_parameters(sql: str, parameters: Sequence[Any]) -> str:
-    """Replace each `?` outside strings with the literal of the next parameter."""
-    out = []
-    values = list(parameters)
-    quote: str | None = None
-    for ch in sql:
-        if quote:
-            quote = None if ch == quote else quote
-            out.append(ch)
-        elif ch in ("'", '"'):
-            quote = ch
-            out.append(ch)
-        elif ch == "?":
-            if not values:
-                raise InterfaceError("more ? placeholders than parameters", statement=sql)
-            out.append(exp.convert(values.pop(0)).sql("postgres"))
-        else:
-            out.append(ch)
-    if values:
-        raise InterfaceError(f"{len(values)} parameters were not used", statement=sql)
-    return "".join(out)
+def _one_statement(sql: str) -> grammar.Statement | None:
+    """The one statement of `sql` (None for only comments); several are a ParseError."""
+    statements = grammar.parse(sql)
+    if len(statements) > 1:
+        raise ParseError(
+            f"execute() runs one statement; this text holds {len(statements)}",
+            statement=sql,
+            position=statements[1].position,
+            hint="send one statement per call, or run a script of many with `dsql run "
+            "file.sql` (or the REPL)",
+        )
+    return statements[0] if statements else None
 
 
 __all__ = [

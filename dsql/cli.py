@@ -146,7 +146,8 @@ class Script:
             return
         self._seen_ms = now
         for label, sub in list(self.subscriptions):
-            table = sub.poll()
+            with self.connection.executor.guarded(label):  # Ctrl-C waits for the round's end
+                table = sub.poll()
             if table.num_rows:
                 self.printer.updates(label, table)
             if sub.closed:

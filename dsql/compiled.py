@@ -20,6 +20,8 @@ from typing import Any
 from sqlglot import exp
 
 from dsql import errors, grammar
+from dsql.execute import too_deep
+from dsql.grammar.sql import nesting_room
 from dsql.session import Session
 
 
@@ -59,7 +61,11 @@ def compile(sql: str, catalog: Any) -> CompiledQuery:  # noqa: A001 - the issue'
     if len(statements) != 1:
         raise errors.ProgrammingError(f"compile takes one statement, not {len(statements)}")
     target = _catalog(catalog)
-    bound = target.plan(query_of(statements[0]))
+    try:
+        with nesting_room():
+            bound = target.plan(query_of(statements[0]))
+    except RecursionError:
+        raise too_deep(sql) from None
     return CompiledQuery(sql, bound, target)
 
 

@@ -156,3 +156,14 @@ class EnvironmentSetupError(OperationalError):
 
 class QueryCanceledError(OperationalError):
     """A statement ran past `statement_timeout` and was canceled; the session stays usable."""
+
+
+class ResourceLimitError(OperationalError):
+    """A statement needs more than a limit allows (expression nesting, `memory_limit`); it
+    is refused or stopped and the session stays usable."""
+
+
+class ParameterError(InterfaceError, ProgrammingError):
+    """Query parameters that do not fit the statement: too many or too few for its `?`
+    placeholders, or a value of a type dsql cannot bind (PEP 249 drivers raise either
+    class for this, so it is both)."""

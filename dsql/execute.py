@@ -9,7 +9,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -19,11 +22,13 @@ from sqlglot import exp
 from dsql import fast_path, grammar
 from dsql.errors import (
     DsqlError,
+    ResourceLimitError,
     SchemaError,
     TypeMismatchError,
     UnsupportedError,
 )
 from dsql.explain import explain
+from dsql.grammar.sql import nesting_room
 from dsql.history import replace_mz_now, retention_ms
 from dsql.planner import types
 from dsql.planner.plan import Column, Query
@@ -33,7 +38,10 @@ from dsql.session import Session
 from dsql.show_arrangements import arrangement_rows
 from dsql.subscribe import Subscription
 from dsql.time_expr import time_ms
-from dsql.timeout import parse_duration, statement_deadline
+from dsql.timeout import interrupt_cancels, parse_duration, statement_deadline
+
+#: How often a wait for SUBSCRIBE updates polls under the wall clock (seconds).
+POLL_SECONDS = 0.05
 
 #: PostgreSQL client settings that drivers set on connecting and that cannot change
 #: what dsql computes: accepted and ignored. Every other name but dsql's is refused.
@@ -41,26 +49,74 @@ _CLIENT_SETTINGS = frozenset({"application_name", "extra_float_digits"})
 
 
 class Executor:
-    """Runs statements against one session; keeps cursors and subscriptions."""
+    """Runs statements against one session; keeps cursors and subscriptions.
+
+    One statement runs at a time: `lock` serializes every call into the session (threads
+    sharing a connection take turns), and `updated` wakes the waits for SUBSCRIBE updates
+    after each statement.
+    """
 
     def __init__(self, session: Session) -> None:
         self.session = session
         self.cursors: dict[str, Subscription] = {}
         #: Seconds a statement may run (`SET statement_timeout`); None: unbounded.
         self.statement_timeout: float | None = None
+        self.lock = threading.RLock()
+        self.updated = threading.Condition(self.lock)
 
     def run(self, text: str) -> list[Result]:
         """Parse and execute every statement of `text`; results in order."""
         return [self.execute(s) for s in grammar.parse(text)]
 
     def execute(self, stmt: Any) -> Result:
+        """Run one statement: at most one at a time, canceled at a safe point by its
+        timeout or Ctrl-C; one that fails leaves no dataflow behind."""
+        with self.lock, self.guarded(getattr(stmt, "text", None)):
+            try:
+                with statement_deadline(self.session.worker, self.statement_timeout):
+                    return self._execute(stmt)
+            finally:
+                self.updated.notify_all()
+
+    @contextmanager
+    def guarded(self, text: str | None) -> Iterator[None]:
+        """Session work inside the block: Ctrl-C deferred to a safe point, room on the
+        stack for deep expressions, and a failure that is no `DsqlError` (the stack
+        exhausted, an interrupt) dropping the dataflow the block built."""
+        worker = self.session.worker
+        start = len(worker.nodes)
         try:
-            with statement_deadline(self.session.worker, self.statement_timeout):
-                return self._execute(stmt)
+            with nesting_room(), interrupt_cancels(worker):
+                yield
         except DsqlError as error:
             if error.statement is None:
-                error.statement = getattr(stmt, "text", None)
+                error.statement = text
             raise
+        except RecursionError:
+            worker.drop(worker.nodes[start:])
+            raise too_deep(text) from None
+        except BaseException:
+            worker.drop(worker.nodes[start:])
+            raise
+
+    def wait(self, fetch: Callable[[], pa.Table], timeout: float | None) -> pa.Table:
+        """`fetch()`'s first result with rows, trying again for up to `timeout` seconds.
+
+        Returns at once when rows are ready or `timeout` is None or 0. Under the wall
+        clock updates come as time passes, so the wait polls; under the manual clock only
+        a statement (of another thread) can bring them, and each statement wakes the wait.
+        Waiting releases the lock.
+        """
+        deadline = time.monotonic() + (timeout or 0.0)
+        with self.lock:
+            while True:
+                with self.guarded(None):
+                    table = fetch()
+                remaining = deadline - time.monotonic()
+                if table.num_rows or remaining <= 0:
+                    return table
+                wall = self.session.clock.kind == "wall"
+                self.updated.wait(min(remaining, POLL_SECONDS) if wall else remaining)
 
     def _execute(self, stmt: Any) -> Result:
         s = self.session
@@ -127,7 +183,9 @@ class Executor:
                 self.cursors[stmt.name] = self._subscribe(stmt.subscribe)
                 return Result(status="DECLARE CURSOR")
             case grammar.Fetch():
-                table = self._cursor(stmt.cursor).fetch(stmt.count)
+                cursor = self._cursor(stmt.cursor)
+                timeout = parse_duration(stmt.timeout, "timeout")
+                table = self.wait(lambda: cursor.fetch(stmt.count), timeout)
                 return Result(table=table, status=f"FETCH {table.num_rows}")
             case grammar.Close():
                 self._cursor(stmt.cursor).close()
@@ -160,10 +218,12 @@ class Executor:
                 name = stmt.name.lower()
                 if name == "statement_timeout":
                     self.statement_timeout = parse_duration(stmt.value)
+                elif name == "memory_limit":
+                    s.set_memory_limit(stmt.value)
                 elif name not in _CLIENT_SETTINGS:
                     raise UnsupportedError(
                         f'unrecognized configuration parameter "{stmt.name}"',
-                        hint="dsql's one setting is statement_timeout",
+                        hint="dsql's settings are statement_timeout and memory_limit",
                     )
                 return Result(status="SET")
         raise UnsupportedError(f"{type(stmt).__name__} statements are not supported yet")
@@ -351,6 +411,16 @@ class Executor:
                 raise SchemaError(f"'{stmt.of}' is not a view")
             return _rows({"name": [view.name], "create_sql": [view.sql]})
         raise UnsupportedError(f"SHOW {what.upper()} is not supported")
+
+
+def too_deep(statement: str | None) -> ResourceLimitError:
+    """The error of a statement whose planning ran out of stack."""
+    return ResourceLimitError(
+        "statement too deeply nested to plan",
+        statement=statement,
+        hint="simplify it: fewer levels of nested subqueries, functions or parentheses "
+        "(a chain of WITH queries nests less)",
+    )
 
 
 def _rows(columns: dict[str, list[Any]]) -> Result:

@@ -108,7 +108,7 @@ def peek(session: Session, bound: Query, optimized: Plan | None = None) -> pa.Ta
         handle.release()
     from dsql.results import present, repeat_rows
 
-    return present(repeat_rows(counts, DIFF), bound)
+    return present(repeat_rows(counts, DIFF, session.memory_limit), bound)
 
 
 def _counts(

@@ -77,7 +77,8 @@ class ReplScript(Script):
             with Live(_live_table(label, rows), console=console, refresh_per_second=8) as live:
                 while not sub.closed:
                     time.sleep(0.2)
-                    fresh = sub.poll()
+                    with self.connection.executor.guarded(stmt.text):  # Ctrl-C: between rounds
+                        fresh = sub.poll()
                     if fresh.num_rows:
                         rows = pa.concat_tables([rows, fresh])
                         live.update(_live_table(label, rows))

@@ -22,11 +22,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dsql.errors import ExecutionError
+from dsql.errors import DataError
 from dsql.planner.expr import Outer, SubqueryExpr
 from dsql.planner.plan import Get, Plan, Query, walk
 from dsql.planner.stateful import Distinct, LetRec, Reduce, Threshold, TopK, expressions_of
 from dsql.planner.temporal import mentions_mz_now
+from dsql.runtime import memory
 from dsql.runtime.lattice import DIFF, TIME
 
 
@@ -56,8 +57,9 @@ def reads_nothing(plan: Plan) -> bool:
     return True
 
 
-def accumulate(updates: pa.Table, tick: int, arity: int) -> pa.Table:
-    """The rows a stream of updates holds at `tick`, each repeated by its count (in DuckDB)."""
+def accumulate(updates: pa.Table, tick: int, arity: int, limit: int | None = None) -> pa.Table:
+    """The rows a stream of updates holds at `tick`, each repeated by its count (in DuckDB);
+    more than `limit` bytes of rows is `memory.exceeded`."""
     cols = ", ".join(f'"_c{i}"' for i in range(arity)) if arity else '0 AS "_c0"'
     con = _duckdb()
     try:
@@ -68,23 +70,34 @@ def accumulate(updates: pa.Table, tick: int, arity: int) -> pa.Table:
         ).to_arrow_table()
     finally:
         con.close()
-    return repeat_rows(counts, "n")
+    return repeat_rows(counts, "n", limit)
 
 
-def repeat_rows(counts: pa.Table, count: str) -> pa.Table:
+def repeat_rows(counts: pa.Table, count: str, limit: int | None = None) -> pa.Table:
     """Each row of `counts` repeated by its column `count` (dropped); an error for a
-    negative count, which no correct result has."""
+    negative count, which no valid collection has (`repeat_row(n)` with a negative `n`
+    makes one unless other rows cancel it, and then it has no rows to show)."""
     n = counts[count]
     least, most = pc.min_max(n).values()
     if counts.num_rows and least.as_py() < 0:
-        raise ExecutionError(
-            "a result has a row with a negative count",
-            hint="this is a dsql bug; please report it",
-        )
+        raise negative_multiplicity(least.as_py(), "result")
     rows = counts.drop_columns([count])
     if not counts.num_rows or most.as_py() == 1:  # each row once: nothing to repeat
         return rows
+    total = pc.sum(n).as_py()
+    if limit is not None and total * max(rows.nbytes // rows.num_rows, 1) > limit:
+        raise memory.exceeded(limit, f"its result holds {total} rows")
     return rows.take(np.repeat(np.arange(counts.num_rows), n.to_numpy()))
+
+
+def negative_multiplicity(count: int, what: str) -> DataError:
+    """The error of a `what` (a result, a snapshot) holding a row `count` times, `count`
+    negative: no valid collection has such a row."""
+    return DataError(
+        f"invalid data: a row of the {what} has a negative multiplicity ({count})",
+        hint="repeat_row(n) with a negative n retracts rows; a SELECT's result and a view "
+        "must keep every row's count at zero or above, e.g. repeat_row(greatest(n, 0))",
+    )
 
 
 def _duckdb() -> Any:
@@ -132,5 +145,6 @@ __all__ = [
     "accumulate",
     "present",
     "reads_nothing",
+    "negative_multiplicity",
     "repeat_rows",
 ]

@@ -41,6 +41,7 @@ from dsql.runtime.collection import Collection, import_arrangement
 from dsql.runtime.dataflow import Worker, batch_schema
 from dsql.runtime.input import InputSession
 from dsql.runtime.lattice import DIFF, TIME
+from dsql.runtime.memory import parse_size
 
 
 class Session:
@@ -53,16 +54,21 @@ class Session:
         spark: Any = None,
         placement_threshold: int | None = None,
         start_spark: Any = None,
+        memory_limit: int | str | None = None,
     ) -> None:
         """`kernel`: "auto" (placement by size), "local" or "spark"; default
         `default_kernel()`. `placement_threshold`: rows kept in-process under "auto";
-        `start_spark`: called before Spark's first step under "auto" (starts it)."""
+        `start_spark`: called before Spark's first step under "auto" (starts it);
+        `memory_limit`: the budget of one query's state (`runtime.memory`; bytes or text
+        such as '2GB', default half the machine's memory)."""
         kernel = kernel or default_kernel()
         self.kernel_name = kernel
         self.clock = Clock(clock)
         self.worker = Worker(_make_kernel(kernel, spark, placement_threshold, start_spark))
         # A kept view that fails on new data fails alone (reads of it report the error).
         self.worker.isolate_failures = True
+        self.memory_limit = 0
+        self.set_memory_limit(memory_limit)
         self.relations: dict[str, Relation] = {}
         #: Whether reads of an arrangement, and INSERTs of literal rows, skip the
         #: dataflow (`dsql.fast_path`).
@@ -73,6 +79,11 @@ class Session:
         self._unit.update_at((0,), self.clock.write_tick(), 1)
         self._unit_arrangement = self._unit.to_collection().arrange_by_self()
         self.close_time()
+
+    def set_memory_limit(self, value: int | str | None) -> None:
+        """Bound each query's state by `value` (`runtime.memory.parse_size`)."""
+        self.memory_limit = parse_size(value)
+        self.worker.kernel.set_memory_limit(self.memory_limit)
 
     # --- catalog protocol (for the planner) -----------------------------------------------
     def columns(self, name: str) -> tuple[Column, ...]:
@@ -366,7 +377,7 @@ class Session:
             updates = capture.poll()
         finally:
             self.worker.drop(self.worker.nodes[start:])
-        table = accumulate(updates, tick, bound.plan.arity)
+        table = accumulate(updates, tick, bound.plan.arity, self.memory_limit)
         return present(table, bound)
 
     def _read_constant(self, bound: Query) -> pa.Table:
@@ -386,7 +397,7 @@ class Session:
             self.worker.drop(self.worker.nodes[start:])
         empty = batch_schema(collection.schema, collection.depth).empty_table()
         updates = pa.concat_tables(parts) if parts else empty
-        return present(accumulate(updates, tick, bound.plan.arity), bound)
+        return present(accumulate(updates, tick, bound.plan.arity, self.memory_limit), bound)
 
 
 def default_kernel() -> str:

@@ -17,9 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dsql.clock import TICKS_PER_MS
-from dsql.errors import DsqlError
+from dsql.errors import DataError, DsqlError
 from dsql.planner.plan import Query
 from dsql.relation import _view_plan
+from dsql.results import negative_multiplicity
 from dsql.runtime.capture import consolidate_table
 from dsql.runtime.lattice import DIFF, TIME
 
@@ -95,6 +96,7 @@ class Subscription:
             if raw.num_rows
             else None
         )
+        first = self._first
         if table is not None and self._first:
             at = pc.max_element_wise(table["ms"], pa.scalar(self.as_of, pa.int64()))
             table = table.set_column(table.column_names.index("ms"), "ms", at)
@@ -110,6 +112,12 @@ class Subscription:
             out = self._empty()
         else:
             out = consolidate_table(table, tuple(cols), ("ms",))
+            if first:
+                try:
+                    _check_snapshot(out, self.as_of)
+                except DataError:
+                    self.close()  # its first updates are spent: it cannot go on
+                    raise
             out = self._shape(out)
         if self.progress and now > self._last_progress:
             self._last_progress = now
@@ -157,6 +165,15 @@ class Subscription:
         if not self.closed:
             self.closed = True
             self.session.worker.drop(self._nodes)
+
+
+def _check_snapshot(updates: pa.Table, as_of: int) -> None:
+    """Refuse a snapshot holding a row with a negative count (updates at `as_of` are the
+    contents then, consolidated): no valid collection has one, as in a SELECT's result."""
+    at = updates.filter(pc.equal(updates["ms"], as_of))
+    least = pc.min(at[DIFF]).as_py() if at.num_rows else 0
+    if least < 0:
+        raise negative_multiplicity(least, "snapshot")
 
 
 __all__ = ["Subscription"]

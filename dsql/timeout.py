@@ -7,6 +7,11 @@ steps (`Worker.deadline`), so a statement ends within about one step of its
 deadline with `QueryCanceledError`, and the dataflow it built is dropped while the
 rest of the session stays as it was.
 
+Ctrl-C (SIGINT) cancels a statement the same way (`interrupt_cancels`): it moves the
+deadline to now, so the statement stops at its next safe point (between rounds, or in a
+query of its own), never in the middle of a round that maintains the views; then
+`KeyboardInterrupt` is raised, the statement's effects undone as for a timeout.
+
 >>> parse_duration("2s"), parse_duration("1500"), parse_duration("0")
 (2.0, 1.5, None)
 """
@@ -14,6 +19,8 @@ rest of the session stays as it was.
 from __future__ import annotations
 
 import re
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,14 +33,15 @@ _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
-def parse_duration(value: Any) -> float | None:
+def parse_duration(value: Any, name: str = "statement_timeout") -> float | None:
     """Seconds of a timeout given as text (`'2s'`, `'500ms'`, `'1000'`) or a number of
-    seconds (from Python); None when it disables the bound."""
+    seconds (from Python); None when it disables the bound. `name` is the setting's, for
+    the error."""
     if value is None:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
         if value < 0:
-            raise _invalid(value)
+            raise _invalid(value, name)
         return float(value) or None
     text = str(value).strip()
     if text.lower() == "default":
@@ -41,14 +49,14 @@ def parse_duration(value: Any) -> float | None:
     match = _DURATION.match(text)
     unit = match.group(2).lower() if match else ""
     if match is None or unit not in ("", *_UNITS):
-        raise _invalid(value)
+        raise _invalid(value, name)
     seconds = float(match.group(1)) * _UNITS.get(unit, 1e-3)
     return seconds or None
 
 
-def _invalid(value: Any) -> TypeMismatchError:
+def _invalid(value: Any, name: str) -> TypeMismatchError:
     return TypeMismatchError(
-        f'invalid value for parameter "statement_timeout": "{value}"',
+        f'invalid value for parameter "{name}": "{value}"',
         hint="give a duration such as '2s', '500ms' or '1min' (a bare number is "
         "milliseconds; 0 disables the timeout)",
     )
@@ -67,3 +75,44 @@ def statement_deadline(worker: Any, seconds: float | None) -> Iterator[None]:
     finally:
         worker.deadline, worker.cancelable_from = previous
         worker.kernel.set_deadline(None)
+
+
+@contextmanager
+def interrupt_cancels(worker: Any) -> Iterator[None]:
+    """Run a statement (or a poll) inside the block with Ctrl-C deferred to a safe point.
+
+    While the block runs, SIGINT sets the worker's deadline to now instead of raising
+    wherever Python happens to be (which could be between two nodes of a round, leaving a
+    view's arrangement without its batch). The statement then stops as a timed-out one
+    does, and `KeyboardInterrupt` is raised when the block ends, after the statement's
+    dataflow is dropped; a statement that completes first keeps its effects. Only the main
+    thread receives signals, and a handler the program installed itself is left alone.
+    """
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    interrupted = False
+    previous = worker.deadline
+
+    def cancel(signum: int, frame: Any) -> None:
+        # The worker hands the deadline to the kernel only for the statement's own nodes,
+        # so the views' maintenance is never cut short.
+        nonlocal interrupted
+        interrupted = True
+        worker.deadline = time.monotonic()
+
+    signal.signal(signal.SIGINT, cancel)
+    try:
+        yield
+    except BaseException:
+        if interrupted:
+            raise KeyboardInterrupt("canceling statement due to user request") from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        worker.deadline = previous
+    if interrupted:
+        raise KeyboardInterrupt("canceling statement due to user request")

@@ -57,6 +57,14 @@ def parse(text: str) -> tuple[ast.Statement, ...]:
             None,
             "decode the input as UTF-8 (errors='replace') before running it",
         )
+    nul = text.find("\x00")
+    if nul >= 0:  # PostgreSQL refuses it too; here it would also read as a masked group
+        raise Source(text.replace("\x00", " ")).error(
+            "the text has a NUL character (\\0), which query text cannot hold",
+            nul,
+            None,
+            "remove it; pass binary data as a bytes parameter (execute(sql, (b'...',)))",
+        )
     return tuple(_parse_fragment(f, "statement") for f in Source(text).statements())
 
 

@@ -19,20 +19,58 @@ dsql.errors.ParseError: syntax error in query: Required keyword: 'expression' mi
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
+from sqlglot.tokens import TokenType
 
+from dsql.errors import ParseError
 from dsql.grammar.ast import ColumnDef
 from dsql.grammar.source import Fragment
 
 T = TypeVar("T")
 
 _CONTEXT = 1 << 30  # sqlglot quotes this much text before an error: all of it
+
+#: The deepest expression tree (sqlglot nodes from the root) a statement may hold. Every
+#: later stage (binding, optimizing, rendering) recurses over the tree; past this depth
+#: the statement is refused here, with a hint, instead of exhausting Python's stack.
+MAX_DEPTH = 400
+#: Python frames that parsing, binding, optimizing and rendering a statement may use:
+#: sqlglot's recursive descent takes about twenty per level of nesting, so the default
+#: limit (1000) would refuse 50 nested parentheses, and the later stages recurse over
+#: the tree (`MAX_DEPTH` levels) too. Python 3.11 runs Python-to-Python calls without
+#: growing the C stack, so this is safe.
+_FRAMES = 20_000
+#: A chain of more AND (or OR) operands than this is rebuilt as a balanced tree.
+_CHAIN = 8
+
+
+def _placeholder(parser: Any) -> exp.Expression:
+    """A `?` placeholder that remembers its offset in the parsed text (`meta["start"]`),
+    so parameters bind in the order the placeholders are written."""
+    node = parser.expression(exp.Placeholder(jdbc=True))
+    node.meta["start"] = parser._prev.start
+    return cast(exp.Expression, node)
+
+
+class _Dialect(Postgres):
+    """PostgreSQL as sqlglot reads it, with `?` placeholders located."""
+
+    class Parser(Postgres.Parser):  # type: ignore[misc,valid-type]
+        PLACEHOLDER_PARSERS = {  # noqa: RUF012 - sqlglot's class-level table
+            **Postgres.Parser.PLACEHOLDER_PARSERS,
+            TokenType.PLACEHOLDER: _placeholder,
+        }
+
+
+_DIALECT = _Dialect()
 
 
 def parse_query(fragment: Fragment, text: str, offset: int) -> exp.Query | exp.Values:
@@ -219,15 +257,90 @@ _COLUMN_HINT = "a column is `name type [NOT NULL | NULL] [DEFAULT expr] [PRIMARY
 
 
 def _parse_one(sql: str) -> exp.Expression:
-    tree = sqlglot.parse_one(sql, read="postgres", error_message_context=_CONTEXT)
+    tree = sqlglot.parse_one(sql, read=_DIALECT, error_message_context=_CONTEXT)
     return cast(exp.Expression, tree)
 
 
 def _parse_condition(sql: str) -> exp.Expression:
-    tree = sqlglot.parse_one(
-        sql, read="postgres", into=exp.Condition, error_message_context=_CONTEXT
-    )
+    tree = sqlglot.parse_one(sql, read=_DIALECT, into=exp.Condition, error_message_context=_CONTEXT)
     return cast(exp.Expression, tree)
+
+
+@contextmanager
+def nesting_room() -> Iterator[None]:
+    """Room on Python's stack for recursion over a statement's trees (`_FRAMES`)."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, _FRAMES))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def balance_connectives(tree: exp.Expression) -> exp.Expression:
+    """`tree` with each long chain of AND (or OR) rebuilt as a balanced tree of the same
+    operands in the same order, so a 5,000-term WHERE nests 13 deep, not 5,000.
+
+    AND and OR are associative in SQL's three-valued logic, so the value is unchanged.
+
+    >>> balance_connectives(sqlglot.parse_one(" AND ".join("abcdefghij"))).sql()
+    'a AND b AND c AND d AND e AND f AND g AND h AND i AND j'
+    """
+    roots = [
+        node
+        for node in tree.find_all(exp.And, exp.Or)
+        if type(node.parent) is not type(node) and not _short_chain(node)
+    ]
+    for node in roots:
+        operands = list(node.flatten(unnest=False))
+        balanced = _join(type(node), operands)
+        if node is tree:
+            tree = balanced
+        else:
+            node.replace(balanced)
+    return tree
+
+
+def _short_chain(node: Any) -> bool:
+    """Whether a chain of connectives is at most `_CHAIN` deep (left or right)."""
+    depth, left, right = 0, node, node
+    while depth <= _CHAIN and (type(left) is type(node) or type(right) is type(node)):
+        left = left.this if type(left) is type(node) else left
+        right = right.expression if type(right) is type(node) else right
+        depth += 1
+    return depth <= _CHAIN
+
+
+def _join(kind: Any, operands: list[Any]) -> exp.Expression:
+    """`operands` joined by `kind` (And or Or) as a balanced tree."""
+    if len(operands) == 1:
+        return operands[0]
+    middle = len(operands) // 2
+    joined = kind(this=_join(kind, operands[:middle]), expression=_join(kind, operands[middle:]))
+    return cast(exp.Expression, joined)
+
+
+def depth(tree: exp.Expression) -> int:
+    """The number of nodes on the longest path from `tree` down to a leaf (iteratively).
+
+    >>> depth(sqlglot.parse_one("1 + (2 * 3)"))
+    4
+    """
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in node.iter_expressions())
+    return deepest
+
+
+def _too_deep(fragment: Fragment, offset: int, what: str) -> ParseError:
+    return fragment.error_at(
+        offset,
+        f"{what} too deeply nested (more than {MAX_DEPTH} levels)",
+        "simplify it: a long list of alternatives reads better as IN (...), a long sum "
+        "as SUM over rows, and nested subqueries as a chain of WITH queries",
+    )
 
 
 def _parse(
@@ -245,7 +358,10 @@ def _parse(
     """
     before, after = wrap
     try:
-        return parse(before + text + after)
+        with nesting_room():
+            return _shaped(fragment, offset - len(before), what, parse(before + text + after))
+    except RecursionError:
+        error = _too_deep(fragment, offset, what)
     except sqlglot.errors.ParseError as e:
         first = e.errors[0] if e.errors else {}
         at = len(first["start_context"]) - len(before) if first else len(text.rstrip())
@@ -254,6 +370,23 @@ def _parse(
         highlight = first.get("highlight")
         hint = f"check the {what} near {highlight!r}" if highlight else f"check the {what}"
         error = fragment.error_at(offset + at, f"syntax error in {what}: {description}", hint)
+    except ParseError:
+        raise
     except Exception as e:  # noqa: BLE001 -- any sqlglot failure on user text is a parse error
         error = fragment.error_at(offset, f"cannot parse the {what}: {e}", f"check the {what}")
     raise error from None
+
+
+def _shaped(fragment: Fragment, base: int, what: str, tree: T) -> T:
+    """A parsed tree as later stages take it: connective chains balanced, its depth checked,
+    and its placeholders' offsets counted in the whole input (`base`: where the parsed
+    text starts)."""
+    if not isinstance(tree, exp.Expression):
+        return tree
+    tree = cast(T, balance_connectives(tree))
+    if depth(cast(exp.Expression, tree)) > MAX_DEPTH:
+        raise _too_deep(fragment, base, what)
+    for node in cast(exp.Expression, tree).find_all(exp.Placeholder):
+        if "start" in node.meta:
+            node.meta["start"] += base
+    return tree

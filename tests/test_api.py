@@ -31,7 +31,7 @@ def rows(con, sql="SELECT a, b FROM t ORDER BY a"):
 
 
 def test_module_globals_and_exception_hierarchy():
-    assert (dsql.apilevel, dsql.threadsafety, dsql.paramstyle) == ("2.0", 1, "qmark")
+    assert (dsql.apilevel, dsql.threadsafety, dsql.paramstyle) == ("2.0", 2, "qmark")
     assert issubclass(dsql.Error, Exception) and issubclass(dsql.Warning, Exception)
     for name in ("InterfaceError", "DatabaseError"):
         assert issubclass(getattr(dsql, name), dsql.Error)

@@ -203,6 +203,9 @@ class AutoKernel(Kernel):
     def set_deadline(self, deadline: float | None) -> None:
         self.local.set_deadline(deadline)
 
+    def set_memory_limit(self, limit: int) -> None:
+        self.local.set_memory_limit(limit)
+
     def run(self, prepared: Prepared, inputs: Mapping[str, Frame]) -> Frame:
         assert isinstance(prepared, _Dual), "prepare queries with this kernel"
         used = {name: inputs[name] for name, _ in prepared.tables if name in inputs}

@@ -137,6 +137,11 @@ class Kernel(ABC):
         step, so a single long query cannot outlast `statement_timeout`."""
         return None
 
+    def set_memory_limit(self, limit: int) -> None:
+        """Stop a query whose state outgrows `limit` bytes (`runtime.memory`), where the
+        engine lets the driver bound it (Spark's executors manage their own memory)."""
+        return None
+
     def cached(self, key: Hashable, build: Callable[[], Any]) -> Any:
         """`build()`, computed once per `key` for this kernel (prepared queries, schemas).
 

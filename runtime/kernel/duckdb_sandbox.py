@@ -24,15 +24,20 @@ CONFIG: dict[str, Any] = {
     "allow_community_extensions": False,
     # Steps and reads are small: DuckDB's worker threads cost more CPU than they save.
     "threads": 1,
+    # Never spill into the working directory: state past the memory limit is an error.
+    "temp_directory": "",
     "lock_configuration": True,
 }
 
 
-def connect() -> Any:
-    """A new in-memory DuckDB connection under `CONFIG`."""
+def connect(memory_limit: int | None = None) -> Any:
+    """A new in-memory DuckDB connection under `CONFIG`, and `memory_limit` bytes if given."""
     import duckdb
 
-    return duckdb.connect(config=dict(CONFIG))
+    config = dict(CONFIG)
+    if memory_limit is not None:
+        config["memory_limit"] = f"{int(memory_limit)}B"
+    return duckdb.connect(config=config)
 
 
 __all__ = ["CONFIG", "connect"]

@@ -2,7 +2,9 @@
 
 For relations so small that a Spark job's fixed cost would dominate. Every query
 runs at once (frames are always materialized Arrow tables), so `materialize` is
-the identity and lineage never grows.
+the identity and lineage never grows. A query holds at most the memory budget
+(`runtime.memory`): DuckDB's `memory_limit` inside the engine, and its result is read
+batch by batch, stopped once it outgrows the budget.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from dsql.errors import ExecutionError, SchemaError
+from dsql.errors import DsqlError, ExecutionError, SchemaError
+from dsql.runtime import memory
 from dsql.runtime.dataflow import canceled
 from dsql.runtime.kernel import chain_reduce, driver, duckdb_sandbox
 from dsql.runtime.kernel import key_index as _index
@@ -36,18 +39,31 @@ class LocalKernel(Kernel):
     probe_by_keys = False
 
     def __init__(self) -> None:
-        # One thread (a step's batch is small: bigger relations go to Spark under `auto`),
-        # no file, network or extension access, and the configuration locked.
-        self._con = duckdb_sandbox.connect()
+        self._open(memory.default_budget())
+        self._deadline: float | None = None
+
+    def set_deadline(self, deadline: float | None) -> None:
+        self._deadline = deadline
+
+    def _open(self, memory_limit: int) -> None:
+        """A new sandboxed DuckDB under `memory_limit` bytes, and no cursor on it yet.
+
+        One thread (a step's batch is small: bigger relations go to Spark under `auto`),
+        no file, network or extension access, no spilling (state past the budget is an
+        error, never a `.tmp` folder written for hours), and the configuration locked.
+        """
+        self._con = duckdb_sandbox.connect(memory_limit=memory_limit)
         # Spark's `raise_error(message)`, which plans use for runtime errors they predict.
         self._con.execute("CREATE MACRO raise_error(message) AS error(message)")
-        self._deadline: float | None = None
+        self.memory_limit = memory_limit
         # One cursor per thread, kept: a cursor per statement costs more than the small
         # statements it runs. Registered inputs are replaced by name at each run.
         self._local = threading.local()
 
-    def set_deadline(self, deadline: float | None) -> None:
-        self._deadline = deadline
+    def set_memory_limit(self, limit: int) -> None:
+        # The configuration is locked, and DuckDB's limit is the database's: a new
+        # connection takes it (inputs are registered afresh at each run).
+        self._open(int(limit))
 
     def from_arrow(self, table: pa.Table) -> pa.Table:
         return table
@@ -110,11 +126,15 @@ class LocalKernel(Kernel):
                 elif registered.get(name) is not frame:
                     con.register(name, frame)
                     registered[name] = frame
-            result = _arrow_result(con, text)
+            result = _arrow_result(con, text, self.memory_limit)
+        except DsqlError:
+            raise
         except Exception as error:  # noqa: BLE001 - engine errors become DsqlErrors
             if self._deadline is not None and time.monotonic() >= self._deadline:
                 raise canceled() from None
             message = str(error).strip().splitlines()[0]
+            if "Out of Memory" in message:
+                raise memory.exceeded(self.memory_limit, "DuckDB could not allocate") from None
             if "Referenced column" in message or "not found in FROM clause" in message:
                 raise SchemaError(f"unknown column: {message}") from error
             raise ExecutionError(f"DuckDB failed: {message}", statement=prepared.text) from error
@@ -374,17 +394,29 @@ def _source(
     return quoted
 
 
-def _arrow_result(con: Any, text: str) -> pa.Table:
-    """The rows of one SELECT as an Arrow table.
+def _arrow_result(con: Any, text: str, limit: int) -> pa.Table:
+    """The rows of one SELECT as an Arrow table, read batch by batch; a result of more
+    than `limit` bytes stops the query with `memory.exceeded`.
 
     DuckDB builds whose connection has `_submit` (the statement run straight to an
     Arrow result) skip the relation layer's parse and bind of the text, a third of a
-    small statement's cost; other builds go through `sql()`.
+    small statement's cost; other builds go through `sql()`. Either streams: DuckDB
+    computes the next batch only when it is read (a materialized result would be held
+    whole, outside DuckDB's memory limit).
     """
     submit = getattr(con, "_submit", None)
     if submit is not None:
-        return submit(text, None, "arrow", _BATCH_ROWS).arrow_table()
-    return con.sql(text).to_arrow_table()
+        reader = submit(text, None, "stream", _BATCH_ROWS).arrow_reader()
+    else:
+        reader = con.sql(text).fetch_record_batch(_BATCH_ROWS)
+    batches, size = [], 0
+    for batch in reader:
+        size += batch.nbytes
+        if size > limit:
+            reader.close()  # the rest is never computed
+            raise memory.exceeded(limit, f"its result passed {size >> 20}MB")
+        batches.append(batch)
+    return pa.Table.from_batches(batches, reader.schema)
 
 
 #: Rows per Arrow record batch of a result (DuckDB's default).
