@@ -21,6 +21,7 @@ return the updates available so far, waiting at most `timeout` seconds for some.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -230,6 +231,8 @@ class Cursor:
         self.description: list[tuple[Any, ...]] | None = None
         self.closed = False
         self.status = ""
+        #: The last statement's notices (also issued as `DsqlWarning`s).
+        self.notices: list[str] = []
 
     def execute(self, sql: str, parameters: Sequence[Any] | None = None) -> Cursor:
         self._check()
@@ -240,11 +243,24 @@ class Cursor:
         return self
 
     def executemany(self, sql: str, seq_of_parameters: Sequence[Sequence[Any]]) -> Cursor:
-        """Run `sql` once per parameter sequence; rowcount is the total."""
+        """Run `sql` once per parameter sequence; rowcount is the total. The writes'
+        round runs once, after the last."""
         total = 0
-        for parameters in seq_of_parameters:
-            self.execute(sql, parameters)
-            total += max(self.rowcount, 0)
+        executor = self.connection.executor
+        notices: list[str] = []
+        executor.defer_rounds = True
+        try:
+            for parameters in seq_of_parameters:
+                self.execute(sql, parameters)
+                total += max(self.rowcount, 0)
+                notices += self.notices
+        finally:
+            executor.defer_rounds = False
+        session = self.connection.session
+        if not session.clock.in_transaction:
+            session.settle()
+        self.notices = notices
+        self._notify(session.healing.take_notices())
         self.rowcount = total
         return self
 
@@ -256,6 +272,8 @@ class Cursor:
         self._pos = 0
         self.rowcount = result.rowcount
         self.status = result.status
+        self.notices = []
+        self._notify(result.notices)
         self.description = (
             None
             if result.table is None
@@ -264,6 +282,11 @@ class Cursor:
                 for f in result.table.schema
             ]
         )
+
+    def _notify(self, notices: list[str]) -> None:
+        for notice in notices:
+            self.notices.append(notice)
+            warnings.warn(notice, errors.DsqlWarning, stacklevel=4)
 
     def _available(self, wanted: int | None, timeout: float | None) -> int:
         """Rows ready to fetch; for a SUBSCRIBE, polls for more (waiting up to `timeout`)."""

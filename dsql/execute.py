@@ -46,19 +46,30 @@ class Executor:
         self.cursors: dict[str, Subscription] = {}
         #: Seconds a statement may run (`SET statement_timeout`); None: unbounded.
         self.statement_timeout: float | None = None
+        #: Whether a write statement leaves its round to the next one (`executemany`).
+        self.defer_rounds = False
 
     def run(self, text: str) -> list[Result]:
         """Parse and execute every statement of `text`; results in order."""
         return [self.execute(s) for s in grammar.parse(text)]
 
     def execute(self, stmt: Any) -> Result:
+        """Run one statement. Views in error whose tables changed are retried first; a
+        write outside a transaction runs its round after it, so the notice that a view
+        went into error is that write's (`dsql.heal`)."""
+        s = self.session
+        s.healing.retry()
         try:
-            with statement_deadline(self.session.worker, self.statement_timeout):
-                return self._execute(stmt)
+            with statement_deadline(s.worker, self.statement_timeout):
+                result = self._execute(stmt)
         except DsqlError as error:
             if error.statement is None:
                 error.statement = getattr(stmt, "text", None)
             raise
+        if isinstance(stmt, _WRITES) and not (s.clock.in_transaction or self.defer_rounds):
+            s.settle()
+        result.notices = s.healing.take_notices()
+        return result
 
     def _execute(self, stmt: Any) -> Result:
         s = self.session
@@ -341,6 +352,16 @@ class Executor:
                 raise SchemaError(f"'{stmt.of}' is not a view")
             return _rows({"name": [view.name], "create_sql": [view.sql]})
         raise UnsupportedError(f"SHOW {what.upper()} is not supported")
+
+
+#: Statements that write tables: their rounds run before they return.
+_WRITES = (
+    grammar.Insert,
+    grammar.Delete,
+    grammar.Update,
+    grammar.CreateTableAs,
+    grammar.Commit,
+)
 
 
 def _rows(columns: dict[str, list[Any]]) -> Result:

@@ -78,7 +78,16 @@ class Subscription:
         if self.closed:
             return self._empty()
         self.session.close_time(force=True)
+        # While a view it reads is in error the subscription reports the error; its
+        # updates wait, and come after healing restamped to it (`dsql.heal`).
+        self.session.healing.check_plan(self.bound.plan)
         raw = self._capture.poll()
+        if raw.num_rows:
+            raw = raw.set_column(
+                raw.column_names.index(TIME),
+                TIME,
+                self.session.healing.restamp(self.bound.plan, raw[TIME]),
+            )
         arity = self.bound.visible
         cols = [f"_c{i}" for i in range(arity)]
         ms = pc.divide(raw[TIME], TICKS_PER_MS) if raw.num_rows else pa.array([], pa.int64())
