@@ -151,7 +151,7 @@ class Script:
             try:
                 table = sub.poll()
             except errors.DsqlError as error:  # a view it reads is in error: it waits
-                self.printer.error(error, f"-- {label}")
+                self.printer.error(error, label)
                 continue
             if table.num_rows:
                 self.printer.updates(label, table)

@@ -39,6 +39,8 @@ import pyarrow.compute as pc
 
 from dsql.errors import DataError, DsqlError, ExecutionError
 from dsql.planner.plan import Get, Plan, walk
+from dsql.planner.stateful import expressions_of
+from dsql.planner.temporal import mentions_mz_now
 
 if TYPE_CHECKING:
     from dsql.relation import Relation
@@ -140,6 +142,8 @@ class Healing:
         """Rebuild each view in error whose tables changed since its last try (between
         statements: the rebuilt dataflow belongs to no statement)."""
         s = self.session
+        if s.clock.in_transaction:  # the rebuild closes the time the transaction writes at
+            return
         due = [
             rel
             for name in list(self.periods)
@@ -151,7 +155,7 @@ class Healing:
         if not due:
             return
         s.close_time()  # the writes first: the rebuild reads the tables as they are now
-        for rel in sorted(due, key=lambda r: min(n.id for n in r.nodes if n is not None)):
+        for rel in sorted(due, key=lambda r: r.switch.id):  # the views they read first
             if self.error(rel.name) is not None:
                 self._rebuild(rel)
 
@@ -195,6 +199,8 @@ class Healing:
                 continue
             if r.kind == "table":
                 tables[r.name] = r.version
+            elif r.plan is not None and _mentions_mz_now(r.plan):  # time alone may heal it
+                tables[""] = s.clock.now_ms()
             todo.extend(r.depends_on)
         return tuple(v for _, v in sorted(tables.items()))
 
@@ -217,6 +223,10 @@ class Healing:
                 inside = pc.and_(pc.greater_equal(times, period.start), pc.less(times, period.end))
                 times = pc.if_else(inside, pa.scalar(period.end, times.type), times)
         return times
+
+
+def _mentions_mz_now(plan: Plan) -> bool:
+    return any(mentions_mz_now(e) for node in walk(plan) for e in expressions_of(node))
 
 
 def view_error(name: str, cause: DsqlError) -> ExecutionError:

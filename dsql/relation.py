@@ -43,7 +43,8 @@ class Relation:
     nodes: list[Any] = field(default_factory=list)
     depends_on: tuple[str, ...] = ()
     #: A materialized view's `SwitchNode` (its result's arrangement reads it) and the
-    #: nodes computing its query, which a failure drops and healing builds again.
+    #: nodes computing its query, which a failure drops and healing builds again
+    #: (`nodes` are the rest of its nodes: the switch's and the arrangement's).
     switch: Any = None
     computation: list[Any] = field(default_factory=list)
     #: A table's count of writes (healing retries a view when one of its tables changed).

@@ -248,7 +248,7 @@ class Session:
                 rel.arrangement = Collection(rel.switch).arrange_by_self()
                 rel.switch.arranged = rel.arrangement.node
                 rel.switch.watched = tuple(n.id for n in rel.computation if n is not None)
-                rel.nodes = self.worker.nodes[start:]
+                rel.nodes = self.worker.nodes[start + len(rel.computation) :]
                 # Run the first evaluation now (the import's history completes when the
                 # tick closes): a view that fails, or times out, fails its CREATE and
                 # leaves nothing behind, instead of failing a later statement.

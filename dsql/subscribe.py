@@ -4,7 +4,11 @@ As in Materialize: the snapshot comes first, stamped with the AS OF time (the
 time the subscription started, by default); then the updates in time order,
 consolidated within each millisecond. AS OF is inclusive, UP TO exclusive.
 With PROGRESS, a row with `mz_progressed = true` (data columns NULL) says that
-every update before its timestamp has been emitted.
+every update before its timestamp has been emitted. While a materialized view it
+reads is in error, `poll` raises that error and the subscription stays open; after
+the view heals, the updates stamped inside the error period arrive at its end, with
+the view's correction (`dsql.heal`). A failure of the subscription's own dataflow
+(a row its query cannot compute) ends it with the error.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dsql.clock import TICKS_PER_MS
-from dsql.errors import DsqlError
+from dsql.errors import DsqlError, ExecutionError
 from dsql.planner.plan import Query
 from dsql.runtime.capture import consolidate_table
 from dsql.runtime.lattice import DIFF, TIME
@@ -81,6 +85,11 @@ class Subscription:
         # While a view it reads is in error the subscription reports the error; its
         # updates wait, and come after healing restamped to it (`dsql.heal`).
         self.session.healing.check_plan(self.bound.plan)
+        failed = self.session.worker.failed
+        own = next((failed[n.id] for n in self._nodes if n is not None and n.id in failed), None)
+        if own is not None:  # its own dataflow failed: it ends with the error, as in Materialize
+            self.close()
+            raise ExecutionError(f"SUBSCRIBE failed: {own.message}", hint=own.hint)
         raw = self._capture.poll()
         if raw.num_rows:
             raw = raw.set_column(

@@ -103,7 +103,8 @@ class LocalKernel(Kernel):
         except Exception as error:  # noqa: BLE001 - engine errors become DsqlErrors
             if self._deadline is not None and time.monotonic() >= self._deadline:
                 raise canceled() from None
-            message = str(error).strip().splitlines()[0]
+            # DuckDB's advice (TRY(...), its settings) is no SQL a dsql user can write.
+            message = str(error).strip().splitlines()[0].split(" Use TRY(")[0]
             if "Referenced column" in message or "not found in FROM clause" in message:
                 raise SchemaError(f"unknown column: {message}") from error
             raise ExecutionError(f"DuckDB failed: {message}", statement=prepared.text) from error
