@@ -18,7 +18,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dsql
-from dsql.errors import DsqlError, DsqlWarning, ExecutionError
+from dsql.errors import (
+    DsqlError,
+    DsqlWarning,
+    ExecutionError,
+    QueryCanceledError,
+    RecursionLimitError,
+    SchemaError,
+)
+from dsql.heal import is_data_error, view_error
 
 INT4 = (-(2**31), 2**31 - 1)
 ROW = st.tuples(st.sampled_from([-3, -1, 0, 2, 7, INT4[1]]), st.sampled_from([0, 1, 2, -1, 5]))
@@ -307,3 +315,27 @@ def test_a_subscription_whose_own_query_fails_ends_with_the_error() -> None:
     with pytest.raises(ExecutionError, match="SUBSCRIBE failed: .*[Dd]ivision by zero"):
         cur.fetchall()
     assert cur._subscription.closed
+
+
+def test_a_canceled_statement_is_no_error_of_the_views_its_round_ran() -> None:
+    con = _session()
+    con.execute("BEGIN")  # the write's round runs in the statement that times out
+    con.execute("INSERT INTO t VALUES (8, 2)")
+    con.execute("SET statement_timeout = '200ms'")
+    loop = "WITH RECURSIVE r(n) AS (SELECT a FROM t UNION ALL SELECT n + 1 FROM r)"
+    with pytest.raises(QueryCanceledError):
+        con.execute(f"{loop} SELECT max(n) FROM r")
+    con.execute("SET statement_timeout = 0")
+    con.execute("COMMIT")
+    assert con.session.healing.error("v") is None
+    assert sorted(con.execute("SELECT * FROM v").fetchall()) == [(3,), (4,)]
+
+
+def test_only_data_errors_heal() -> None:
+    """An engine's refusal of a value heals once the value is gone; any other failure of
+    a kept view is dsql's own, and the view stays in error until it is dropped."""
+    assert is_data_error(ExecutionError("DuckDB failed: Division by zero"))
+    assert is_data_error(RecursionLimitError("loop 'r' did not converge"))
+    assert not is_data_error(SchemaError("unknown column: _c9"))
+    assert "recovers" in (view_error("v", ExecutionError("x")).hint or "")
+    assert "bug" in (view_error("v", SchemaError("x")).hint or "")
