@@ -90,6 +90,8 @@ class Healing:
         for period in self.periods.get(relation.name, ()):
             if period.covers(s.clock.tick if tick is None else tick):
                 raise view_error(relation.name, period.error)
+        for index in s.indexes.on(relation.name):
+            s.indexes.check(index)
         for name in relation.depends_on:
             if name in s.relations:
                 self.check(s.relations[name], tick)

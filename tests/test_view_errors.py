@@ -339,3 +339,18 @@ def test_only_data_errors_heal() -> None:
     assert not is_data_error(SchemaError("unknown column: _c9"))
     assert "recovers" in (view_error("v", ExecutionError("x")).hint or "")
     assert "bug" in (view_error("v", SchemaError("x")).hint or "")
+
+
+def test_an_index_on_a_plain_view_whose_query_fails_refuses_reads() -> None:
+    """Such an index does not heal (a materialized view does): its reads are refused
+    rather than answered from rows that stopped following the view."""
+    con = _session()
+    con.execute("CREATE VIEW pv AS SELECT 12 / b AS x FROM t")
+    con.execute("CREATE INDEX pv_idx ON pv (x)")
+    con.execute("INSERT INTO t VALUES (1, 0)")
+    for sql in ("SELECT * FROM pv", "SELECT * FROM pv WHERE x = 6"):
+        with pytest.raises(ExecutionError, match="index 'pv_idx' on 'pv' is in error"):
+            con.execute(sql)
+    con.execute("DELETE FROM t WHERE b = 0")
+    con.execute("DROP INDEX pv_idx")
+    assert con.execute("SELECT * FROM pv").fetchall() == [(6,)]
