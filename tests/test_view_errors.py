@@ -354,3 +354,20 @@ def test_an_index_on_a_plain_view_whose_query_fails_refuses_reads() -> None:
     con.execute("DELETE FROM t WHERE b = 0")
     con.execute("DROP INDEX pv_idx")
     assert con.execute("SELECT * FROM pv").fetchall() == [(6,)]
+
+
+def test_a_loop_past_its_recursion_limit_heals_too() -> None:
+    con = dsql.connect(kernel="local")
+    con.execute("CREATE TABLE e (s int, d int)")
+    con.execute("INSERT INTO e VALUES (1, 2)")
+    con.execute(
+        "CREATE MATERIALIZED VIEW lim AS WITH MUTUALLY RECURSIVE (ERROR AT RECURSION LIMIT 5) "
+        "c(n int) AS (SELECT s FROM e UNION SELECT n + 1 FROM c WHERE n < (SELECT max(d) "
+        "FROM e)) SELECT * FROM c"
+    )
+    with pytest.warns(DsqlWarning, match="'lim' is in error: loop 'c' did not converge"):
+        con.execute("INSERT INTO e VALUES (50, 60)")
+    with pytest.raises(ExecutionError, match="'lim' is in error"):
+        con.execute("SELECT * FROM lim")
+    con.execute("DELETE FROM e WHERE s = 50")
+    assert sorted(con.execute("SELECT * FROM lim").fetchall()) == [(1,), (2,)]
