@@ -178,8 +178,9 @@ class Healing:
             rel.switch.detach()
             worker.drop(worker.nodes[start:])
             rel.computation = []
-            if not is_data_error(error):
-                raise
+            period = self.error(rel.name)
+            if period is not None and not is_data_error(error):
+                period.error = error  # dsql's own: no more retries, the statement goes on
             return
         except BaseException:
             rel.switch.detach()
