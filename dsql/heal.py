@@ -76,6 +76,8 @@ class Healing:
         self.notices: list[str] = []
         #: The versions of a view's tables at its latest failure or retry.
         self._tried: dict[str, tuple[int, ...]] = {}
+        #: Indexes whose own dataflow failed (they do not heal: `Indexes.check`).
+        self._frozen: set[str] = set()
 
     # --- state ------------------------------------------------------------------------
     def error(self, name: str) -> ErrorPeriod | None:
@@ -111,6 +113,7 @@ class Healing:
         """View `name` is dropped."""
         self.periods.pop(name, None)
         self._tried.pop(name, None)
+        self._frozen.discard(name)
 
     # --- failures ---------------------------------------------------------------------
     def record(self, good_until: int) -> None:
@@ -125,6 +128,13 @@ class Healing:
             cause = next((failed[i] for i in rel.switch.watched if i in failed), None)
             if cause is not None:
                 self._fail(rel, cause, good_until)
+        for index in self.session.indexes.by_name.values():
+            if index.name in self._frozen:
+                continue
+            cause = self.session.indexes.failure(index)
+            if cause is not None:  # an indexed plain view's query: reads refuse it from now
+                self._frozen.add(index.name)
+                self.notices.append(f"index '{index.name}' is in error: {cause.message}")
 
     def _fail(self, rel: Relation, cause: DsqlError, start: int) -> None:
         s = self.session

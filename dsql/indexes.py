@@ -167,6 +167,7 @@ class Indexes:
                 hint=f"indexes: {', '.join(sorted(self.by_name)) or 'none'} (SHOW INDEXES)",
             )
         self.session.history.forget(name)
+        self.session.healing.forget(name)
         self._orphans.append(index)
         self.sweep()
         return [name]
@@ -214,14 +215,18 @@ class Indexes:
         """Refuse to read an index whose own dataflow (an indexed plain view's query)
         failed: it no longer follows its view. Such an index does not heal; a view that
         must, materialized, does (`dsql.heal`)."""
-        failed = self.session.worker.failed
-        cause = next((failed[n.id] for n in index.nodes if n is not None and n.id in failed), None)
+        cause = self.failure(index)
         if cause is not None:
             raise ExecutionError(
                 f"index '{index.name}' on '{index.on}' is in error: {cause.message}",
                 hint="rows of its inputs make the view's query fail; once they are gone, "
                 f"DROP INDEX {index.name} and create it again",
             )
+
+    def failure(self, index: Index) -> DsqlError | None:
+        """The error of the index's own dataflow, if a node of it failed."""
+        failed = self.session.worker.failed
+        return next((failed[n.id] for n in index.nodes if n is not None and n.id in failed), None)
 
     def imported(self, index: Index) -> Arrangement:
         """The index's arrangement imported into a dataflow built now."""

@@ -347,7 +347,8 @@ def test_an_index_on_a_plain_view_whose_query_fails_refuses_reads() -> None:
     con = _session()
     con.execute("CREATE VIEW pv AS SELECT 12 / b AS x FROM t")
     con.execute("CREATE INDEX pv_idx ON pv (x)")
-    con.execute("INSERT INTO t VALUES (1, 0)")
+    with pytest.warns(DsqlWarning, match="index 'pv_idx' is in error: .*[Dd]ivision"):
+        con.execute("INSERT INTO t VALUES (1, 0)")
     for sql in ("SELECT * FROM pv", "SELECT * FROM pv WHERE x = 6"):
         with pytest.raises(ExecutionError, match="index 'pv_idx' on 'pv' is in error"):
             con.execute(sql)
