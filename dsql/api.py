@@ -243,24 +243,14 @@ class Cursor:
         return self
 
     def executemany(self, sql: str, seq_of_parameters: Sequence[Sequence[Any]]) -> Cursor:
-        """Run `sql` once per parameter sequence; rowcount is the total. The writes'
-        round runs once, after the last."""
+        """Run `sql` once per parameter sequence; rowcount is the total."""
         total = 0
-        executor = self.connection.executor
         notices: list[str] = []
-        executor.defer_rounds = True
-        try:
-            for parameters in seq_of_parameters:
-                self.execute(sql, parameters)
-                total += max(self.rowcount, 0)
-                notices += self.notices
-        finally:
-            executor.defer_rounds = False
-        session = self.connection.session
-        if not session.clock.in_transaction:
-            session.settle()
+        for parameters in seq_of_parameters:
+            self.execute(sql, parameters)
+            total += max(self.rowcount, 0)
+            notices += self.notices
         self.notices = notices
-        self._notify(session.healing.take_notices())
         self.rowcount = total
         return self
 

@@ -46,20 +46,16 @@ class Executor:
         self.cursors: dict[str, Subscription] = {}
         #: Seconds a statement may run (`SET statement_timeout`); None: unbounded.
         self.statement_timeout: float | None = None
-        #: Whether a write statement leaves its round to the next one (`executemany`).
-        self.defer_rounds = False
 
     def run(self, text: str) -> list[Result]:
         """Parse and execute every statement of `text`; results in order."""
         return [self.execute(s) for s in grammar.parse(text)]
 
     def execute(self, stmt: Any) -> Result:
-        """Run one statement. Views in error whose tables changed are retried first; a
-        write outside a transaction runs its round after it, so the notice that a view
-        went into error is that write's (`dsql.heal`)."""
+        """Run one statement. Views in error whose tables changed are retried first; the
+        result carries the notices of the rounds the statement ran (`dsql.heal`)."""
         s = self.session
-        if not self.defer_rounds:
-            s.healing.retry()
+        s.healing.retry()
         try:
             with statement_deadline(s.worker, self.statement_timeout):
                 result = self._execute(stmt)
@@ -67,8 +63,6 @@ class Executor:
             if error.statement is None:
                 error.statement = getattr(stmt, "text", None)
             raise
-        if isinstance(stmt, _WRITES) and not (s.clock.in_transaction or self.defer_rounds):
-            s.settle()
         result.notices = s.healing.take_notices()
         return result
 
@@ -353,16 +347,6 @@ class Executor:
                 raise SchemaError(f"'{stmt.of}' is not a view")
             return _rows({"name": [view.name], "create_sql": [view.sql]})
         raise UnsupportedError(f"SHOW {what.upper()} is not supported")
-
-
-#: Statements that write tables: their rounds run before they return.
-_WRITES = (
-    grammar.Insert,
-    grammar.Delete,
-    grammar.Update,
-    grammar.CreateTableAs,
-    grammar.Commit,
-)
 
 
 def _rows(columns: dict[str, list[Any]]) -> Result:

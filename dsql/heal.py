@@ -1,7 +1,7 @@
 """Errors that heal: a materialized view is in error exactly while its query fails.
 
 As in Materialize, a row that makes a view's query fail (division by zero, integer
-overflow, a failing cast, a scalar subquery of several rows) puts the view in error
+overflow, a failing cast, a loop past its recursion limit) puts the view in error
 only while the row is there; the write itself succeeds. dsql gets there by rebuilding
 rather than by an error stream through every operator:
 

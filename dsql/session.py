@@ -109,12 +109,6 @@ class Session:
             self.healing.record(good_until)
         self.history.advance()
 
-    def settle(self) -> None:
-        """Run the rounds of the writes so far (their views' failures become the
-        statement's notices), then retry the views in error whose tables changed."""
-        self.close_time()
-        self.healing.retry()
-
     def close_time(self, force: bool = False) -> int:
         """Make every write so far final; returns the open tick, which reads happen at.
 
