@@ -23,6 +23,7 @@ return the updates available so far, waiting at most `timeout` seconds for some.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import wraps
@@ -258,6 +259,8 @@ class Cursor:
         self.description: list[tuple[Any, ...]] | None = None
         self.closed = False
         self.status = ""
+        #: The last statement's notices (also issued as `DsqlWarning`s).
+        self.notices: list[str] = []
 
     @_serialized
     def execute(self, sql: str, parameters: Sequence[Any] | None = None) -> Cursor:
@@ -274,9 +277,12 @@ class Cursor:
         self._check()
         stmt = _one_statement(sql)
         total = 0
+        notices: list[str] = []
         for params in seq_of_parameters:
             self._run(stmt, params)
             total += max(self.rowcount, 0)
+            notices += self.notices
+        self.notices = notices
         self.rowcount = total
         return self
 
@@ -299,6 +305,8 @@ class Cursor:
         self._pos = 0
         self.rowcount = result.rowcount
         self.status = result.status
+        self.notices = []
+        self._notify(result.notices)
         self.description = (
             None
             if result.table is None
@@ -307,6 +315,11 @@ class Cursor:
                 for f in result.table.schema
             ]
         )
+
+    def _notify(self, notices: list[str]) -> None:
+        for notice in notices:
+            self.notices.append(notice)
+            warnings.warn(notice, errors.DsqlWarning, stacklevel=4)
 
     @_serialized
     def _available(self, wanted: int | None, timeout: float | None) -> int:

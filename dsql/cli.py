@@ -132,6 +132,8 @@ class Script:
             self.subscribed(stmt, result)
         else:
             self.printer.result(result)
+        for notice in result.notices:
+            self.printer.note(f"NOTICE: {notice}")
 
     def subscribed(self, stmt: Any, result: Any) -> None:
         """Show a SUBSCRIBE's snapshot and keep it for later updates."""
@@ -146,8 +148,12 @@ class Script:
             return
         self._seen_ms = now
         for label, sub in list(self.subscriptions):
-            with self.connection.executor.guarded(label):  # Ctrl-C waits for the round's end
-                table = sub.poll()
+            try:
+                with self.connection.executor.guarded(label):  # Ctrl-C waits for the round
+                    table = sub.poll()
+            except errors.DsqlError as error:  # a view it reads is in error: it waits
+                self.printer.error(error, label)
+                continue
             if table.num_rows:
                 self.printer.updates(label, table)
             if sub.closed:

@@ -86,6 +86,11 @@ class Warning(Exception):  # noqa: A001 - the name PEP 249 prescribes
 Error = DsqlError
 
 
+class DsqlWarning(UserWarning):
+    """A notice about a statement that succeeded: a materialized view went into error
+    (`warnings.warn` by the API; the CLI prints it)."""
+
+
 class InterfaceError(DsqlError):
     """The API was misused: a closed connection or cursor, a bad parameter count."""
 

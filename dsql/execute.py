@@ -70,11 +70,19 @@ class Executor:
 
     def execute(self, stmt: Any) -> Result:
         """Run one statement: at most one at a time, canceled at a safe point by its
-        timeout or Ctrl-C; one that fails leaves no dataflow behind."""
-        with self.lock, self.guarded(getattr(stmt, "text", None)):
+        timeout or Ctrl-C; one that fails leaves no dataflow behind. Views in error whose
+        tables changed are retried first; the result carries the notices of the rounds
+        the statement ran (`dsql.heal`)."""
+        s = self.session
+        with self.lock:
             try:
-                with statement_deadline(self.session.worker, self.statement_timeout):
-                    return self._execute(stmt)
+                with self.guarded(None):  # a rebuilt view's nodes stay if the statement fails
+                    s.healing.retry()
+                with self.guarded(getattr(stmt, "text", None)):
+                    with statement_deadline(s.worker, self.statement_timeout):
+                        result = self._execute(stmt)
+                result.notices = s.healing.take_notices()
+                return result
             finally:
                 self.updated.notify_all()
 

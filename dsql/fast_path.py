@@ -103,6 +103,7 @@ def peek(session: Session, bound: Query, optimized: Plan | None = None) -> pa.Ta
     handle = arranged.trace_handle()
     try:
         session.close_time(force=True)
+        session._check_failed(session.relations[name])  # in error since this round?
         counts = _counts(session.worker.kernel, arranged, steps, tick, params, probe)
     finally:
         handle.release()

@@ -181,7 +181,7 @@ class History:
         the most history, its since checked against `as_of_ms`; None for a plain view."""
         s = self.session
         relation = s.relations[name]
-        s._check_failed(relation)
+        s._check_failed(relation, (as_of_ms + 1) * TICKS_PER_MS - 1)
         held = [(i.name, i.arrangement) for i in s.indexes.on(name)]
         if relation.arrangement is not None:
             held.insert(0, (name, relation.arrangement))

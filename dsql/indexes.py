@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from dsql.errors import DsqlError, SchemaError, UnsupportedError
+from dsql.errors import DsqlError, ExecutionError, SchemaError, UnsupportedError
 from dsql.planner.catalog import unknown_relation
 from dsql.runtime.arrangement import ImportNode, TraceHandle
 from dsql.runtime.collection import Arrangement
@@ -169,6 +169,7 @@ class Indexes:
                 hint=f"indexes: {', '.join(sorted(self.by_name)) or 'none'} (SHOW INDEXES)",
             )
         self.session.history.forget(name)
+        self.session.healing.forget(name)
         self._orphans.append(index)
         self.sweep()
         return [name]
@@ -212,8 +213,26 @@ class Indexes:
                 return index
         return None
 
+    def check(self, index: Index) -> None:
+        """Refuse to read an index whose own dataflow (an indexed plain view's query)
+        failed: it no longer follows its view. Such an index does not heal; a view that
+        must, materialized, does (`dsql.heal`)."""
+        cause = self.failure(index)
+        if cause is not None:
+            raise ExecutionError(
+                f"index '{index.name}' on '{index.on}' is in error: {cause.message}",
+                hint="rows of its inputs make the view's query fail; once they are gone, "
+                f"DROP INDEX {index.name} and create it again",
+            )
+
+    def failure(self, index: Index) -> DsqlError | None:
+        """The error of the index's own dataflow, if a node of it failed."""
+        failed = self.session.worker.failed
+        return next((failed[n.id] for n in index.nodes if n is not None and n.id in failed), None)
+
     def imported(self, index: Index) -> Arrangement:
         """The index's arrangement imported into a dataflow built now."""
+        self.check(index)
         return Arrangement(IndexImport(index.arrangement.trace_handle(), index.name))
 
     def arranged(self, relation: str, keys: tuple[int, ...]) -> Any:

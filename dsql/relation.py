@@ -1,10 +1,10 @@
 """A session's catalog entries (`Relation`), and what a view's entry keeps.
 
 A table's entry holds its input and arrangement; a materialized view's, its
-dataflow's nodes and arrangement; a view's, only its plan (rendered by each
-reader). `_view_plan` is the plan a view keeps of its bound query (ORDER BY
-dropped unless LIMIT/OFFSET needs it); `typed_columns` its columns with the
-types the engine produced.
+dataflow's nodes, the switch its result passes (`dsql.heal`) and arrangement; a
+view's, only its plan (rendered by each reader). `_view_plan` is the plan a view
+keeps of its bound query (ORDER BY dropped unless LIMIT/OFFSET needs it);
+`typed_columns` its columns with the types the engine produced.
 
 >>> from dsql.planner.types import build
 >>> r = Relation("t", "table", (Column("a", build("int")),))
@@ -42,6 +42,13 @@ class Relation:
     defaults: tuple[exp.Expression | None, ...] = ()
     nodes: list[Any] = field(default_factory=list)
     depends_on: tuple[str, ...] = ()
+    #: A materialized view's `SwitchNode` (its result's arrangement reads it) and the
+    #: nodes computing its query, which a failure drops and healing builds again
+    #: (`nodes` are the rest of its nodes: the switch's and the arrangement's).
+    switch: Any = None
+    computation: list[Any] = field(default_factory=list)
+    #: A table's count of writes (healing retries a view when one of its tables changed).
+    version: int = 0
 
     @property
     def schema(self) -> pa.Schema:

@@ -15,7 +15,7 @@ Invariant: a correct result has no row with a negative count (`repeat_rows` rais
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,8 @@ class Result:
     rowcount: int = -1
     #: For SUBSCRIBE: the running `Subscription`, whose later updates callers poll.
     subscription: Any = None
+    #: Notices of the statement's rounds (a materialized view went into error).
+    notices: list[str] = field(default_factory=list)
 
 
 def reads_nothing(plan: Plan) -> bool:

@@ -26,6 +26,7 @@ from sqlglot import exp
 from dsql import fast_path
 from dsql.clock import TICKS_PER_MS, Clock
 from dsql.errors import DsqlError, SchemaError, TypeMismatchError
+from dsql.heal import Healing
 from dsql.history import History
 from dsql.indexes import Indexes
 from dsql.planner.bind import bind
@@ -42,6 +43,7 @@ from dsql.runtime.dataflow import Worker, batch_schema
 from dsql.runtime.input import InputSession
 from dsql.runtime.lattice import DIFF, TIME
 from dsql.runtime.memory import parse_size
+from dsql.runtime.switch import SwitchNode
 
 
 class Session:
@@ -65,10 +67,12 @@ class Session:
         self.kernel_name = kernel
         self.clock = Clock(clock)
         self.worker = Worker(_make_kernel(kernel, spark, placement_threshold, start_spark))
-        # A kept view that fails on new data fails alone (reads of it report the error).
+        # A kept view that fails on new data fails alone: it is in error until the data
+        # that fails it is gone (`dsql.heal`).
         self.worker.isolate_failures = True
         self.memory_limit = 0
         self.set_memory_limit(memory_limit)
+        self.healing = Healing(self)
         self.relations: dict[str, Relation] = {}
         #: Whether reads of an arrangement, and INSERTs of literal rows, skip the
         #: dataflow (`dsql.fast_path`).
@@ -104,12 +108,17 @@ class Session:
         return [s for s in self.worker.inputs if not s.closed]
 
     def _sync(self) -> None:
-        """Tell every input the clock's tick, flush, and run the worker to quiescence."""
+        """Tell every input the clock's tick, flush, and run the worker to quiescence;
+        views whose dataflow failed go into error (`dsql.heal`)."""
+        good_until = max((t[0] for t in self.worker.frontier), default=0)
         for s in self._inputs():
             if s.time < self.clock.tick:
                 s.advance_to(self.clock.tick)
             s.flush()
-        self.worker.run()
+        try:
+            self.worker.run()
+        finally:
+            self.healing.record(good_until)
         self.history.advance()
 
     def close_time(self, force: bool = False) -> int:
@@ -168,6 +177,7 @@ class Session:
         if rows.num_rows == 0:
             return 0
         tick = self.clock.write_tick()
+        rel.version += 1
         data = rows.rename_columns([f"_c{i}" for i in range(rows.num_columns)]).cast(rel.schema)
         data = data.append_column(DIFF, pa.array([diff] * rows.num_rows, pa.int64()))
         data = data.append_column(TIME, pa.array([tick] * rows.num_rows, pa.int64()))
@@ -249,8 +259,12 @@ class Session:
             try:
                 collection = self._render(plan)
                 rel.columns = typed_columns(cols, collection.schema)
-                rel.arrangement = collection.arrange_by_self()
-                rel.nodes = self.worker.nodes[start:]
+                rel.computation = self.worker.nodes[start:]
+                rel.switch = SwitchNode(collection.node)
+                rel.arrangement = Collection(rel.switch).arrange_by_self()
+                rel.switch.arranged = rel.arrangement.node
+                rel.switch.watched = tuple(n.id for n in rel.computation if n is not None)
+                rel.nodes = self.worker.nodes[start + len(rel.computation) :]
                 # Run the first evaluation now (the import's history completes when the
                 # tick closes): a view that fails, or times out, fails its CREATE and
                 # leaves nothing behind, instead of failing a later statement.
@@ -289,8 +303,9 @@ class Session:
                 dropped += self.drop(d, cascade=True, kind=None)
         self.indexes.drop_on(name)
         self.history.forget(name)
+        self.healing.forget(name)
         if rel.nodes:
-            self.worker.drop(rel.nodes)
+            self.worker.drop([*rel.computation, *rel.nodes])
         if rel.input is not None:
             rel.input.close()
             if rel.arrangement is not None:
@@ -332,20 +347,20 @@ class Session:
         assert rel.plan is not None
         return self._render(rel.plan)
 
-    def _check_failed(self, rel: Relation) -> None:
-        """Refuse to read a materialized view whose dataflow failed on data written after
-        it was created (or a view over one): it stopped following its inputs."""
-        failed = self.worker.failed
-        error = next((failed[n.id] for n in rel.nodes if n.id in failed), None)
-        if error is not None:
-            raise type(error)(
-                f"materialized view '{rel.name}' failed: {error.message}",
-                hint="fix or remove the rows that make it fail, then DROP the view and "
-                "create it again" + (f" ({error.hint})" if error.hint else ""),
-            )
-        for name in rel.depends_on:
-            if name in self.relations:
-                self._check_failed(self.relations[name])
+    def _unindexed_source(self, name: str) -> Collection:
+        """`_source` reading no index (a view's rebuild: an index may be younger than
+        the view, and the rebuilt dataflow steps before the view's switch)."""
+        rel = self.relations[name]
+        self._check_failed(rel)
+        if rel.arrangement is not None:
+            return import_arrangement(rel.arrangement.trace_handle()).as_collection()
+        assert rel.plan is not None
+        return self._render(rel.plan, self._unindexed_source)
+
+    def _check_failed(self, rel: Relation, tick: int | None = None) -> None:
+        """Refuse to read a materialized view in error (or a view over one), now or, with
+        `tick`, at that past tick (`dsql.heal`)."""
+        self.healing.check(rel, tick)
 
     def _unit_collection(self) -> Collection:
         return import_arrangement(self._unit_arrangement.trace_handle()).as_collection()
@@ -374,6 +389,8 @@ class Session:
             capture = collection.capture()
             self.worker.wake()
             self.close_time(force=True)
+            # A view it reads may have gone into error in this read's own round.
+            self.healing.check_plan(bound.plan, None if as_of_ms is None else tick_of(as_of_ms))
             updates = capture.poll()
         finally:
             self.worker.drop(self.worker.nodes[start:])
@@ -398,6 +415,11 @@ class Session:
         empty = batch_schema(collection.schema, collection.depth).empty_table()
         updates = pa.concat_tables(parts) if parts else empty
         return present(accumulate(updates, tick, bound.plan.arity, self.memory_limit), bound)
+
+
+def tick_of(ms: int) -> int:
+    """The last tick of millisecond `ms` (a read AS OF `ms` sees every write in it)."""
+    return (ms + 1) * TICKS_PER_MS - 1
 
 
 def default_kernel() -> str:

@@ -57,7 +57,7 @@ def arrangement_rows(session: Session) -> dict[str, list[Any]]:
         if rel.arrangement is not None:
             names = [c.name for c in rel.columns]
             add(rel.name, rel.kind, rel.arrangement.node, names)
-            owners.append((rel.name, rel.arrangement.node, rel.nodes))
+            owners.append((rel.name, rel.arrangement.node, [*rel.computation, *rel.nodes]))
     for index in sorted(session.indexes.by_name.values(), key=lambda i: i.name):
         if index.nodes:
             names = [c.name for c in session.relations[index.on].columns]

@@ -6,7 +6,11 @@ consolidated within each millisecond. AS OF is inclusive, UP TO exclusive. A
 subscribed query is maintained as a view of it is: `ORDER BY ... LIMIT k` keeps the
 top k rows at every time, and ORDER BY alone orders nothing.
 With PROGRESS, a row with `mz_progressed = true` (data columns NULL) says that
-every update before its timestamp has been emitted.
+every update before its timestamp has been emitted. While a materialized view it
+reads is in error, `poll` raises that error and the subscription stays open; after
+the view heals, the updates stamped inside the error period arrive at its end, with
+the view's correction (`dsql.heal`). A failure of the subscription's own dataflow
+(a row its query cannot compute) ends it with the error.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dsql.clock import TICKS_PER_MS
-from dsql.errors import DataError, DsqlError
+from dsql.errors import DataError, DsqlError, ExecutionError
 from dsql.planner.plan import Query
 from dsql.relation import _view_plan
 from dsql.results import negative_multiplicity
@@ -87,7 +91,21 @@ class Subscription:
         if self.closed:
             return self._empty()
         self.session.close_time(force=True)
+        # While a view it reads is in error the subscription reports the error; its
+        # updates wait, and come after healing restamped to it (`dsql.heal`).
+        self.session.healing.check_plan(self.bound.plan)
+        failed = self.session.worker.failed
+        own = next((failed[n.id] for n in self._nodes if n is not None and n.id in failed), None)
+        if own is not None:  # its own dataflow failed: it ends with the error, as in Materialize
+            self.close()
+            raise ExecutionError(f"SUBSCRIBE failed: {own.message}", hint=own.hint)
         raw = self._capture.poll()
+        if raw.num_rows:
+            raw = raw.set_column(
+                raw.column_names.index(TIME),
+                TIME,
+                self.session.healing.restamp(self.bound.plan, raw[TIME]),
+            )
         arity = self.bound.visible
         cols = [f"_c{i}" for i in range(arity)]
         ms = pc.divide(raw[TIME], TICKS_PER_MS) if raw.num_rows else pa.array([], pa.int64())

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -143,6 +144,9 @@ class Node:
         self.schema = schema
         self.depth = depth
         self.dropped = False
+        #: Where the node steps in a round: nodes step in rank order, a topological order
+        #: (the creation order, unless the node was built `Worker.ranked_before` another).
+        self.rank: tuple[int, ...] = ()
         self.id = worker._register(self)
 
     @property
@@ -218,10 +222,14 @@ class Worker:
         self.isolate_failures = False
         #: Called with each node after it steps (a front end's progress display).
         self.on_step: Callable[[Node], None] | None = None
+        #: While set, the rank prefix of the nodes being built (`ranked_before`).
+        self._rank_prefix: tuple[int, ...] | None = None
 
     def _register(self, node: Node) -> int:
         self.nodes.append(node)
         node_id = len(self.nodes) - 1
+        prefix = self._rank_prefix
+        node.rank = (node_id,) if prefix is None else (*prefix, node_id)
         if node.scope is not None:
             node.scope.nodes.append(node)
         else:
@@ -231,6 +239,30 @@ class Worker:
         return node_id
 
     # --- building ------------------------------------------------------------------
+    @contextmanager
+    def ranked_before(self, node: Node) -> Iterator[None]:
+        """Build nodes inside the block that step before `node` in every round (after every
+        node ranked before it), so a dataflow built later can feed an older node.
+
+        The new nodes may read only nodes ranked before `node`.
+        """
+        *head, last = node.rank
+        previous, self._rank_prefix = self._rank_prefix, (*head, last - 1, len(self.nodes))
+        try:
+            yield
+        finally:
+            self._rank_prefix = previous
+
+    def revive(self, node: Node) -> None:
+        """Let a failed node step again: for a node whose failed step kept nothing (a
+        switch, an arrangement), once what made it fail is gone."""
+        self.failed.pop(node.id, None)
+
+    def refresh(self, node: Node) -> None:
+        """Step `node` in the next round even if none of its inputs produces a batch."""
+        if node.scope is None and node not in self._fresh:
+            self._fresh.append(node)
+
     def new_input(self, schema: pa.Schema | dict[str, Any] | list[tuple[str, Any]]) -> InputSession:
         """A new input collection with the given data columns (names and Arrow types)."""
         from dsql.runtime.input import InputSession
@@ -332,7 +364,7 @@ class Worker:
         not the size of the graph (many idle views cost nothing). Then each node that
         stepped finishes.
         """
-        heap: list[int] = []
+        heap: list[tuple[tuple[int, ...], int]] = []
         queued: set[int] = set()
 
         def add(node: Node) -> None:
@@ -340,14 +372,14 @@ class Worker:
                 if node.id in self.failed:
                     return
                 queued.add(node.id)
-                heapq.heappush(heap, node.id)
+                heapq.heappush(heap, (node.rank, node.id))
 
         for fresh in (*self._fresh, *self._always.values(), *self._standing.values()):
             add(fresh)
         self._fresh = []
         ran: list[Node] = []
         while heap:
-            node = self.nodes[heapq.heappop(heap)]
+            node = self.nodes[heapq.heappop(heap)[1]]
             assert node is not None  # queued nodes are live
             if node.lazy and node.consumers == 0:
                 continue
@@ -360,8 +392,10 @@ class Worker:
                 # node fails alone (it steps no more), the round ends, then the error is
                 # raised (`abort`), unless the node belongs to a dataflow kept from before
                 # the running statement and failures are isolated (see `failed`).
+                # A canceled statement is no error of the data: it is never isolated.
                 self.failed[node.id] = error
-                if node.id >= self.cancelable_from or not self.isolate_failures:
+                own = node.id >= self.cancelable_from
+                if own or not self.isolate_failures or isinstance(error, QueryCanceledError):
                     self.abort(error)
                 continue
             if self.on_step is not None:

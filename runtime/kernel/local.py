@@ -132,7 +132,8 @@ class LocalKernel(Kernel):
         except Exception as error:  # noqa: BLE001 - engine errors become DsqlErrors
             if self._deadline is not None and time.monotonic() >= self._deadline:
                 raise canceled() from None
-            message = str(error).strip().splitlines()[0]
+            # DuckDB's advice (TRY(...), its settings) is no SQL a dsql user can write.
+            message = str(error).strip().splitlines()[0].split(" Use TRY(")[0]
             if "Out of Memory" in message:
                 raise memory.exceeded(self.memory_limit, "DuckDB could not allocate") from None
             if "Referenced column" in message or "not found in FROM clause" in message:
