@@ -26,6 +26,7 @@ from typing import TypeVar, cast
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from dsql.grammar.ast import ColumnDef
 from dsql.grammar.source import Fragment
@@ -220,14 +221,20 @@ _COLUMN_HINT = "a column is `name type [NOT NULL | NULL] [DEFAULT expr] [PRIMARY
 
 def _parse_one(sql: str) -> exp.Expression:
     tree = sqlglot.parse_one(sql, read="postgres", error_message_context=_CONTEXT)
-    return cast(exp.Expression, tree)
+    return _folded_names(cast(exp.Expression, tree))
 
 
 def _parse_condition(sql: str) -> exp.Expression:
     tree = sqlglot.parse_one(
         sql, read="postgres", into=exp.Condition, error_message_context=_CONTEXT
     )
-    return cast(exp.Expression, tree)
+    return _folded_names(cast(exp.Expression, tree))
+
+
+def _folded_names(tree: exp.Expression) -> exp.Expression:
+    """`tree` with its unquoted names folded to lower case, as PostgreSQL folds them
+    (quoted names keep their case), so the planner compares names exactly."""
+    return cast(exp.Expression, normalize_identifiers(tree, dialect="postgres"))
 
 
 def _parse(
