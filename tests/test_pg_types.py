@@ -59,3 +59,79 @@ def test_names_fold_in_views_indexes_and_dml(con: dsql.Connection) -> None:
     con.execute("DELETE FROM t WHERE a = 2")
     assert rows(con, "SELECT * FROM mv") == [(3,)]
     assert rows(con, "SUBSCRIBE Mv")[0][-1] == 3
+
+
+# -- numeric
+
+
+def test_numeric_cast_keeps_the_digits(con: dsql.Connection) -> None:
+    assert rows(con, "SELECT 1.23456::numeric, CAST(6.9 AS numeric), '1e3'::numeric") == [
+        (Decimal("1.23456"), Decimal("6.9"), Decimal("1000"))
+    ]
+    assert str(rows(con, "SELECT CAST(6.9 AS numeric)")[0][0]) == "6.9"
+    assert rows(con, "SELECT 12.345::numeric(4,1), 7::numeric") == [(Decimal("12.3"), 7)]
+
+
+def test_numeric_field_overflow(con: dsql.Connection) -> None:
+    with pytest.raises(dsql.Error, match="numeric field overflow"):
+        con.execute("SELECT 12345.6::numeric(4,1)")
+    con.execute("CREATE TABLE n (x numeric(4, 1))")
+    with pytest.raises(dsql.Error, match="numeric field overflow"):
+        con.execute("INSERT INTO n VALUES (12345.6)")
+    con.execute("INSERT INTO n VALUES (12.35), (1), ('-0.05')")
+    assert rows(con, "SELECT x FROM n") == [
+        (Decimal("12.4"),),
+        (Decimal("1.0"),),
+        (Decimal("-0.1"),),
+    ]
+
+
+def test_quoted_literals_into_numeric_columns(con: dsql.Connection) -> None:
+    con.execute("CREATE TABLE n (x numeric, i int)")
+    con.execute("INSERT INTO n VALUES ('1e3', ' 12 '), (1.50, 2), (' 12.5 ', '-3')")
+    assert sorted(rows(con, "SELECT x, i FROM n")) == [(1.5, 2), (12.5, -3), (1000, 12)]
+    with pytest.raises(dsql.Error, match="no NaN"):
+        con.execute("INSERT INTO n (x) VALUES ('NaN')")
+    with pytest.raises(dsql.Error, match='invalid input syntax for type numeric: "abc"'):
+        con.execute("INSERT INTO n (x) VALUES ('abc')")
+    with pytest.raises(dsql.Error, match="integer out of range"):
+        con.execute("INSERT INTO n (i) VALUES (2147483648)")
+
+
+# -- sums: PostgreSQL's result types, never overflowing for bigint
+
+
+def test_sum_types_and_exact_bigint_sums(con: dsql.Connection) -> None:
+    con.execute("CREATE TABLE b (x bigint, i int)")
+    big = "(9223372036854775807, 2147483647)"
+    con.execute(f"INSERT INTO b VALUES {big}, {big}")  # one row, multiplicity 2
+    con.execute("CREATE MATERIALIZED VIEW s AS SELECT sum(x) AS sx, sum(i) AS si FROM b")
+    expected = [(Decimal("18446744073709551614"), 4294967294)]
+    assert rows(con, "SELECT sum(x), sum(i) FROM b") == expected
+    assert rows(con, "SELECT * FROM s") == expected
+    con.execute("DELETE FROM b WHERE x > 0")
+    con.execute("INSERT INTO b VALUES (1, 1)")
+    assert rows(con, "SELECT * FROM s") == [(1, 1)]
+    cur = con.execute("SELECT sum(x), sum(i) FROM b")
+    assert [d[1] for d in cur.description][1] == "int64"
+
+
+def test_integer_overflow_is_an_error(con: dsql.Connection) -> None:
+    with pytest.raises(dsql.Error, match="^integer out of range"):
+        con.execute("SELECT 2147483647 + 1")
+    with pytest.raises(dsql.Error, match="^bigint out of range"):
+        con.execute("SELECT 9223372036854775807::bigint * 2")
+    assert rows(con, "SELECT -7 / 2, -7 % 2, 7 % -2") == [(-3, -1, 1)]
+
+
+# -- text of bounded length
+
+
+def test_varchar_length_is_enforced(con: dsql.Connection) -> None:
+    con.execute("CREATE TABLE v (s varchar(3), c char(3))")
+    with pytest.raises(dsql.Error, match=r"value too long for type character varying\(3\)"):
+        con.execute("INSERT INTO v VALUES ('abcd', 'a')")
+    with pytest.raises(dsql.Error, match=r"value too long for type character\(3\)"):
+        con.execute("INSERT INTO v VALUES ('a', 'abcd')")
+    con.execute("INSERT INTO v VALUES ('ab   ', 'a  ')")  # trailing blanks past n are cut
+    assert rows(con, "SELECT s, length(c), c = 'a' FROM v") == [("ab ", 1, True)]

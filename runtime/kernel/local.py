@@ -7,6 +7,7 @@ the identity and lineage never grows.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -104,6 +105,17 @@ class LocalKernel(Kernel):
             if self._deadline is not None and time.monotonic() >= self._deadline:
                 raise canceled() from None
             message = str(error).strip().splitlines()[0]
+            overflow = _OVERFLOW.search(message)
+            if overflow is not None:
+                raise ExecutionError(
+                    f"{_OUT_OF_RANGE[overflow.group(1)]} out of range",
+                    hint="cast to numeric for larger values",
+                ) from None
+            if _DECIMAL_OVERFLOW.search(message):
+                raise ExecutionError(
+                    "numeric field overflow",
+                    hint="the value has more integer digits than the numeric(p, s) allows",
+                ) from None
             if "Referenced column" in message or "not found in FROM clause" in message:
                 raise SchemaError(f"unknown column: {message}") from error
             raise ExecutionError(f"DuckDB failed: {message}", statement=prepared.text) from error
@@ -111,7 +123,7 @@ class LocalKernel(Kernel):
             if timer is not None:
                 timer.cancel()
                 con.close()
-        return _spark_types(result)
+        return result
 
     def rows(self, frame: pa.Table) -> int:
         return frame.num_rows
@@ -162,7 +174,7 @@ class LocalKernel(Kernel):
             data = (
                 rows.combine_chunks().flatten() if rows.num_chunks != 1 else rows.chunk(0).flatten()
             )
-            out.append(_spark_types(pa.Table.from_arrays([*data, *kept.columns], schema=schema)))
+            out.append(pa.Table.from_arrays([*data, *kept.columns], schema=schema))
         return out
 
     def join_small(self, left: pa.Table, right: pa.Table, shape: JoinShape) -> pa.Table | None:
@@ -370,33 +382,68 @@ def _arrow_result(con: Any, text: str) -> pa.Table:
     small statement's cost; other builds go through `sql()`.
     """
     submit = getattr(con, "_submit", None)
-    if submit is not None:
-        return submit(text, None, "arrow", _BATCH_ROWS).arrow_table()
-    return con.sql(text).to_arrow_table()
+    result = submit(text, None, "arrow", _BATCH_ROWS) if submit is not None else con.sql(text)
+    table = result.arrow_table() if submit is not None else result.to_arrow_table()
+    return _spark_types(table, result.description)
 
 
 #: Rows per Arrow record batch of a result (DuckDB's default).
 _BATCH_ROWS = 131072
 
-_HUGEINT = pa.decimal128(38, 0)
+#: DuckDB's integer overflow, and PostgreSQL's name of the type that overflowed.
+_OVERFLOW = re.compile(r"Overflow in \w+ of (INT16|INT32|INT64)")
+_DECIMAL_OVERFLOW = re.compile(r"to type DECIMAL\(\d+,\d+\) failed: value is out of range")
+_OUT_OF_RANGE = {"INT16": "smallint", "INT32": "integer", "INT64": "bigint"}
 
 
-def _spark_types(table: pa.Table) -> pa.Table:
+def _spark_types(table: pa.Table, description: Sequence[Any]) -> pa.Table:
     """Align DuckDB's result types with Spark's where they differ.
 
-    DuckDB sums integers into HUGEINT (Arrow decimal128(38, 0)); Spark into BIGINT.
-    Results must not depend on the kernel, so such columns become int64 (an
-    overflow is an error, as in Spark's ANSI mode).
+    DuckDB sums integers into HUGEINT; Spark into BIGINT. Results must not depend on
+    the kernel, so such columns (and struct fields) become int64, an overflow an error
+    as in Spark's ANSI mode. Arrow shows HUGEINT as decimal128(38, 0), like
+    numeric(38, 0) (PostgreSQL's sum of bigints), so the result's DuckDB types
+    (`description`) tell them apart.
     """
-    huge = _HUGEINT
-    if not any(f.type == huge for f in table.schema):
+    kinds = [d[1] for d in description]
+    if not any(_has_hugeint(k) for k in kinds):
         return table
-    fields = [
-        pa.field(f.name, pa.int64(), f.nullable) if f.type == huge else f for f in table.schema
-    ]
-    try:
-        return table.cast(pa.schema(fields))
-    except pa.ArrowInvalid:
-        raise ExecutionError(
-            "bigint out of range", hint="cast to numeric or double for larger values"
-        ) from None
+    columns = [_narrowed(c, k) for c, k in zip(table.columns, kinds, strict=True)]
+    return pa.Table.from_arrays(columns, names=table.column_names)
+
+
+def _has_hugeint(kind: Any) -> bool:
+    if kind.id == "hugeint":
+        return True
+    return kind.id == "struct" and any(_has_hugeint(t) for _, t in kind.children)
+
+
+def _narrowed(column: Any, kind: Any) -> Any:
+    """A column with its HUGEINT values (at any struct depth) as int64."""
+    if not _has_hugeint(kind):
+        return column
+    if kind.id == "hugeint":
+        try:
+            return column.cast(pa.int64())
+        except pa.ArrowInvalid:
+            raise ExecutionError(
+                "bigint out of range", hint="cast to numeric or double for larger values"
+            ) from None
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    out = []
+    for chunk in chunks:
+        fields = [_narrowed(chunk.field(i), t) for i, (_, t) in enumerate(kind.children)]
+        names = [n for n, _ in kind.children]
+        out.append(pa.StructArray.from_arrays(fields, names=names, mask=chunk.is_null()))
+    return (
+        pa.chunked_array(out)
+        if out
+        else column.cast(
+            pa.struct(
+                [
+                    pa.field(n, pa.int64() if t.id == "hugeint" else column.type.field(n).type)
+                    for n, t in kind.children
+                ]
+            )
+        )
+    )
