@@ -78,8 +78,8 @@ def _exact(source: pa.DataType, target: pa.DataType) -> bool:
     return True
 
 
-def _number(value: Any) -> Decimal:
-    """A value read as a number; text as PostgreSQL reads numeric input."""
+def _number(value: Any, kind: str = "numeric") -> Decimal:
+    """A value read as a number; text as PostgreSQL reads input of type `kind`."""
     if isinstance(value, float):  # its shortest spelling, as PostgreSQL prints it
         value = repr(value)
     if not isinstance(value, str):
@@ -90,7 +90,7 @@ def _number(value: Any) -> Decimal:
     except decimal.InvalidOperation:
         number = None
     if number is None or not text or "_" in text:
-        raise DataError(f'invalid input syntax for type numeric: "{value}"')
+        raise TypeMismatchError(f'invalid input syntax for type {kind}: "{value}"')
     if not number.is_finite():
         raise DataError(
             f'"{value}" cannot be stored: dsql\'s numeric has no NaN or infinity',
@@ -113,11 +113,11 @@ def _to_decimal(value: Any, target: pa.Decimal128Type, column_type: exp.DataType
 
 def _to_integer(value: Any, target: pa.DataType, column_type: exp.DataType) -> int:
     """A value as an integer (rounded half away from zero); out of range an error."""
-    number = _number(value)
-    if isinstance(value, str) and number != number.to_integral_value():
-        raise DataError(f'invalid input syntax for type {_INTEGER_RANGE[target][0]}: "{value}"')
-    whole = int(number.quantize(Decimal(1), decimal.ROUND_HALF_UP))
     kind, bound = _INTEGER_RANGE[target]
+    number = _number(value, kind)
+    if isinstance(value, str) and not value.strip().lstrip("+-").isdigit():
+        raise TypeMismatchError(f'invalid input syntax for type {kind}: "{value}"')
+    whole = int(number.quantize(Decimal(1), decimal.ROUND_HALF_UP))
     if not -bound <= whole < bound:
         raise DataError(f"{kind} out of range")
     return whole

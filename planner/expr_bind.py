@@ -108,6 +108,14 @@ def _unbounded_numeric(t: exp.DataType) -> bool:
     return t.this in (types.T.DECIMAL, types.T.BIGDECIMAL) and not t.expressions
 
 
+def _bounded_text(t: exp.DataType) -> exp.Expression | None:
+    """The length n of a varchar(n) or char(n) type, else None."""
+    if t.this in (types.T.VARCHAR, types.T.CHAR) and t.expressions:
+        length = t.expressions[0].this
+        return length.copy() if isinstance(length, exp.Literal) else None
+    return None
+
+
 def _literal_scale(e: exp.Expr) -> int | None:
     """The digits after the point of a number literal, or of a string literal that is a
     number (`'1e3'` has none, `'1.50'` two); None for anything else."""
@@ -191,6 +199,16 @@ class ExprBinder:
                 return self._sum(e)
             case exp.Cast() if _unbounded_numeric(e.to):
                 return self._to_numeric(e)
+            case exp.Cast() if _bounded_text(e.to) is not None:
+                # PostgreSQL's explicit cast to varchar(n)/char(n) cuts to n characters
+                # (char(n)'s padding blanks, which comparisons ignore, are not kept).
+                n = _bounded_text(e.to)
+                text = exp.Cast(this=self._bind(e.this), to=types.build("text"))
+                cut = exp.Substring(this=text, start=exp.Literal.number(1), length=n)
+                return cut if e.to.this == types.T.VARCHAR else exp.func("rtrim", cut)
+            case exp.GroupConcat() if isinstance(e.args.get("separator"), exp.Null):
+                # string_agg(x, NULL): PostgreSQL joins the values with no delimiter.
+                e.set("separator", exp.Literal.string(""))
             case exp.List():  # DuckDB's list(x) aggregate; PostgreSQL has no list()
                 raise SchemaError(
                     "function list() does not exist",

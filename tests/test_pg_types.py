@@ -135,3 +135,54 @@ def test_varchar_length_is_enforced(con: dsql.Connection) -> None:
         con.execute("INSERT INTO v VALUES ('a', 'abcd')")
     con.execute("INSERT INTO v VALUES ('ab   ', 'a  ')")  # trailing blanks past n are cut
     assert rows(con, "SELECT s, length(c), c = 'a' FROM v") == [("ab ", 1, True)]
+
+
+def test_varchar_cast_cuts(con: dsql.Connection) -> None:
+    assert rows(con, "SELECT 'abcdef'::varchar(3), CAST('ab   ' AS char(4)) || '|'") == [
+        ("abc", "ab|")
+    ]
+
+
+# -- aggregates and values as PostgreSQL presents them
+
+
+def test_string_agg_with_a_null_delimiter_joins_without_one(con: dsql.Connection) -> None:
+    con.execute("CREATE TABLE s (k int, x text)")
+    con.execute("INSERT INTO s VALUES (1, 'a'), (1, 'a'), (2, 'b')")
+    con.execute(
+        "CREATE MATERIALIZED VIEW v AS SELECT k, string_agg(x, NULL) AS j FROM s GROUP BY k"
+    )
+    assert sorted(rows(con, "SELECT * FROM v")) == [(1, "aa"), (2, "b")]
+
+
+def test_unbounded_numeric_values_lose_trailing_zeros(con: dsql.Connection) -> None:
+    con.execute("CREATE TABLE n (x numeric)")
+    con.execute("INSERT INTO n VALUES ('1e3'), (1.25)")
+    values = [r[0] for r in rows(con, "SELECT x FROM n ORDER BY x")]
+    assert [str(v) for v in values] == ["1.25", "1000"]
+    assert [str(r[0]) for r in rows(con, "SELECT sum(x) FROM n")] == ["1001.25"]
+
+
+def test_psql_text_of_values() -> None:
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from dsql.printer import format_value, plain_table
+
+    assert format_value([1, 2, None]) == "{1,2,NULL}"
+    assert format_value(["a b", "c,d", 'e"f', None, "NULL", ""]) == (
+        '{"a b","c,d","e\\"f",NULL,"NULL",""}'
+    )
+    assert [format_value(v) for v in (True, False, 0.1, float("inf"), float("nan"))] == [
+        "t",
+        "f",
+        "0.1",
+        "Infinity",
+        "NaN",
+    ]
+    assert format_value(dt.datetime(2020, 1, 1, 10, 0, 0, 500000)) == "2020-01-01 10:00:00.5"
+    utc = dt.datetime(2020, 1, 1, 10, tzinfo=dt.UTC)
+    assert format_value(utc) == "2020-01-01 10:00:00+00"
+    numbers = pa.table({"x": pa.array([Decimal("1000"), Decimal("1.5")], pa.decimal128(38, 10))})
+    assert plain_table(numbers).splitlines()[2:4] == [" 1000", "  1.5"]
