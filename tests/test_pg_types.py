@@ -186,3 +186,27 @@ def test_psql_text_of_values() -> None:
     assert format_value(utc) == "2020-01-01 10:00:00+00"
     numbers = pa.table({"x": pa.array([Decimal("1000"), Decimal("1.5")], pa.decimal128(38, 10))})
     assert plain_table(numbers).splitlines()[2:4] == [" 1000", "  1.5"]
+
+
+# -- the Spark kernel answers alike
+
+
+def test_spark_kernel_sums_casts_and_overflows(spark) -> None:  # noqa: ANN001
+    con = dsql.connect(kernel="spark", spark=spark)
+    con.execute("CREATE TABLE b (x bigint, i int, s text)")
+    big = "(9223372036854775807, 2147483647, 'a')"
+    con.execute(f"INSERT INTO b VALUES {big}, {big}")
+    con.execute(
+        "CREATE MATERIALIZED VIEW v AS "
+        "SELECT s, sum(x) AS sx, sum(i) AS si, string_agg(s, NULL) AS j FROM b GROUP BY s"
+    )
+    assert rows(con, "SELECT * FROM v") == [
+        ("a", Decimal("18446744073709551614"), 4294967294, "aa")
+    ]
+    assert rows(con, "SELECT 1.23456::numeric, CAST(6.9 AS numeric), 'abcdef'::varchar(3)") == [
+        (Decimal("1.23456"), Decimal("6.9"), "abc")
+    ]
+    with pytest.raises(dsql.Error, match="^integer out of range"):
+        con.execute("SELECT i + 1 FROM b")
+    with pytest.raises(dsql.Error, match="numeric field overflow"):
+        con.execute("SELECT 12345.6::numeric(4,1)")
