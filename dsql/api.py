@@ -36,7 +36,7 @@ from dsql import errors, grammar, parameters
 from dsql.compiled import CompiledQuery, compile, query_of
 from dsql.errors import InterfaceError, ParseError
 from dsql.execute import Executor
-from dsql.results import Result
+from dsql.results import Result, python_values
 from dsql.session import Session, default_kernel
 from dsql.subscribe import Subscription
 from dsql.timeout import parse_duration
@@ -426,7 +426,7 @@ def _bind_target(session: Session, target: str) -> Any:
 
 
 def _tuples(table: pa.Table) -> list[tuple[Any, ...]]:
-    columns = [c.to_pylist() for c in table.columns]  # names may repeat: not dicts
+    columns = [python_values(c) for c in table.columns]  # names may repeat: not dicts
     return list(zip(*columns, strict=False)) if columns else [() for _ in range(table.num_rows)]
 
 

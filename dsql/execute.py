@@ -20,11 +20,11 @@ import sqlglot
 from sqlglot import exp
 
 from dsql import fast_path, grammar
+from dsql.assignment import assign
 from dsql.errors import (
     DsqlError,
     ResourceLimitError,
     SchemaError,
-    TypeMismatchError,
     UnsupportedError,
 )
 from dsql.explain import explain
@@ -276,25 +276,24 @@ class Executor:
             source = s.read(bound)
         arrays = []
         for i, c in enumerate(rel.columns):
-            target = types.to_arrow(c.type)
             if c.name in given:
-                arrays.append(_cast(source.column(given.index(c.name)), target, c.name))
+                arrays.append(assign(source.column(given.index(c.name)), c.type, c.name))
             else:
-                arrays.append(self._default(rel.defaults[i], target, source.num_rows, c.name))
+                arrays.append(self._default(rel.defaults[i], c.type, source.num_rows, c.name))
         rows = pa.table(arrays, names=[f"_c{i}" for i in range(len(arrays))])
         n = s.write(rel.name, rows, 1)
         return Result(status=f"INSERT 0 {n}", rowcount=n)
 
     def _default(
-        self, default: exp.Expression | None, target: pa.DataType, n: int, name: str
+        self, default: exp.Expression | None, column_type: exp.DataType, n: int, name: str
     ) -> pa.Array:
         if default is None:
-            return pa.nulls(n, target)
+            return pa.nulls(n, types.to_arrow(column_type))
         bound = self.session.plan(exp.select(default.copy()))
         value = self.session.read(bound).column(0)
-        return _cast(
+        return assign(
             pa.chunked_array([value.chunk(0).take(pa.array([0] * n))] if n else [], value.type),
-            target,
+            column_type,
             name,
         )
 
@@ -324,7 +323,7 @@ class Executor:
         for i, c in enumerate(rel.columns):
             hit = [j for j, (name, _) in enumerate(stmt.assignments) if name == c.name]
             col = rows.column(n + hit[-1]) if hit else rows.column(i)
-            new_cols.append(_cast(col, types.to_arrow(c.type), c.name))
+            new_cols.append(assign(col, c.type, c.name))
         new = pa.table(new_cols, names=[f"_c{i}" for i in range(n)])
         s._check_not_null(rel, new)
         s.write(rel.name, old, -1)
@@ -438,20 +437,6 @@ def _rows(columns: dict[str, list[Any]]) -> Result:
 
 def _retention(interval: str | None) -> int | None:
     return None if interval is None else retention_ms(interval)
-
-
-def _cast(values: Any, target: pa.DataType, name: str) -> Any:
-    if values.type == target:
-        return values
-    try:
-        return values.cast(target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
-        raise TypeMismatchError(
-            f"column '{name}' is of type {types.from_arrow(target).sql('postgres').lower()} "
-            f"but the value is of type {types.from_arrow(values.type).sql('postgres').lower()}",
-            hint=f"cast the value: CAST(... AS "
-            f"{types.from_arrow(target).sql('postgres').lower()}) ({error})",
-        ) from None
 
 
 def _replace_mz_now(query: Any, ms: int) -> Any:

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import math
 from typing import Any, TextIO
 
 import pyarrow as pa
 
 from dsql.errors import DsqlError
+from dsql.results import python_values
 
 
 def one_line(text: str, width: int = 72) -> str:
@@ -36,25 +38,65 @@ def one_line(text: str, width: int = 72) -> str:
 
 
 def format_value(value: Any) -> str:
-    """One value as the plain format prints it."""
+    """One value as the plain format prints it: psql's text (`t`/`f`, arrays `{a,b}`).
+
+    >>> format_value([["a b", None], ["", "x,y"]]), format_value(True), format_value(float("inf"))
+    ('{{"a b",NULL},{"","x,y"}}', 't', 'Infinity')
+    """
     if value is None:
         return "NULL"
     if isinstance(value, bool):
-        return "true" if value else "false"
+        return "t" if value else "f"
     if isinstance(value, bytes):
         return "\\x" + value.hex()
-    if isinstance(value, dt.datetime | dt.date | dt.time | decimal.Decimal):
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dt.datetime | dt.time):
+        return _time_text(value)
+    if isinstance(value, dt.date | decimal.Decimal):
         return str(value)
     if isinstance(value, list):
-        return "{" + ",".join(format_value(v) for v in value) + "}"
+        return "{" + ",".join(_array_element(v) for v in value) + "}"
     return str(value)
+
+
+def _time_text(value: dt.datetime | dt.time) -> str:
+    """A timestamp or time as PostgreSQL writes it: no trailing zeros in the fraction, a
+    whole-hour zone as `+00`."""
+    text = str(value)
+    zone = ""
+    if value.utcoffset() is not None and text[-6] in "+-":
+        text, zone = text[:-6], text[-6:]
+        zone = zone[:3] if zone.endswith(":00") else zone
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text + zone
+
+
+def _array_element(value: Any) -> str:
+    """An array element as PostgreSQL's array text writes it: quoted where it is empty,
+    spells NULL, or holds blanks, commas, braces, quotes or backslashes."""
+    if value is None or isinstance(value, list):
+        return format_value(value)
+    text = format_value(value)
+    if text == "" or text.upper() == "NULL" or any(c in _ARRAY_SPECIAL for c in text):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
+
+
+_ARRAY_SPECIAL = frozenset('{},"\\ \t\n\r\x0b\x0c')
+
+
+def _is_number(dtype: pa.DataType) -> bool:
+    """Whether a column holds numbers, which psql aligns to the right."""
+    return pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_decimal(dtype)
 
 
 def plain_table(table: pa.Table) -> str:
     """A table in psql's aligned format, with its `(n rows)` footer."""
     names = table.column_names
-    cells = [[format_value(v) for v in column.to_pylist()] for column in table.columns]
-    numeric = [pa.types.is_integer(f.type) or pa.types.is_floating(f.type) for f in table.schema]
+    cells = [[format_value(v) for v in python_values(column)] for column in table.columns]
+    numeric = [_is_number(f.type) for f in table.schema]
     widths = [max([len(n), *(len(c) for c in col)]) for n, col in zip(names, cells, strict=True)]
     lines = [
         (" " + " | ".join(n.center(w) for n, w in zip(names, widths, strict=True))).rstrip(),
@@ -119,9 +161,9 @@ class Printer:
 
         view = Table(title=title, title_justify="left", show_edge=True)
         for field in table.schema:
-            numeric = pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
+            numeric = _is_number(field.type)
             view.add_column(field.name, justify="right" if numeric else "left")
-        for row in zip(*(c.to_pylist() for c in table.columns), strict=True):
+        for row in zip(*(python_values(c) for c in table.columns), strict=True):
             view.add_row(*(format_value(v) for v in row))
         self.console.print(view)
         n = table.num_rows

@@ -16,6 +16,7 @@ Invariant: a correct result has no row with a negative count (`repeat_rows` rais
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from dsql.planner.expr import Outer, SubqueryExpr
 from dsql.planner.plan import Get, Plan, Query, walk
 from dsql.planner.stateful import Distinct, LetRec, Reduce, Threshold, TopK, expressions_of
 from dsql.planner.temporal import mentions_mz_now
+from dsql.planner.types import DEFAULT_DECIMAL
 from dsql.runtime import memory
 from dsql.runtime.lattice import DIFF, TIME
 
@@ -102,6 +104,31 @@ def negative_multiplicity(count: int, what: str) -> DataError:
     )
 
 
+def python_values(column: pa.ChunkedArray | pa.Array) -> list[Any]:
+    """A result column's values in Python, as PostgreSQL presents them.
+
+    An unbounded `numeric` is stored with `types.DEFAULT_DECIMAL`'s fixed scale; its
+    values are shown without the fraction's trailing zeros (PostgreSQL keeps each
+    value's own scale, which a fixed-scale column no longer knows).
+
+    >>> python_values(pa.array([Decimal("1000"), Decimal("1.5")], pa.decimal128(38, 10)))
+    [Decimal('1000'), Decimal('1.5')]
+    """
+    values = column.to_pylist()
+    if column.type != _UNBOUNDED:
+        return values
+    return [None if v is None else _without_trailing_zeros(v) for v in values]
+
+
+_UNBOUNDED = pa.decimal128(*DEFAULT_DECIMAL)
+
+
+def _without_trailing_zeros(value: Decimal) -> Decimal:
+    """A decimal with no zeros ending its fraction, never in exponent form (1000, not 1E+3)."""
+    normal = value.normalize()
+    return normal if normal.as_tuple().exponent <= 0 else normal.quantize(Decimal(1))  # type: ignore[operator]
+
+
 def _duckdb() -> Any:
     """A fresh cursor on one in-process DuckDB shared by reads (a new database per read
     costs tens of milliseconds; a cursor, with its own temporary tables, almost none)."""
@@ -146,6 +173,7 @@ __all__ = [
     "Result",
     "accumulate",
     "present",
+    "python_values",
     "reads_nothing",
     "negative_multiplicity",
     "repeat_rows",

@@ -28,6 +28,7 @@ from typing import Any, TypeVar, cast
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.tokens import TokenType
 
 from dsql.errors import ParseError
@@ -258,12 +259,18 @@ _COLUMN_HINT = "a column is `name type [NOT NULL | NULL] [DEFAULT expr] [PRIMARY
 
 def _parse_one(sql: str) -> exp.Expression:
     tree = sqlglot.parse_one(sql, read=_DIALECT, error_message_context=_CONTEXT)
-    return cast(exp.Expression, tree)
+    return _folded_names(cast(exp.Expression, tree))
 
 
 def _parse_condition(sql: str) -> exp.Expression:
     tree = sqlglot.parse_one(sql, read=_DIALECT, into=exp.Condition, error_message_context=_CONTEXT)
-    return cast(exp.Expression, tree)
+    return _folded_names(cast(exp.Expression, tree))
+
+
+def _folded_names(tree: exp.Expression) -> exp.Expression:
+    """`tree` with its unquoted names folded to lower case, as PostgreSQL folds them
+    (quoted names keep their case), so the planner compares names exactly."""
+    return cast(exp.Expression, normalize_identifiers(tree, dialect="postgres"))
 
 
 @contextmanager

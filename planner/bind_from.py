@@ -477,13 +477,22 @@ def bind_values(node: exp.Values, env: Env, parent: Scope | None) -> Plan:
     for i in range(width):
         t = types.build("unknown")
         for r in rows:
-            t = types.common_type(t, types.infer(r[i].copy(), []), "VALUES")
+            if not _untyped(r[i]):
+                t = types.common_type(t, types.infer(r[i].copy(), []), "VALUES")
+        if types.is_unknown(t) and any(_untyped(r[i]) for r in rows):
+            t = types.build("text")
         col_types.append(t)
     rows = [tuple(_cast_value(v, t) for v, t in zip(r, col_types, strict=False)) for r in rows]
     names = alias_columns(node.args.get("alias")) or tuple(f"column{i + 1}" for i in range(width))
     return Constant(
         tuple(rows), tuple(Column(n, t) for n, t in zip(names, col_types, strict=False))
     )
+
+
+def _untyped(v: exp.Expression) -> bool:
+    """Whether a VALUES item is a quoted literal, whose type PostgreSQL takes from the
+    column's other rows (`VALUES ('1e3'), (2.5)` is a column of numbers)."""
+    return isinstance(v, exp.Literal) and v.is_string
 
 
 def _cast_value(v: exp.Expression, t: exp.DataType) -> exp.Expression:

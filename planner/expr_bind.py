@@ -14,6 +14,7 @@ Integer division is made explicit (`IntDiv`) because PostgreSQL truncates
 from __future__ import annotations
 
 from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import sqlglot  # noqa: F401 - the doctest parses with it
@@ -89,6 +90,33 @@ def aggregate_calls(e: exp.Expression) -> list[exp.Expression]:
     return found
 
 
+def _unbounded_numeric(t: exp.DataType) -> bool:
+    """Whether a cast's type is numeric without precision or scale."""
+    return t.this in (types.T.DECIMAL, types.T.BIGDECIMAL) and not t.expressions
+
+
+def _bounded_text(t: exp.DataType) -> exp.Expression | None:
+    """The length n of a varchar(n) or char(n) type, else None."""
+    if t.this in (types.T.VARCHAR, types.T.CHAR) and t.expressions:
+        length = t.expressions[0].this
+        return length.copy() if isinstance(length, exp.Literal) else None
+    return None
+
+
+def _literal_scale(e: exp.Expr) -> int | None:
+    """The digits after the point of a number literal, or of a string literal that is a
+    number (`'1e3'` has none, `'1.50'` two); None for anything else."""
+    while isinstance(e, exp.Neg | exp.Paren):
+        e = e.this
+    if not isinstance(e, exp.Literal):
+        return None
+    try:
+        number = Decimal(e.this.strip())
+    except InvalidOperation:
+        return None
+    return max(-number.as_tuple().exponent, 0) if number.is_finite() else None  # type: ignore[operator]
+
+
 class ExprBinder:
     """Binds expressions in one scope; `bind_query` binds subqueries (injected)."""
 
@@ -152,6 +180,20 @@ class ExprBinder:
                 raise SchemaError("a parameter placeholder reached the planner unbound")
             case exp.Div():
                 return self._div(e)
+            case exp.Sum() if not isinstance(e.this, exp.Distinct):
+                return self._sum(e)
+            case exp.Cast() if _unbounded_numeric(e.to):
+                return self._to_numeric(e)
+            case exp.Cast() if _bounded_text(e.to) is not None:
+                # PostgreSQL's explicit cast to varchar(n)/char(n) cuts to n characters
+                # (char(n)'s padding blanks, which comparisons ignore, are not kept).
+                n = _bounded_text(e.to)
+                text = exp.Cast(this=self._bind(e.this), to=types.build("text"))
+                cut = exp.Substring(this=text, start=exp.Literal.number(1), length=n)
+                return cut if e.to.this == types.T.VARCHAR else exp.func("rtrim", cut)
+            case exp.GroupConcat() if isinstance(e.args.get("separator"), exp.Null):
+                # string_agg(x, NULL): PostgreSQL joins the values with no delimiter.
+                e.set("separator", exp.Literal.string(""))
             case exp.List():  # DuckDB's list(x) aggregate; PostgreSQL has no list()
                 raise SchemaError(
                     "function list() does not exist",
@@ -245,6 +287,34 @@ class ExprBinder:
             return node
 
         return e.copy().transform(replace)
+
+    def _sum(self, e: exp.Sum) -> exp.Expression:
+        """`sum(x)` over an integer `x` summed in PostgreSQL's wider type: bigint for
+        smallint and int, numeric for bigint (so a sum of bigints never overflows)."""
+        arg = self._bind(e.this)
+        e.set("this", arg)
+        if self._types is None:
+            return e
+        t = types.infer(arg.copy(), self._types)
+        if types.is_integer(t):
+            wide = "decimal(38, 0)" if t.this == types.T.BIGINT else "bigint"
+            e.set("this", exp.Cast(this=arg, to=types.build(wide)))
+        return e
+
+    def _to_numeric(self, e: exp.Cast) -> exp.Expression:
+        """`x::numeric` keeps x's digits, as PostgreSQL's unbounded numeric does: the scale
+        of a literal as written, of a numeric as typed, 0 of an integer (else the default)."""
+        arg = self._bind(e.this)
+        scale = _literal_scale(arg)
+        if scale is None and self._types is not None:
+            t = types.infer(arg.copy(), self._types)
+            if types.is_integer(t):
+                scale = 0
+            elif t.this == types.T.DECIMAL and len(t.expressions) == 2:
+                scale = int(t.expressions[1].this.this)
+        precision, default = types.DEFAULT_DECIMAL
+        scale = default if scale is None else min(scale, precision)
+        return exp.Cast(this=arg, to=types.build(f"decimal({precision}, {scale})"))
 
     def _div(self, e: exp.Div) -> exp.Expression:
         left = self._bind(e.this)

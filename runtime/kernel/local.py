@@ -10,6 +10,7 @@ batch by batch, stopped once it outgrows the budget.
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -136,6 +137,17 @@ class LocalKernel(Kernel):
             message = str(error).strip().splitlines()[0].split(" Use TRY(")[0]
             if "Out of Memory" in message:
                 raise memory.exceeded(self.memory_limit, "DuckDB could not allocate") from None
+            overflow = _OVERFLOW.search(message)
+            if overflow is not None:
+                raise ExecutionError(
+                    f"{_OUT_OF_RANGE[overflow.group(1)]} out of range",
+                    hint="cast to numeric for larger values",
+                ) from None
+            if _DECIMAL_OVERFLOW.search(message):
+                raise ExecutionError(
+                    "numeric field overflow",
+                    hint="the value has more integer digits than the numeric(p, s) allows",
+                ) from None
             if "Referenced column" in message or "not found in FROM clause" in message:
                 raise SchemaError(f"unknown column: {message}") from error
             raise ExecutionError(f"DuckDB failed: {message}", statement=prepared.text) from error
@@ -143,7 +155,7 @@ class LocalKernel(Kernel):
             if timer is not None:
                 timer.cancel()
                 con.close()
-        return _spark_types(result)
+        return result
 
     def rows(self, frame: pa.Table) -> int:
         return frame.num_rows
@@ -194,7 +206,7 @@ class LocalKernel(Kernel):
             data = (
                 rows.combine_chunks().flatten() if rows.num_chunks != 1 else rows.chunk(0).flatten()
             )
-            out.append(_spark_types(pa.Table.from_arrays([*data, *kept.columns], schema=schema)))
+            out.append(pa.Table.from_arrays([*data, *kept.columns], schema=schema))
         return out
 
     def join_small(self, left: pa.Table, right: pa.Table, shape: JoinShape) -> pa.Table | None:
@@ -407,9 +419,13 @@ def _arrow_result(con: Any, text: str, limit: int) -> pa.Table:
     """
     submit = getattr(con, "_submit", None)
     if submit is not None:
-        reader = submit(text, None, "stream", _BATCH_ROWS).arrow_reader()
+        result = submit(text, None, "stream", _BATCH_ROWS)
+        description = result.description  # read before the result is consumed
+        reader = result.arrow_reader()
     else:
-        reader = con.sql(text).fetch_record_batch(_BATCH_ROWS)
+        relation = con.sql(text)
+        description = relation.description
+        reader = relation.fetch_record_batch(_BATCH_ROWS)
     batches, size = [], 0
     for batch in reader:
         size += batch.nbytes
@@ -417,31 +433,66 @@ def _arrow_result(con: Any, text: str, limit: int) -> pa.Table:
             reader.close()  # the rest is never computed
             raise memory.exceeded(limit, f"its result passed {size >> 20}MB")
         batches.append(batch)
-    return pa.Table.from_batches(batches, reader.schema)
+    return _spark_types(pa.Table.from_batches(batches, reader.schema), description)
 
 
 #: Rows per Arrow record batch of a result (DuckDB's default).
 _BATCH_ROWS = 131072
 
-_HUGEINT = pa.decimal128(38, 0)
+#: DuckDB's integer overflow, and PostgreSQL's name of the type that overflowed.
+_OVERFLOW = re.compile(r"Overflow in \w+ of (INT16|INT32|INT64)")
+_DECIMAL_OVERFLOW = re.compile(r"to type DECIMAL\(\d+,\d+\) failed: value is out of range")
+_OUT_OF_RANGE = {"INT16": "smallint", "INT32": "integer", "INT64": "bigint"}
 
 
-def _spark_types(table: pa.Table) -> pa.Table:
+def _spark_types(table: pa.Table, description: Sequence[Any]) -> pa.Table:
     """Align DuckDB's result types with Spark's where they differ.
 
-    DuckDB sums integers into HUGEINT (Arrow decimal128(38, 0)); Spark into BIGINT.
-    Results must not depend on the kernel, so such columns become int64 (an
-    overflow is an error, as in Spark's ANSI mode).
+    DuckDB sums integers into HUGEINT; Spark into BIGINT. Results must not depend on
+    the kernel, so such columns (and struct fields) become int64, an overflow an error
+    as in Spark's ANSI mode. Arrow shows HUGEINT as decimal128(38, 0), like
+    numeric(38, 0) (PostgreSQL's sum of bigints), so the result's DuckDB types
+    (`description`) tell them apart.
     """
-    huge = _HUGEINT
-    if not any(f.type == huge for f in table.schema):
+    kinds = [d[1] for d in description]
+    if not any(_has_hugeint(k) for k in kinds):
         return table
-    fields = [
-        pa.field(f.name, pa.int64(), f.nullable) if f.type == huge else f for f in table.schema
-    ]
-    try:
-        return table.cast(pa.schema(fields))
-    except pa.ArrowInvalid:
-        raise ExecutionError(
-            "bigint out of range", hint="cast to numeric or double for larger values"
-        ) from None
+    columns = [_narrowed(c, k) for c, k in zip(table.columns, kinds, strict=True)]
+    return pa.Table.from_arrays(columns, names=table.column_names)
+
+
+def _has_hugeint(kind: Any) -> bool:
+    if kind.id == "hugeint":
+        return True
+    return kind.id == "struct" and any(_has_hugeint(t) for _, t in kind.children)
+
+
+def _narrowed(column: Any, kind: Any) -> Any:
+    """A column with its HUGEINT values (at any struct depth) as int64."""
+    if not _has_hugeint(kind):
+        return column
+    if kind.id == "hugeint":
+        try:
+            return column.cast(pa.int64())
+        except pa.ArrowInvalid:
+            raise ExecutionError(
+                "bigint out of range", hint="cast to numeric or double for larger values"
+            ) from None
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    out = []
+    for chunk in chunks:
+        fields = [_narrowed(chunk.field(i), t) for i, (_, t) in enumerate(kind.children)]
+        names = [n for n, _ in kind.children]
+        out.append(pa.StructArray.from_arrays(fields, names=names, mask=chunk.is_null()))
+    return (
+        pa.chunked_array(out)
+        if out
+        else column.cast(
+            pa.struct(
+                [
+                    pa.field(n, pa.int64() if t.id == "hugeint" else column.type.field(n).type)
+                    for n, t in kind.children
+                ]
+            )
+        )
+    )

@@ -905,6 +905,15 @@ def _engine_error(error: Exception, text: str | None = None) -> Exception:
             return SchemaError(raised[-1].split(":", 1)[1].strip())
     if "UNRESOLVED_COLUMN" in message or "cannot be resolved" in message:
         return SchemaError(f"unknown column: {message}", hint="check the column names")
+    if "NUMERIC_VALUE_OUT_OF_RANGE" in message:
+        return ExecutionError(
+            "numeric field overflow",
+            hint="the value has more integer digits than the numeric(p, s) allows",
+        )
+    if "ARITHMETIC_OVERFLOW" in message:  # Spark's message does not name the type
+        return ExecutionError(
+            "integer out of range (integer or bigint)", hint="cast to numeric for larger values"
+        )
     return ExecutionError(f"Spark failed ({kind}): {message}", statement=text)
 
 

@@ -1,0 +1,158 @@
+"""Assignment casts: values stored into a column of a declared type, as PostgreSQL stores them.
+
+INSERT and UPDATE convert each value to its column's type. Where Arrow's cast is exact
+it is used as is; otherwise each value is converted by PostgreSQL's rules:
+
+- text into a number: surrounding blanks ignored, `'1e3'` is 1000; numeric has no NaN here
+  (an error, not a wrong value);
+- into `numeric(p, s)`: rounded half away from zero to `s` digits, "numeric field
+  overflow" past `p - s` integer digits;
+- into an integer: "integer out of range" (smallint, bigint) past the type's range;
+- into `varchar(n)` / `char(n)`: "value too long for type character varying(n)" past `n`
+  characters, except for trailing blanks, which are cut (char(n) is stored without its
+  padding blanks, which PostgreSQL's comparisons ignore).
+
+>>> assign(pa.chunked_array([["1e3", " 12.5 "]]), exp.DataType.build("numeric(6, 1)"), "x")
+<pyarrow.lib.ChunkedArray object at ...>
+[
+  [
+    1000.0,
+    12.5
+  ]
+]
+"""
+
+from __future__ import annotations
+
+import decimal
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+from sqlglot import exp
+
+from dsql.errors import DataError, TypeMismatchError
+from dsql.planner import types
+
+_INTEGER_RANGE = {
+    pa.int16(): ("smallint", 2**15),
+    pa.int32(): ("integer", 2**31),
+    pa.int64(): ("bigint", 2**63),
+}
+
+
+def assign(values: pa.ChunkedArray, column_type: exp.DataType, name: str) -> pa.ChunkedArray:
+    """`values` as column `name` of `column_type` stores them; a DsqlError where
+    PostgreSQL refuses a value."""
+    target = types.to_arrow(column_type)
+    if column_type.this in (types.T.VARCHAR, types.T.CHAR) and column_type.expressions:
+        return _bounded_text(_cast(values, target, name), column_type)
+    if values.type == target:
+        return values
+    if _exact(values.type, target):
+        try:
+            return values.cast(target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass  # out of range or not exact: converted value by value below
+    if not (pa.types.is_decimal(target) or pa.types.is_integer(target)):
+        return _cast(values, target, name)
+    if not (
+        pa.types.is_string(values.type)
+        or pa.types.is_floating(values.type)
+        or pa.types.is_integer(values.type)
+        or pa.types.is_decimal(values.type)
+        or pa.types.is_null(values.type)
+    ):
+        return _cast(values, target, name)
+    convert = _to_decimal if pa.types.is_decimal(target) else _to_integer
+    out = [None if v is None else convert(v, target, column_type) for v in values.to_pylist()]
+    return pa.chunked_array([pa.array(out, target)], target)
+
+
+def _exact(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether Arrow's safe cast from `source` to `target` is PostgreSQL's where it
+    succeeds: into numbers only from integers and decimals (Arrow neither reads text as
+    PostgreSQL does nor rounds floats to a scale half away from zero)."""
+    if pa.types.is_decimal(target) or pa.types.is_integer(target):
+        return pa.types.is_integer(source) or pa.types.is_decimal(source)
+    return True
+
+
+def _number(value: Any, kind: str = "numeric") -> Decimal:
+    """A value read as a number; text as PostgreSQL reads input of type `kind`."""
+    if isinstance(value, float):  # its shortest spelling, as PostgreSQL prints it
+        value = repr(value)
+    if not isinstance(value, str):
+        return Decimal(value)
+    text = value.strip()
+    try:
+        number = Decimal(text)
+    except decimal.InvalidOperation:
+        number = None
+    if number is None or not text or "_" in text:
+        raise TypeMismatchError(f'invalid input syntax for type {kind}: "{value}"')
+    if not number.is_finite():
+        raise DataError(
+            f'"{value}" cannot be stored: dsql\'s numeric has no NaN or infinity',
+            hint="store NULL, or use double precision",
+        )
+    return number
+
+
+def _to_decimal(value: Any, target: pa.Decimal128Type, column_type: exp.DataType) -> Decimal:
+    """A value rounded to the column's scale; "numeric field overflow" past its precision."""
+    number = _number(value).quantize(Decimal(1).scaleb(-target.scale), decimal.ROUND_HALF_UP)
+    if number.adjusted() >= target.precision - target.scale:
+        raise DataError(
+            "numeric field overflow",
+            hint=f"a field with precision {target.precision}, scale {target.scale} must "
+            f"round to an absolute value less than 10^{target.precision - target.scale}",
+        )
+    return number
+
+
+def _to_integer(value: Any, target: pa.DataType, column_type: exp.DataType) -> int:
+    """A value as an integer (rounded half away from zero); out of range an error."""
+    kind, bound = _INTEGER_RANGE[target]
+    number = _number(value, kind)
+    if isinstance(value, str) and not value.strip().lstrip("+-").isdigit():
+        raise TypeMismatchError(f'invalid input syntax for type {kind}: "{value}"')
+    whole = int(number.quantize(Decimal(1), decimal.ROUND_HALF_UP))
+    if not -bound <= whole < bound:
+        raise DataError(f"{kind} out of range")
+    return whole
+
+
+def _bounded_text(values: pa.ChunkedArray, column_type: exp.DataType) -> pa.ChunkedArray:
+    """Text of at most n characters (trailing blanks past n cut); longer is an error."""
+    n = int(column_type.expressions[0].this.this)
+    kind = "character varying" if column_type.this == types.T.VARCHAR else "character"
+    out = []
+    for v in values.to_pylist():
+        if v is not None:
+            if column_type.this == types.T.CHAR:
+                v = v.rstrip(" ")
+            elif len(v) > n and not v[n:].strip(" "):
+                v = v[:n]
+            if len(v) > n:
+                raise DataError(f"value too long for type {kind}({n})")
+        out.append(v)
+    return pa.chunked_array([pa.array(out, pa.string())], pa.string())
+
+
+def _cast(values: pa.ChunkedArray, target: pa.DataType, name: str) -> pa.ChunkedArray:
+    """Arrow's safe cast; a TypeMismatchError naming the column where there is none."""
+    if values.type == target:
+        return values
+    try:
+        return values.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        want = types.from_arrow(target).sql("postgres").lower()
+        have = types.from_arrow(values.type).sql("postgres").lower()
+        raise TypeMismatchError(
+            f"column '{name}' is of type {want} but the value is of type {have}",
+            hint=f"cast the value: CAST(... AS {want}) ({error})",
+        ) from None
+
+
+__all__ = ["assign"]
