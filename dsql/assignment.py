@@ -101,7 +101,7 @@ def _number(value: Any, kind: str = "numeric") -> Decimal:
 
 def _to_decimal(value: Any, target: pa.Decimal128Type, column_type: exp.DataType) -> Decimal:
     """A value rounded to the column's scale; "numeric field overflow" past its precision."""
-    number = _number(value).quantize(Decimal(1).scaleb(-target.scale), decimal.ROUND_HALF_UP)
+    number = _rounded(_number(value), target.scale)
     if number.adjusted() >= target.precision - target.scale:
         raise DataError(
             "numeric field overflow",
@@ -111,13 +111,21 @@ def _to_decimal(value: Any, target: pa.Decimal128Type, column_type: exp.DataType
     return number
 
 
+def _rounded(number: Decimal, scale: int) -> Decimal:
+    """`number` rounded half away from zero to `scale` places, exactly at any magnitude
+    (the default context's 28 digits would fail on `1e308` or 40-digit numerics)."""
+    digits = max(number.adjusted(), 0) + scale + 2
+    with decimal.localcontext(prec=max(digits, decimal.getcontext().prec)):
+        return number.quantize(Decimal(1).scaleb(-scale), decimal.ROUND_HALF_UP)
+
+
 def _to_integer(value: Any, target: pa.DataType, column_type: exp.DataType) -> int:
     """A value as an integer (rounded half away from zero); out of range an error."""
     kind, bound = _INTEGER_RANGE[target]
     number = _number(value, kind)
     if isinstance(value, str) and not value.strip().lstrip("+-").isdigit():
         raise TypeMismatchError(f'invalid input syntax for type {kind}: "{value}"')
-    whole = int(number.quantize(Decimal(1), decimal.ROUND_HALF_UP))
+    whole = int(_rounded(number, 0))
     if not -bound <= whole < bound:
         raise DataError(f"{kind} out of range")
     return whole
