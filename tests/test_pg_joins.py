@@ -2,29 +2,23 @@
 parenthesized joins, table functions WITH ORDINALITY and ROWS FROM, `*` over duplicate
 names; one-off queries and materialized views under random inserts and deletes.
 
-The oracle is a throwaway PostgreSQL 15 server (port 5411) that this module starts and
-stops; every query runs on both, and the rows are compared as psql prints them (in
+The oracle is the test run's PostgreSQL (the `pg` fixture), in a database of this
+module's; every query runs on both, and the rows are compared as psql prints them (in
 order where the query has ORDER BY, as multisets otherwise).
 """
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
 import subprocess
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import pytest
 
 import dsql
 from dsql.errors import DsqlError, SchemaError, UnsupportedError
-
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
-PG_PORT = 5411
 
 TABLES = {
     "a": "x int, y int",
@@ -42,35 +36,12 @@ ROWS = {
 }
 
 
-class Postgres:
-    """A PostgreSQL server in a temporary directory, queried through psql."""
+class Joins:
+    """The session's PostgreSQL (the `pg` fixture), database `joins`, queried through psql."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.data = root / "data"
-        self._as_postgres = os.geteuid() == 0  # initdb refuses to run as root
-
-    def _run(self, *args: str) -> str:
-        command = list(args)
-        if self._as_postgres:
-            command = ["su", "postgres", "-c", " ".join(f"'{a}'" for a in command)]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode:
-            raise RuntimeError(f"{args[0]} failed: {done.stderr}")
-        return done.stdout
-
-    def start(self) -> None:
-        if self._as_postgres:
-            shutil.chown(self.root, "postgres")
-        self._run(str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust")
-        options = f"-p {PG_PORT} -k {self.root} -c fsync=off"
-        log = str(self.root / "log")  # the server's output: not the pipe psql's caller reads
-        self._run(
-            str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", log, "-w", "start"
-        )
-
-    def stop(self) -> None:
-        self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        server.database("joins").close()
 
     def query(self, sql: str) -> list[tuple[str, ...]] | str:
         """The rows psql prints (NULL as `NULL`), or the error's first line."""
@@ -79,32 +50,25 @@ class Postgres:
 
     def query_with_names(self, sql: str) -> tuple[list[str], list[tuple[str, ...]]] | str:
         """The column names and rows psql prints, or the error's first line."""
-        done = subprocess.run(
-            ["psql", "-X", "-q", "-A", "-P", "footer=off", "-F", "\t", "-P", "null=NULL", "-v",
-             "ON_ERROR_STOP=1", "-h", str(self.root), "-p", str(PG_PORT), "-U", "postgres",
-             "-c", sql],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        if done.returncode:
-            return done.stderr.splitlines()[0]
-        lines = done.stdout.splitlines()
+        try:
+            out = self.server.psql(
+                sql, "-A", "-P", "footer=off", "-F", "\t", "-P", "null=NULL",
+                "-v", "ON_ERROR_STOP=1", dbname="joins",
+            )  # fmt: skip
+        except subprocess.CalledProcessError as error:
+            return error.stderr.splitlines()[0]
+        lines = out.splitlines()
         if not lines:
             return [], []
         return lines[0].split("\t"), [tuple(line.split("\t")) for line in lines[1:]]
 
 
 @pytest.fixture(scope="module")
-def pg() -> Iterator[Postgres]:
-    root = Path(tempfile.mkdtemp(prefix="dsql-pg-joins-"))
-    server = Postgres(root)
-    server.start()
-    try:
-        for name, columns in TABLES.items():
-            server.query(f"CREATE TABLE {name} ({columns}); INSERT INTO {name} VALUES {ROWS[name]}")
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+def pg(pg: Any) -> Joins:  # noqa: F811 - the session's server, as this module's database
+    server = Joins(pg)
+    for name, columns in TABLES.items():
+        server.query(f"CREATE TABLE {name} ({columns}); INSERT INTO {name} VALUES {ROWS[name]}")
+    return server
 
 
 @pytest.fixture
@@ -135,7 +99,7 @@ def _dsql_rows(con: dsql.Connection, sql: str) -> tuple[list[str], list[tuple[st
     return [d[0] for d in cur.description], [tuple(_text(v) for v in r) for r in cur.fetchall()]
 
 
-def assert_same(pg: Postgres, con: dsql.Connection, sql: str) -> None:
+def assert_same(pg: Joins, con: dsql.Connection, sql: str) -> None:
     """dsql's rows and column names for `sql` are PostgreSQL's."""
     expected = pg.query_with_names(sql)
     assert not isinstance(expected, str), f"PostgreSQL refused {sql}: {expected}"
@@ -183,7 +147,7 @@ USING_QUERIES = [
 ]
 
 
-def test_using_unifies_the_merged_column_type(pg: Postgres, con: dsql.Connection) -> None:
+def test_using_unifies_the_merged_column_type(pg: Joins, con: dsql.Connection) -> None:
     assert pg.query("SELECT pg_typeof(x) FROM a JOIN c USING (x) LIMIT 1") == [("bigint",)]
     cur = con.cursor()
     cur.execute("CREATE VIEW j AS SELECT x FROM a FULL JOIN c USING (x)")
@@ -222,9 +186,7 @@ COMMA_QUERIES = [
         "SELECT * FROM a FULL JOIN generate_series(1, a.x) g ON true",
     ],
 )
-def test_references_postgres_refuses_are_refused(
-    pg: Postgres, con: dsql.Connection, sql: str
-) -> None:
+def test_references_postgres_refuses_are_refused(pg: Joins, con: dsql.Connection, sql: str) -> None:
     assert isinstance(pg.query(sql), str)
     with pytest.raises(SchemaError, match="cannot be referenced|does not exist") as info:
         con.cursor().execute(sql)
@@ -338,7 +300,7 @@ STAR_QUERIES = [
         "CREATE VIEW v AS SELECT 1 AS k, 2 AS k",
     ],
 )
-def test_views_refuse_duplicate_column_names(pg: Postgres, con: dsql.Connection, sql: str) -> None:
+def test_views_refuse_duplicate_column_names(pg: Joins, con: dsql.Connection, sql: str) -> None:
     assert "specified more than once" in str(pg.query(sql))
     with pytest.raises(SchemaError, match="specified more than once"):
         con.cursor().execute(sql)
@@ -347,7 +309,7 @@ def test_views_refuse_duplicate_column_names(pg: Postgres, con: dsql.Connection,
 @pytest.mark.parametrize(
     "sql", USING_QUERIES + COMMA_QUERIES + PAREN_QUERIES + FUNCTION_QUERIES + STAR_QUERIES
 )
-def test_queries_match_postgres(pg: Postgres, con: dsql.Connection, sql: str) -> None:
+def test_queries_match_postgres(pg: Joins, con: dsql.Connection, sql: str) -> None:
     assert_same(pg, con, sql)
 
 
@@ -394,7 +356,7 @@ def _random_change(rng: random.Random) -> list[str]:
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_views_agree_with_postgres_under_changes(
-    pg: Postgres, con: dsql.Connection, seed: int
+    pg: Joins, con: dsql.Connection, seed: int
 ) -> None:
     rng = random.Random(seed)
     cur = con.cursor()
@@ -414,7 +376,7 @@ def test_views_agree_with_postgres_under_changes(
             pg.query(f"DELETE FROM {name}; INSERT INTO {name} VALUES {rows}")
 
 
-def test_table_functions_and_merged_columns_on_spark(pg: Postgres, spark: object) -> None:
+def test_table_functions_and_merged_columns_on_spark(pg: Joins, spark: object) -> None:
     """Spark evaluates the zipped functions' subscripts and the merged columns alike."""
     connection = dsql.connect(kernel="spark", spark=spark)
     cur = connection.cursor()
