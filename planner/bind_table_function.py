@@ -243,12 +243,13 @@ def _check_constant_size(fn: exp.Expr) -> None:
         )
 
 
-def _shown(call: exp.Expression) -> str:
+def _shown(call: exp.Expr) -> str:
     """A call as PostgreSQL text for an error; a bound subquery argument shows as `(...)`."""
     try:
         return call.sql("postgres")
     except ValueError:
-        return f"{call.sql_name().lower()}(...)"
+        name = call.sql_name() if isinstance(call, exp.Func) else type(call).__name__
+        return f"{name.lower()}(...)"
 
 
 def table_function(fn: exp.Expr, binder: ExprBinder) -> tuple[str, exp.Expression, exp.DataType]:

@@ -7,6 +7,7 @@ proven on SQLite's select1.test, which DuckDB must pass in full in both modes.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -362,7 +363,7 @@ def test_duckdb_files_compare_unordered_results_as_multisets(tmp_path):
 class SnapshotEngine(DuckDBEngine):
     """A broken adapter: its 'materialized view' is a snapshot that ignores later writes."""
 
-    def create_materialized_view(self, name: str, sql: str) -> None:
+    def create_materialized_view(self, name: str, sql: str, columns: Sequence[str] = ()) -> None:
         self.execute(f"CREATE TABLE {name} AS {sql}")
 
     def drop_materialized_view(self, name: str) -> None:

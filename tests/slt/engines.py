@@ -23,7 +23,7 @@ Adapters:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 __all__ = ["Engine", "EngineError", "DuckDBEngine", "DsqlEngine", "ENGINES", "make_engine"]
@@ -51,8 +51,10 @@ class Engine(Protocol):
         """Run one statement; its rows, or None if it returns none."""
         ...
 
-    def create_materialized_view(self, name: str, sql: str) -> None:
-        """Create a view named `name` over the query `sql` that stays up to date."""
+    def create_materialized_view(self, name: str, sql: str, columns: Sequence[str] = ()) -> None:
+        """Create a view named `name` over the query `sql` that stays up to date, its
+        columns named `columns` where given (a query's own names may repeat, which a view's
+        may not)."""
         ...
 
     def drop_materialized_view(self, name: str) -> None:
@@ -72,7 +74,7 @@ class _PEP249Engine:
 
     _con: Any
     _error: type[Exception]
-    _create_view = "CREATE MATERIALIZED VIEW {name} AS {sql}"
+    _create_view = "CREATE MATERIALIZED VIEW {name}{columns} AS {sql}"
     _drop_view = "DROP MATERIALIZED VIEW IF EXISTS {name}"
 
     def execute(self, sql: str) -> Rows | None:
@@ -87,8 +89,11 @@ class _PEP249Engine:
         finally:
             cursor.close()
 
-    def create_materialized_view(self, name: str, sql: str) -> None:
-        self.execute(self._create_view.format(name=name, sql=sql))
+    def create_materialized_view(self, name: str, sql: str, columns: Sequence[str] = ()) -> None:
+        names = ", ".join('"' + c.replace('"', '""') + '"' for c in columns)
+        self.execute(
+            self._create_view.format(name=name, sql=sql, columns=f" ({names})" * bool(names))
+        )
 
     def drop_materialized_view(self, name: str) -> None:
         self.execute(self._drop_view.format(name=name))
@@ -103,7 +108,7 @@ class DuckDBEngine(_PEP249Engine):
     names = frozenset({"duckdb"})
     error_dialects = frozenset({"duckdb"})
     sql_dialect = "duckdb"
-    _create_view = "CREATE VIEW {name} AS {sql}"
+    _create_view = "CREATE VIEW {name}{columns} AS {sql}"
     _drop_view = "DROP VIEW IF EXISTS {name}"
 
     def __init__(self, sqlite_compat: bool = True) -> None:
@@ -129,6 +134,20 @@ class DsqlEngine(_PEP249Engine):
 
         self._error = DsqlError
         self._con = dsql.connect(clock="manual", kernel=kernel)  # type: ignore[attr-defined]
+
+    def execute(self, sql: str) -> Rows | None:
+        """Run the record's statements one at a time (a record may hold several, as the
+        CLI runs a script); the last one's rows."""
+        from dsql import grammar
+
+        try:
+            statements = grammar.parse(sql)
+        except self._error as e:
+            raise EngineError(str(e)) from e
+        rows = None
+        for statement in statements or [None]:
+            rows = super().execute(sql if statement is None else statement.text)
+        return rows
 
 
 ENGINES: dict[str, Callable[..., Engine]] = {"duckdb": DuckDBEngine, "dsql": DsqlEngine}

@@ -243,7 +243,9 @@ class IncrementalViews:
 
     def _create(self, view: _View) -> None:
         try:
-            self.engine.create_materialized_view(view.name, strip_terminator(view.query.sql))
+            query = view.query
+            columns = query.column_names or tuple(f"c{i + 1}" for i in range(len(query.types)))
+            self.engine.create_materialized_view(view.name, strip_terminator(query.sql), columns)
             view.created = True
         except EngineError as e:
             view.error = f"CREATE MATERIALIZED VIEW {view.name} failed: {e}"
