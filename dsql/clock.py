@@ -27,6 +27,11 @@ TICKS_PER_MS = 1_000_000
 MAX_MS = (2**63 - 1) // TICKS_PER_MS - 1
 
 
+def tick_of(ms: int) -> int:
+    """The last tick of millisecond `ms` (a read AS OF `ms` sees every write in it)."""
+    return (ms + 1) * TICKS_PER_MS - 1
+
+
 class Clock:
     """Manual or wall clock over runtime ticks (see module docstring)."""
 
@@ -87,4 +92,4 @@ def to_ms(tick: int) -> int:
     return tick // TICKS_PER_MS
 
 
-__all__ = ["TICKS_PER_MS", "Clock", "to_ms"]
+__all__ = ["TICKS_PER_MS", "Clock", "tick_of", "to_ms"]

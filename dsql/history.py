@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from dsql.clock import TICKS_PER_MS
+from dsql.clock import TICKS_PER_MS, tick_of
 from dsql.errors import TimeError, TypeMismatchError, UnsupportedError
 from dsql.planner.plan import Plan, walk
 from dsql.planner.stateful import LetRec, expressions_of
@@ -118,7 +118,7 @@ class History:
         if name not in self._kept:
             return
         since = self.since(name)
-        if (as_of_ms + 1) * TICKS_PER_MS - 1 < since:
+        if tick_of(as_of_ms) < since:
             earliest = since // TICKS_PER_MS
             raise TimeError(
                 f"Timestamp ({as_of_ms}) is not valid for all inputs: "
@@ -133,7 +133,7 @@ class History:
         """The renderer's `source` for a read AS OF `as_of_ms`: each arranged input
         accumulated at that time (its since checked), plain views rendered over those."""
         s = self.session
-        tick = (as_of_ms + 1) * TICKS_PER_MS - 1
+        tick = tick_of(as_of_ms)
 
         def source(name: str) -> Collection:
             arrangement = self._oldest(name, as_of_ms)
@@ -152,7 +152,7 @@ class History:
         would compact those times to the round's frontier, so recursion is refused.
         """
         s = self.session
-        frontier = Antichain([((as_of_ms + 1) * TICKS_PER_MS - 1,)])
+        frontier = Antichain([(tick_of(as_of_ms),)])
 
         def refuse_loops(plan: Plan) -> None:
             if any(isinstance(node, LetRec) for node in walk(plan)):
@@ -181,7 +181,7 @@ class History:
         the most history, its since checked against `as_of_ms`; None for a plain view."""
         s = self.session
         relation = s.relations[name]
-        s._check_failed(relation, (as_of_ms + 1) * TICKS_PER_MS - 1)
+        s._check_failed(relation, tick_of(as_of_ms))
         held = [(i.name, i.arrangement) for i in s.indexes.on(name)]
         if relation.arrangement is not None:
             held.insert(0, (name, relation.arrangement))

@@ -24,7 +24,7 @@ import sqlglot
 from sqlglot import exp
 
 from dsql import fast_path
-from dsql.clock import TICKS_PER_MS, Clock
+from dsql.clock import TICKS_PER_MS, Clock, tick_of
 from dsql.errors import DsqlError, SchemaError, TypeMismatchError
 from dsql.heal import Healing
 from dsql.history import History
@@ -415,11 +415,6 @@ class Session:
         empty = batch_schema(collection.schema, collection.depth).empty_table()
         updates = pa.concat_tables(parts) if parts else empty
         return present(accumulate(updates, tick, bound.plan.arity, self.memory_limit), bound)
-
-
-def tick_of(ms: int) -> int:
-    """The last tick of millisecond `ms` (a read AS OF `ms` sees every write in it)."""
-    return (ms + 1) * TICKS_PER_MS - 1
 
 
 def default_kernel() -> str:

@@ -61,7 +61,9 @@ def expected(rows: Counter[tuple[int, int]]) -> dict[str, Counter[tuple[Any, ...
     """Each view's rows from scratch, None where its query fails."""
     out: dict[str, Counter[tuple[Any, ...]] | None] = {}
     try:
-        q = Counter({(a, _div(a, b)): n for (a, b), n in rows.items()})
+        q = Counter()
+        for (a, b), n in rows.items():  # rows of one quotient add up: not a dict of them
+            q[(a, _div(a, b))] += n
     except Fails:
         q = None
     out["q"] = q
