@@ -28,7 +28,7 @@ from typing import Any, TextIO
 import pyarrow as pa
 
 from dsql.errors import DsqlError
-from dsql.results import python_values
+from dsql.results import python_values, shortest_text
 
 
 def one_line(text: str, width: int = 72) -> str:
@@ -49,8 +49,8 @@ def format_value(value: Any) -> str:
         return "t" if value else "f"
     if isinstance(value, bytes):
         return "\\x" + value.hex()
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, float):
+        return float_text(value)
     if isinstance(value, dt.datetime | dt.time):
         return _time_text(value)
     if isinstance(value, dt.date | decimal.Decimal):
@@ -58,6 +58,39 @@ def format_value(value: Any) -> str:
     if isinstance(value, list):
         return "{" + ",".join(_array_element(v) for v in value) + "}"
     return str(value)
+
+
+def float_text(value: float, single: bool = False) -> str:
+    """A float as PostgreSQL writes it: the fewest digits that read back as the same
+    value (of a `real` where `single`), in exponent form from 10^15 (10^6 for a real)
+    or below 10^-4, without a trailing `.0`.
+
+    >>> float_text(2.0), float_text(1e20), float_text(0.1), float_text(1e-7)
+    ('2', '1e+20', '0.1', '1e-07')
+    >>> float_text(0.1, single=True), float_text(1234567.0, single=True)
+    ('0.1', '1.234567e+06')
+    """
+    if not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if value == 0:
+        return "-0" if math.copysign(1.0, value) < 0 else "0"
+    shortest = decimal.Decimal(shortest_text(value, single)).normalize()
+    sign, digits, exponent = shortest.as_tuple()
+    assert isinstance(exponent, int)
+    power = exponent + len(digits) - 1  # of the first digit
+    if -4 <= power < (6 if single else 15):
+        return f"{shortest:f}"
+    mantissa = "".join(map(str, digits))
+    mantissa = mantissa[0] + ("." + mantissa[1:] if len(mantissa) > 1 else "")
+    return f"{'-' if sign else ''}{mantissa}e{'+' if power >= 0 else '-'}{abs(power):02d}"
+
+
+def column_texts(column: pa.ChunkedArray | pa.Array) -> list[str]:
+    """A result column's cells as the plain format prints them (a `real` with a real's
+    digits)."""
+    if pa.types.is_float32(column.type):
+        return ["NULL" if v is None else float_text(v, single=True) for v in column.to_pylist()]
+    return [format_value(v) for v in python_values(column)]
 
 
 def _time_text(value: dt.datetime | dt.time) -> str:
@@ -95,7 +128,7 @@ def _is_number(dtype: pa.DataType) -> bool:
 def plain_table(table: pa.Table) -> str:
     """A table in psql's aligned format, with its `(n rows)` footer."""
     names = table.column_names
-    cells = [[format_value(v) for v in python_values(column)] for column in table.columns]
+    cells = [column_texts(column) for column in table.columns]
     numeric = [_is_number(f.type) for f in table.schema]
     widths = [max([len(n), *(len(c) for c in col)]) for n, col in zip(names, cells, strict=True)]
     lines = [
@@ -163,8 +196,8 @@ class Printer:
         for field in table.schema:
             numeric = _is_number(field.type)
             view.add_column(field.name, justify="right" if numeric else "left")
-        for row in zip(*(python_values(c) for c in table.columns), strict=True):
-            view.add_row(*(format_value(v) for v in row))
+        for row in zip(*(column_texts(c) for c in table.columns), strict=True):
+            view.add_row(*row)
         self.console.print(view)
         n = table.num_rows
         self.console.print(f"[dim]({n} row{'' if n == 1 else 's'})[/dim]")

@@ -150,16 +150,15 @@ class Hydration:
 def _live_table(label: str, rows: pa.Table) -> Any:
     from rich.table import Table
 
-    from dsql.printer import format_value
-    from dsql.results import python_values
+    from dsql.printer import column_texts
 
     shown = rows.slice(max(rows.num_rows - LIVE_ROWS, 0))
     title = f"{escape(label)}  [dim]({rows.num_rows} updates)[/dim]"
     view = Table(title=title, title_justify="left")
     for field in rows.schema:
         view.add_column(field.name)
-    for row in zip(*(python_values(c) for c in shown.columns), strict=True):
-        view.add_row(*(format_value(v) for v in row))
+    for row in zip(*(column_texts(c) for c in shown.columns), strict=True):
+        view.add_row(*row)
     return view
 
 

@@ -107,20 +107,35 @@ def negative_multiplicity(count: int, what: str) -> DataError:
 def python_values(column: pa.ChunkedArray | pa.Array) -> list[Any]:
     """A result column's values in Python, as PostgreSQL presents them.
 
-    An unbounded `numeric` is stored with `types.DEFAULT_DECIMAL`'s fixed scale; its
+    A `real` reads as the double nearest its shortest decimal text (as psycopg reads
+    PostgreSQL's). An unbounded `numeric` is stored with `types.DEFAULT_DECIMAL`'s fixed scale; its
     values are shown without the fraction's trailing zeros (PostgreSQL keeps each
     value's own scale, which a fixed-scale column no longer knows).
 
     >>> python_values(pa.array([Decimal("1000"), Decimal("1.5")], pa.decimal128(38, 10)))
     [Decimal('1000'), Decimal('1.5')]
+    >>> python_values(pa.array([0.1], pa.float32()))
+    [0.1]
     """
     values = column.to_pylist()
+    if pa.types.is_float32(column.type):  # a real's value, not its 64-bit widening's digits
+        return [None if v is None else float(shortest_text(v, single=True)) for v in values]
     if column.type != _UNBOUNDED:
         return values
     return [None if v is None else _without_trailing_zeros(v) for v in values]
 
 
 _UNBOUNDED = pa.decimal128(*DEFAULT_DECIMAL)
+
+
+def shortest_text(value: float, single: bool = False) -> str:
+    """The shortest decimal text that reads back as `value` (as a 32-bit float where
+    `single`: `0.1`, not `0.10000000149011612`)."""
+    if single:
+        import numpy as np
+
+        return np.format_float_scientific(np.float32(value), unique=True)
+    return repr(value)
 
 
 def _without_trailing_zeros(value: Decimal) -> Decimal:
@@ -174,6 +189,7 @@ __all__ = [
     "accumulate",
     "present",
     "python_values",
+    "shortest_text",
     "reads_nothing",
     "negative_multiplicity",
     "repeat_rows",

@@ -25,6 +25,7 @@ import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import SchemaError
+from dsql.planner import numeric
 from dsql.planner.bind_from import bind_from
 from dsql.planner.bind_shape import (
     and_operands,
@@ -164,7 +165,7 @@ def _set_returning_calls(e: exp.Expression) -> list[exp.Expression]:
                 )
             found.append(node)
             inside = "the arguments of a set-returning function"
-        elif type(node) in _CONDITIONAL:
+        elif type(node) in _CONDITIONAL and not node.meta.get(numeric.ZERO_GUARD):
             inside = inside or _CONDITIONAL[type(node)]
         elif isinstance(node, exp.AggFunc):
             inside = inside or "aggregate function calls"

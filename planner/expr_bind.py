@@ -14,14 +14,13 @@ Integer division is made explicit (`IntDiv`) because PostgreSQL truncates
 from __future__ import annotations
 
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import DsqlError, SchemaError
-from dsql.planner import functions, types
+from dsql.planner import functions, numeric, types
 from dsql.planner.bind_shape import visible_plan
 from dsql.planner.expr import (
     Outer,
@@ -108,13 +107,7 @@ def _literal_scale(e: exp.Expr) -> int | None:
     number (`'1e3'` has none, `'1.50'` two); None for anything else."""
     while isinstance(e, exp.Neg | exp.Paren):
         e = e.this
-    if not isinstance(e, exp.Literal):
-        return None
-    try:
-        number = Decimal(e.this.strip())
-    except InvalidOperation:
-        return None
-    return max(-number.as_tuple().exponent, 0) if number.is_finite() else None  # type: ignore[operator]
+    return numeric.literal_scale(e.this) if isinstance(e, exp.Literal) else None
 
 
 class ExprBinder:
@@ -180,6 +173,10 @@ class ExprBinder:
                 raise SchemaError("a parameter placeholder reached the planner unbound")
             case exp.Div():
                 return self._div(e)
+            case exp.Literal() if numeric.is_numeric_literal(e) and "e" in e.this.lower():
+                return numeric.exact_literal(e)
+            case exp.Avg() if not isinstance(e.this, exp.Distinct):
+                return self._avg(e)
             case exp.Sum() if not isinstance(e.this, exp.Distinct):
                 return self._sum(e)
             case exp.Cast() if _unbounded_numeric(e.to):
@@ -316,18 +313,43 @@ class ExprBinder:
         scale = default if scale is None else min(scale, precision)
         return exp.Cast(this=arg, to=types.build(f"decimal({precision}, {scale})"))
 
-    def _div(self, e: exp.Div) -> exp.Expression:
+    def _div(self, e: exp.Div) -> exp.Expr:
+        """`a / b` as PostgreSQL divides: integers truncated, numerics exactly to its
+        scale (`numeric.divide`), floats as floats; a zero divisor is an error."""
         left = self._bind(e.this)
         right = self._bind(e.expression)
         e.set("this", left)
         e.set("expression", right)
         if self._types is None:
             return e
-        lt = types.infer(self._typed(left), self._types)
-        rt = types.infer(self._typed(right), self._types)
-        if types.is_integer(lt) and types.is_integer(rt):
+        kinds = self._kinds(left, right)
+        if kinds == {"integer"}:  # both engines raise for a zero divisor
             return exp.IntDiv(this=left, expression=right)
-        return e
+        if "float" in kinds or None in kinds:  # DuckDB's float quotient by 0 is infinite
+            return numeric.zero_guard(right, left, e)
+        return numeric.divide(left, right, *self._scales(left, right))
+
+    def _avg(self, e: exp.Avg) -> exp.Expr:
+        """`avg(x)` of integers or numerics: numeric, `sum(x) / count(x)` divided as
+        PostgreSQL divides numerics; of floats: the engines' float average."""
+        arg = self._bind(e.this)
+        e.set("this", arg)
+        if self._types is None or numeric.kind(self._typed(arg), self._types) not in (
+            "integer",
+            "numeric",
+        ):
+            return e
+        total = exp.Sum(this=arg.copy())
+        count = exp.Count(this=arg.copy())
+        return numeric.divide(total, count, *self._scales(total, count))
+
+    def _kinds(self, *operands: exp.Expr) -> set[numeric.Kind | None]:
+        assert self._types is not None
+        return {numeric.kind(self._typed(o), self._types) for o in operands}
+
+    def _scales(self, *operands: exp.Expr) -> list[int]:
+        assert self._types is not None
+        return [numeric.scale(self._typed(o), self._types) for o in operands]
 
 
 def _call_position(call: exp.Func) -> tuple[int, int] | None:

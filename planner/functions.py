@@ -33,13 +33,14 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Literal
 
 import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import SchemaError
-from dsql.planner import types
+from dsql.planner import numeric, types
 
 #: A rewrite of a bound call (its argument types given) into every kernel's spelling.
 Spelling = Callable[[exp.Func, Sequence[exp.DataType]], exp.Expr]
@@ -66,14 +67,33 @@ class Function:
 
 
 def _float8_unless_numeric(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
-    """PostgreSQL's `ceil`, `floor`, `sign`, `round(x)`, `trunc(x)`: numeric for a
-    numeric argument, else double precision (Spark's ceil gives a bigint)."""
+    """PostgreSQL's `ceil`, `floor`, `sign`, `round(x)`, `trunc(x)`: a numeric of scale 0
+    for a numeric argument, else double precision (Spark's ceil gives a bigint)."""
     first = arg_types[0] if arg_types else types.build("unknown")
     if first.is_type(exp.DataType.Type.DECIMAL):
-        return exp.Cast(this=call, to=first.copy())
+        return exp.Cast(this=call, to=numeric.numeric_type(0))
     if types.is_unknown(first):
         return call
     return exp.Cast(this=call, to=types.build("double"))
+
+
+def _digits(call: exp.Func, what: str) -> int:
+    """The constant digit count `n` of `round(x, n)` or `trunc(x, n)`."""
+    n = types.integer_literal(call.args["decimals"])
+    if n is None:
+        raise SchemaError(
+            f"{what}(x, n) needs a constant n", hint=f"write n as an integer, e.g. {what}(x, 2)"
+        )
+    return n
+
+
+def _numeric_only(call: exp.Func, first: exp.DataType, what: str) -> None:
+    """Refuse `round(x, n)` or `trunc(x, n)` of a non-numeric `x`, as PostgreSQL does."""
+    if not first.is_type(exp.DataType.Type.DECIMAL):
+        raise SchemaError(
+            f"function {what}({first.sql('postgres').lower()}, integer) does not exist",
+            hint=f"cast the value to numeric: {what}(x::numeric, n)",
+        )
 
 
 def _as_arg_type(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
@@ -103,27 +123,53 @@ def _text_args(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
 
 
 def _round(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
-    """`round(x)` as `_float8_unless_numeric`; `round(x, n)` only for numeric `x`, as in
-    PostgreSQL (a double rounds differently on each kernel)."""
-    if call.args.get("decimals") is None:
-        return _float8_unless_numeric(call, arg_types)
+    """`round(x)`: a numeric half away from zero, a float half to even (PostgreSQL's
+    `rint`; both engines round a float half away); `round(x, n)` for a numeric `x`,
+    of scale n."""
     first = arg_types[0] if arg_types else types.build("unknown")
-    if not first.is_type(exp.DataType.Type.DECIMAL):
-        raise SchemaError(
-            f"function round({first.sql('postgres').lower()}, integer) does not exist",
-            hint="cast the value to numeric: round(x::numeric, n)",
-        )
-    return call
+    if call.args.get("decimals") is None:
+        if numeric.kind_of_type(first) == "float":
+            return _half_even(call.this)
+        return _float8_unless_numeric(call, arg_types)
+    _numeric_only(call, first, "round")
+    return exp.Cast(this=call, to=numeric.numeric_type(max(_digits(call, "round"), 0)))
+
+
+def _half_even(x: exp.Expr) -> exp.Expr:
+    """A float rounded to a whole number, ties to the even neighbour."""
+    below = exp.Floor(this=x.copy())
+    tie = exp.EQ(this=exp.Sub(this=x.copy(), expression=below), expression=exp.Literal.number(0.5))
+    odd = exp.EQ(
+        this=exp.Mod(this=below.copy(), expression=exp.Literal.number(2)),
+        expression=exp.Literal.number(0),
+    )
+    even = exp.Case(
+        ifs=[exp.If(this=odd, true=below.copy())],
+        default=exp.Add(this=below.copy(), expression=exp.Literal.number(1)),
+    )
+    rounded = exp.Case(ifs=[exp.If(this=tie, true=even)], default=exp.Round(this=x.copy()))
+    return exp.Cast(this=rounded, to=types.build("double"))
 
 
 def _trunc(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
-    """`trunc(x)` as `_float8_unless_numeric`; Spark has no `trunc(x, n)`."""
-    if call.args.get("decimals") is not None:
-        raise SchemaError(
-            "function trunc(x, n) is not supported",
-            hint="use trunc(x * 10^n) / 10^n, or round(x::numeric, n)",
-        )
-    return _float8_unless_numeric(call, arg_types)
+    """`trunc(x)` as `_float8_unless_numeric`; `trunc(x, n)` of a numeric: `x` moved half
+    a unit of the n-th digit towards zero, then rounded half away from zero (exact on
+    both engines, where DuckDB's remainder of wide decimals is a double's; Spark has no
+    `trunc(x, n)`)."""
+    if call.args.get("decimals") is None:
+        return _float8_unless_numeric(call, arg_types)
+    first = arg_types[0] if arg_types else types.build("unknown")
+    _numeric_only(call, first, "trunc")
+    n = _digits(call, "trunc")
+    half = exp.Literal.number(f"{Decimal(5).scaleb(-n - 1):f}")
+    x = call.this
+    negative = exp.LT(this=x.copy(), expression=exp.Literal.number(0))
+    inward = exp.Case(
+        ifs=[exp.If(this=negative, true=exp.Add(this=x.copy(), expression=half.copy()))],
+        default=exp.Sub(this=x.copy(), expression=half),
+    )
+    rounded = exp.Round(this=inward, decimals=exp.Literal.number(n))
+    return exp.Cast(this=rounded, to=numeric.numeric_type(max(n, 0)))
 
 
 _F = Function
@@ -139,7 +185,9 @@ _MATH = (
     ),
     _F(("floor",), exp.Floor, (1, 1), "numeric|float8", "floor(n)", _float8_unless_numeric),
     _F(("round",), exp.Round, (1, 2), "numeric|float8", "round(n, 1) + round(n)", _round),
-    _F(("trunc",), exp.Trunc, (1, 1), "numeric|float8", "trunc(x) + trunc(j)", _trunc),
+    _F(
+        ("trunc",), exp.Trunc, (1, 2), "numeric|float8", "trunc(x) + trunc(j) + trunc(n, 1)", _trunc
+    ),
     _F(("sign",), exp.Sign, (1, 1), "numeric|float8", "sign(j) + sign(x)", _float8_unless_numeric),
     _F(("sqrt",), exp.Sqrt, (1, 1), "float8", "sqrt(x)"),
     _F(("cbrt",), exp.Cbrt, (1, 1), "float8", "cbrt(x)"),

@@ -21,6 +21,7 @@ from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 
 from dsql.errors import TypeMismatchError
+from dsql.planner import numeric
 
 T = exp.DType  # `exp.DataType.Type`, under the name type checkers take as a type
 
@@ -151,11 +152,19 @@ def infer(expression: exp.Expr, inputs: Sequence[exp.DataType]) -> exp.DataType:
     if literal is not None and not -(2**31) <= literal < 2**31:
         # sqlglot types every integer literal as int; PostgreSQL widens those that do not fit.
         return build("bigint" if -(2**63) <= literal < 2**63 else "decimal(38, 0)")
+    if numeric.is_numeric_literal(expression):  # sqlglot says double; PostgreSQL numeric
+        return numeric.numeric_type(numeric.literal_scale(expression.this) or 0)
     key = _leaf_key(expression)
     if key is not None and key in _LEAF_TYPES:  # a literal: typed once per spelling
         expression.type = _LEAF_TYPES[key].copy()
         return _LEAF_TYPES[key].copy()
     dtype = _annotate(expression, inputs)
+    if (
+        dtype.this not in (T.DECIMAL, T.BIGDECIMAL)
+        and numeric.kind(expression, inputs) == "numeric"
+    ):
+        # sqlglot types a numeric literal as a double, and so what reads one.
+        return numeric.numeric_type(numeric.scale(expression, inputs))
     if key is not None:
         _LEAF_TYPES[key] = dtype.copy()
     return dtype
@@ -224,6 +233,9 @@ def common_type(a: exp.DataType, b: exp.DataType, where: str) -> exp.DataType:
         return a
     if is_unknown(a):
         return b
+    if a.this in (T.DECIMAL, T.BIGDECIMAL) and b.this in (T.DECIMAL, T.BIGDECIMAL):
+        # Each side's digits kept: the larger scale (PostgreSQL's numeric has no scale).
+        return numeric.numeric_type(max(numeric.type_scale(a), numeric.type_scale(b)))
     if is_numeric(a) and is_numeric(b):
         order = [T.TINYINT, T.SMALLINT, T.INT, T.BIGINT, T.DECIMAL, T.FLOAT, T.DOUBLE]
         rank = {k: i for i, k in enumerate(order)}

@@ -32,7 +32,7 @@ import shutil
 import socket
 import subprocess
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -212,6 +212,18 @@ def compare(
         f"{sorted(map(repr, missing.elements()))} fewer than postgres\n"
         f"  dsql {list(got)}\n  postgres {list(want)}"
     )
+
+
+def create_both(con: Any, pg: Any, tables: Mapping[str, str], seed: Sequence[str]) -> None:
+    """The same tables (name: column list), afresh, in dsql's connection `con` and
+    PostgreSQL's `pg`, both then holding the rows of the `seed` statements."""
+    pg.execute("DROP TABLE IF EXISTS " + ", ".join(tables))
+    for name, columns in tables.items():
+        con.execute(f"CREATE TABLE {name} ({columns})")
+        pg.execute(f"CREATE TABLE {name} ({columns})")
+    for sql in seed:
+        con.execute(sql)
+        pg.execute(sql)
 
 
 def differs(

@@ -40,6 +40,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
+from dsql.runtime.kernel import numeric_division
 from dsql.runtime.lattice import Antichain
 
 if TYPE_CHECKING:
@@ -428,5 +429,7 @@ class Kernel(ABC):
         return self.query(query, {"f": frame})
 
     def sql(self, select: exp.Expr) -> str:
-        """The text of `select` in this kernel's dialect."""
-        return select.sql(dialect=self.dialect, comments=False)  # comments are user text
+        """The text of `select` in this kernel's dialect (numeric quotients written out as
+        exact division: `numeric_division.py`)."""
+        tree = numeric_division.expand(select, self.dialect)
+        return tree.sql(dialect=self.dialect, comments=False)  # comments are user text

@@ -143,6 +143,8 @@ class LocalKernel(Kernel):
                     f"{_OUT_OF_RANGE[overflow.group(1)]} out of range",
                     hint="cast to numeric for larger values",
                 ) from None
+            if "division by zero" in message.lower():  # planned (RAISE_ERROR) or DuckDB's
+                raise ExecutionError("division by zero") from None
             if _DECIMAL_OVERFLOW.search(message):
                 raise ExecutionError(
                     "numeric field overflow",

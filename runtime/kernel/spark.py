@@ -910,6 +910,8 @@ def _engine_error(error: Exception, text: str | None = None) -> Exception:
             "numeric field overflow",
             hint="the value has more integer digits than the numeric(p, s) allows",
         )
+    if "division by zero" in message.lower() or "DIVIDE_BY_ZERO" in message:
+        return ExecutionError("division by zero")
     if "ARITHMETIC_OVERFLOW" in message:  # Spark's message does not name the type
         return ExecutionError(
             "integer out of range (integer or bigint)", hint="cast to numeric for larger values"

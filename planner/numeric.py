@@ -1,0 +1,231 @@
+"""PostgreSQL's numbers: which kind an expression is, and a numeric's scale.
+
+PostgreSQL has three kinds of number: integers (smallint, int, bigint), `numeric`
+(exact decimal; a literal with a point or an exponent is one) and floats (real, double
+precision). An operator's result is of the widest kind of its operands (float over
+numeric over integer), and a numeric's scale (digits after the point) follows the
+operator: the larger of the operands' for `+` and `-`, their sum for `*`.
+
+dsql stores a numeric as a 38-digit decimal whose scale is fixed per expression and
+computed here as PostgreSQL would (PostgreSQL keeps a scale per value: for a column
+and an operator over columns both agree). A quotient of numerics is
+`NUMERIC_DIV(a, b, scale_a, scale_b)`, evaluated exactly by each kernel
+(`runtime/kernel/numeric_division.py`) and rounded per row to PostgreSQL's scale.
+
+>>> import sqlglot
+>>> kind(sqlglot.parse_one("1.5 + _c0"), [exp.DataType.build("int")])
+'numeric'
+>>> scale(sqlglot.parse_one("1.5 * 0.25"), [])
+3
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Literal
+
+from sqlglot import exp
+
+Kind = Literal["integer", "numeric", "float"]
+
+T = exp.DType
+
+#: The function kernels expand into exact decimal division (`runtime/kernel/numeric_division.py`).
+NUMERIC_DIV = "NUMERIC_DIV"
+
+#: The most digits a stored numeric has (DuckDB's and Spark's widest decimal).
+MAX_PRECISION = 38
+
+#: Digits after the point a quotient keeps at least: PostgreSQL's 16 significant digits
+#: for quotients from 0.0001 on (its scale for smaller ones is larger).
+QUOTIENT_SCALE = 20
+
+_FLOATS = frozenset({T.FLOAT, T.DOUBLE})
+_DECIMALS = frozenset({T.DECIMAL, T.BIGDECIMAL})
+_RANK: dict[Kind, int] = {"integer": 0, "numeric": 1, "float": 2}
+
+
+def kind_of_type(dtype: exp.DataType) -> Kind | None:
+    """The kind of number a type holds, None for a type that is not a number."""
+    if dtype.this in exp.DataType.INTEGER_TYPES:
+        return "integer"
+    if dtype.this in _DECIMALS:
+        return "numeric"
+    if dtype.this in _FLOATS:
+        return "float"
+    return None
+
+
+def literal_scale(text: str) -> int | None:
+    """The scale of a number as written (`'1e3'` 0, `'1.50'` 2), None if not a number."""
+    try:
+        number = Decimal(text.strip())
+    except InvalidOperation:
+        return None
+    if not number.is_finite():
+        return None
+    exponent = number.as_tuple().exponent
+    assert isinstance(exponent, int)
+    return max(-exponent, 0)
+
+
+def is_numeric_literal(e: exp.Expr) -> bool:
+    """Whether `e` is a number literal PostgreSQL reads as numeric (a point or exponent)
+    and dsql stores as one (38 digits at most; a longer one is a double)."""
+    return isinstance(e, exp.Literal) and not e.is_string and not e.this.isdigit() and _fits(e.this)
+
+
+def _fits(text: str) -> bool:
+    """Whether a number's digits, written out, fit a 38-digit decimal."""
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        return False
+    written = literal_scale(text) or 0
+    return number.is_finite() and number.adjusted() < MAX_PRECISION - written
+
+
+def kind(e: exp.Expr, inputs: Sequence[exp.DataType]) -> Kind | None:
+    """The kind of number `e` is over columns `_c0.._cN` of types `inputs` (None: not a
+    number, or not known here)."""
+    match e:
+        case exp.Literal() if not e.is_string:
+            if e.this.isdigit():
+                return "integer"
+            return "numeric" if _fits(e.this) else "float"
+        case exp.Column() if e.name.startswith("_c") and e.name[2:].isdigit():
+            i = int(e.name[2:])
+            return kind_of_type(inputs[i]) if i < len(inputs) else None
+        case exp.Cast() | exp.TryCast():
+            return kind_of_type(e.to)
+        case exp.Paren() | exp.Neg() | exp.Abs() | exp.Min() | exp.Max():
+            return kind(e.this, inputs)
+        case exp.Sum():
+            inner = e.this.this if isinstance(e.this, exp.Distinct) else e.this
+            return kind(inner, inputs)
+        case exp.Count():
+            return "integer"
+        case exp.Avg():
+            return "float" if kind(e.this, inputs) == "float" else "numeric"
+        case exp.Add() | exp.Sub() | exp.Mul() | exp.Div() | exp.Mod() | exp.IntDiv():
+            return _widest(kind(e.this, inputs), kind(e.expression, inputs))
+        case exp.Anonymous() if e.name.upper() == NUMERIC_DIV:
+            return "numeric"
+    return None
+
+
+def _widest(a: Kind | None, b: Kind | None) -> Kind | None:
+    if a is None or b is None:
+        return None
+    return a if _RANK[a] >= _RANK[b] else b
+
+
+def scale(e: exp.Expr, inputs: Sequence[exp.DataType], default: int = 10) -> int:
+    """The scale PostgreSQL gives a numeric expression (0 for an integer one); `default`
+    where the type says no scale (an unbounded numeric's stored scale)."""
+    match e:
+        case exp.Literal() if not e.is_string:
+            return literal_scale(e.this) or 0
+        case exp.Column() if e.name.startswith("_c") and e.name[2:].isdigit():
+            i = int(e.name[2:])
+            return type_scale(inputs[i], default) if i < len(inputs) else default
+        case exp.Cast() | exp.TryCast():
+            return type_scale(e.to, default)
+        case exp.Paren() | exp.Neg() | exp.Abs() | exp.Min() | exp.Max():
+            return scale(e.this, inputs, default)
+        case exp.Sum():
+            inner = e.this.this if isinstance(e.this, exp.Distinct) else e.this
+            return scale(inner, inputs, default)
+        case exp.Add() | exp.Sub() | exp.Mod():
+            return max(scale(e.this, inputs, default), scale(e.expression, inputs, default))
+        case exp.Mul():
+            both = scale(e.this, inputs, default) + scale(e.expression, inputs, default)
+            return min(both, MAX_PRECISION)
+        case exp.Anonymous() if e.name.upper() == NUMERIC_DIV:
+            return quotient_scale(int(e.expressions[2].this), int(e.expressions[3].this))
+        case exp.Count():
+            return 0
+    return default
+
+
+def type_scale(dtype: exp.DataType, default: int = 10) -> int:
+    """The scale of a type: a decimal's own, 0 for integers, `default` for the rest."""
+    if dtype.this in exp.DataType.INTEGER_TYPES:
+        return 0
+    if dtype.this in _DECIMALS and len(dtype.expressions) == 2:
+        value = dtype.expressions[1].this
+        if isinstance(value, exp.Literal):
+            return int(value.this)
+    return default
+
+
+def quotient_scale(scale_a: int, scale_b: int) -> int:
+    """The scale a quotient of numerics of these scales is stored with: every row's
+    PostgreSQL scale up to `QUOTIENT_SCALE` (quotients from 0.0001 on)."""
+    return min(max(QUOTIENT_SCALE, scale_a, scale_b), MAX_PRECISION)
+
+
+def numeric_type(scale_: int) -> exp.DataType:
+    """`decimal(38, scale)`: how dsql stores a numeric of that scale."""
+    return exp.DataType.build(f"decimal({MAX_PRECISION}, {min(scale_, MAX_PRECISION)})")
+
+
+def divide(a: exp.Expr, b: exp.Expr, scale_a: int, scale_b: int) -> exp.Expr:
+    """`a / b` of numerics (or a numeric and an integer) of these scales: exact, to
+    PostgreSQL's scale, an error for a zero `b`."""
+    scales = [exp.Literal.number(scale_a), exp.Literal.number(scale_b)]
+    return exp.Anonymous(this=NUMERIC_DIV, expressions=[a, b, *scales])
+
+
+def exact_literal(e: exp.Literal) -> exp.Expr:
+    """A number literal with an exponent (`1e3`, `2.5E-3`) as the numeric it is in
+    PostgreSQL: its digits written out, of the scale they have (a double where they do
+    not fit 38 digits)."""
+    if not _fits(e.this):
+        return exp.Cast(this=e, to=exp.DataType.build("double"))
+    written = literal_scale(e.this) or 0
+    return exp.Cast(this=exp.Literal.number(f"{Decimal(e.this):f}"), to=numeric_type(written))
+
+
+def zero_guard(divisor: exp.Expr, dividend: exp.Expr, value: exp.Expr) -> exp.Expr:
+    """`value` (a quotient or remainder), or PostgreSQL's "division by zero" error where
+    the divisor is zero and the dividend is not NULL (a NULL operand gives NULL)."""
+    from dsql.planner.expr import RaiseError
+
+    if isinstance(divisor, exp.Literal) and not divisor.is_string and float(divisor.this) != 0:
+        return value
+    zero = exp.and_(
+        exp.EQ(this=divisor.copy(), expression=exp.Literal.number(0)),
+        exp.Not(this=exp.Is(this=dividend.copy(), expression=exp.Null())),
+    )
+    error = RaiseError(this=exp.Literal.string(DIVISION_BY_ZERO))
+    guarded = exp.Case(ifs=[exp.If(this=zero, true=error)], default=value)
+    guarded.meta[ZERO_GUARD] = True  # not a CASE of the user's (set-returning calls may be in it)
+    return guarded
+
+
+#: The `meta` key marking a CASE that `zero_guard` wrote.
+ZERO_GUARD = "zero_guard"
+
+
+#: PostgreSQL's message for a zero divisor (of `/`, `%` and `mod`, on every number kind).
+DIVISION_BY_ZERO = "division by zero"
+
+
+__all__ = [
+    "DIVISION_BY_ZERO",
+    "NUMERIC_DIV",
+    "ZERO_GUARD",
+    "divide",
+    "exact_literal",
+    "is_numeric_literal",
+    "kind",
+    "kind_of_type",
+    "literal_scale",
+    "numeric_type",
+    "quotient_scale",
+    "scale",
+    "type_scale",
+    "zero_guard",
+]
