@@ -173,6 +173,8 @@ class ExprBinder:
                 raise SchemaError("a parameter placeholder reached the planner unbound")
             case exp.Div():
                 return self._div(e)
+            case exp.Mod():
+                return self._mod(e)
             case exp.Literal() if numeric.is_numeric_literal(e) and "e" in e.this.lower():
                 return numeric.exact_literal(e)
             case exp.Avg() if not isinstance(e.this, exp.Distinct):
@@ -328,6 +330,15 @@ class ExprBinder:
         if "float" in kinds or None in kinds:  # DuckDB's float quotient by 0 is infinite
             return numeric.zero_guard(right, left, e)
         return numeric.divide(left, right, *self._scales(left, right))
+
+    def _mod(self, e: exp.Mod) -> exp.Expr:
+        """`a % b` (and `mod(a, b)`): of numerics exact (`numeric.remainder`); of integers
+        and floats the engines' own (both raise for a zero integer divisor)."""
+        self._bind_children(e)
+        a, b = e.this, e.expression
+        if self._types is None or self._kinds(a, b) not in ({"numeric"}, {"numeric", "integer"}):
+            return e
+        return numeric.remainder(a, b, *self._scales(a, b))
 
     def _avg(self, e: exp.Avg) -> exp.Expr:
         """`avg(x)` of integers or numerics: numeric, `sum(x) / count(x)` divided as

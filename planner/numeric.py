@@ -10,7 +10,8 @@ dsql stores a numeric as a 38-digit decimal whose scale is fixed per expression 
 computed here as PostgreSQL would (PostgreSQL keeps a scale per value: for a column
 and an operator over columns both agree). A quotient of numerics is
 `NUMERIC_DIV(a, b, scale_a, scale_b)`, evaluated exactly by each kernel
-(`runtime/kernel/numeric_division.py`) and rounded per row to PostgreSQL's scale.
+(`runtime/kernel/numeric_division.py`) and rounded per row to PostgreSQL's scale; a
+remainder is `NUMERIC_MOD(a, b, scale_a, scale_b)`, likewise exact.
 
 >>> import sqlglot
 >>> kind(sqlglot.parse_one("1.5 + _c0"), [exp.DataType.build("int")])
@@ -31,8 +32,10 @@ Kind = Literal["integer", "numeric", "float"]
 
 T = exp.DType
 
-#: The function kernels expand into exact decimal division (`runtime/kernel/numeric_division.py`).
+#: The functions kernels expand into exact decimal division and remainder
+#: (`runtime/kernel/numeric_division.py`).
 NUMERIC_DIV = "NUMERIC_DIV"
+NUMERIC_MOD = "NUMERIC_MOD"
 
 #: The most digits a stored numeric has (DuckDB's and Spark's widest decimal).
 MAX_PRECISION = 38
@@ -110,7 +113,7 @@ def kind(e: exp.Expr, inputs: Sequence[exp.DataType]) -> Kind | None:
             return "float" if kind(e.this, inputs) == "float" else "numeric"
         case exp.Add() | exp.Sub() | exp.Mul() | exp.Div() | exp.Mod() | exp.IntDiv():
             return _widest(kind(e.this, inputs), kind(e.expression, inputs))
-        case exp.Anonymous() if e.name.upper() == NUMERIC_DIV:
+        case exp.Anonymous() if e.name.upper() in (NUMERIC_DIV, NUMERIC_MOD):
             return "numeric"
     return None
 
@@ -144,6 +147,8 @@ def scale(e: exp.Expr, inputs: Sequence[exp.DataType], default: int = 10) -> int
             return min(both, MAX_PRECISION)
         case exp.Anonymous() if e.name.upper() == NUMERIC_DIV:
             return quotient_scale(int(e.expressions[2].this), int(e.expressions[3].this))
+        case exp.Anonymous() if e.name.upper() == NUMERIC_MOD:
+            return max(int(e.expressions[2].this), int(e.expressions[3].this))
         case exp.Count():
             return 0
     return default
@@ -176,6 +181,13 @@ def divide(a: exp.Expr, b: exp.Expr, scale_a: int, scale_b: int) -> exp.Expr:
     PostgreSQL's scale, an error for a zero `b`."""
     scales = [exp.Literal.number(scale_a), exp.Literal.number(scale_b)]
     return exp.Anonymous(this=NUMERIC_DIV, expressions=[a, b, *scales])
+
+
+def remainder(a: exp.Expr, b: exp.Expr, scale_a: int, scale_b: int) -> exp.Expr:
+    """`a % b` of numerics (or a numeric and an integer) of these scales: exact, of the
+    larger scale, an error for a zero `b`."""
+    scales = [exp.Literal.number(scale_a), exp.Literal.number(scale_b)]
+    return exp.Anonymous(this=NUMERIC_MOD, expressions=[a, b, *scales])
 
 
 def exact_literal(e: exp.Literal) -> exp.Expr:
@@ -216,6 +228,7 @@ DIVISION_BY_ZERO = "division by zero"
 __all__ = [
     "DIVISION_BY_ZERO",
     "NUMERIC_DIV",
+    "NUMERIC_MOD",
     "ZERO_GUARD",
     "divide",
     "exact_literal",
@@ -225,6 +238,7 @@ __all__ = [
     "literal_scale",
     "numeric_type",
     "quotient_scale",
+    "remainder",
     "scale",
     "type_scale",
     "zero_guard",

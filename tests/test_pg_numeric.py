@@ -65,6 +65,8 @@ SAME = {
     "ceil_floor": (
         "SELECT ceil(2.1) AS a, floor(-2.1) AS b, ceil(2.1::float8) AS c, floor(f) AS d FROM n"
     ),
+    "numeric_remainder": "SELECT x % 0.7 AS a, y % 2 AS b, mod(x, 3) AS c, -7.5 % 2 AS d FROM n",
+    "wide_remainder": "SELECT 1.000::numeric(38,3) % 0.1::numeric(38,1) AS v",
     "union_of_scales": "SELECT 1.5 AS v UNION ALL SELECT 2.25 UNION ALL SELECT 3",
     "case_of_scales": "SELECT CASE WHEN k = 1 THEN 1.5 ELSE 2.125 END AS v FROM n",
 }

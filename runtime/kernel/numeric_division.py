@@ -16,6 +16,9 @@ integers (DuckDB's HUGEINT, Spark's decimal(38, 0)):
   column's scale `numeric.quotient_scale(sa, sb)`;
 - a zero divisor (with a dividend that is not NULL) is PostgreSQL's "division by zero".
 
+`NUMERIC_MOD(a, b, sa, sb)`, a remainder of numerics, is the remainder of the same
+integers, of scale `s` (DuckDB's remainder of 38-digit decimals goes through a double).
+
 The operands' weights are estimated in double precision: an operand within a few units
 in the 16th digit of a power of 10000 may get the scale of its neighbour.
 
@@ -32,8 +35,9 @@ import functools
 import sqlglot
 from sqlglot import exp
 
-#: The function the planner writes for a numeric quotient (`planner/numeric.py`).
+#: The functions the planner writes for a numeric quotient and remainder (`planner/numeric.py`).
 NAME = "NUMERIC_DIV"
+REMAINDER = "NUMERIC_MOD"
 
 #: Digits after the point a quotient column holds at least (`planner/numeric.py`).
 _QUOTIENT_SCALE = 20
@@ -43,8 +47,8 @@ _CHUNK = 9
 
 
 def expand(tree: exp.Expr, dialect: str) -> exp.Expr:
-    """`tree` with every `NUMERIC_DIV(...)` call written out for `dialect` (a copy where
-    there is one; `tree` itself where there is none)."""
+    """`tree` with every `NUMERIC_DIV(...)` and `NUMERIC_MOD(...)` call written out for
+    `dialect` (a copy where there is one; `tree` itself where there is none)."""
     if not any(_is_call(node) for node in tree.find_all(exp.Anonymous)):
         return tree
 
@@ -52,7 +56,8 @@ def expand(tree: exp.Expr, dialect: str) -> exp.Expr:
         if not _is_call(node):
             return node
         a, b, sa, sb = node.expressions
-        template = _template(dialect, int(sa.this), int(sb.this))
+        build = _quotient if str(node.name).upper() == NAME else _remainder
+        template = build(dialect, int(sa.this), int(sb.this))
 
         def fill(n: exp.Expression) -> exp.Expression:
             if isinstance(n, exp.Column) and n.name == "__dsql_a":
@@ -67,23 +72,57 @@ def expand(tree: exp.Expr, dialect: str) -> exp.Expr:
 
 
 def _is_call(node: exp.Expression) -> bool:
-    return isinstance(node, exp.Anonymous) and str(node.name).upper() == NAME
+    return isinstance(node, exp.Anonymous) and str(node.name).upper() in (NAME, REMAINDER)
+
+
+def _integer(dialect: str) -> str:
+    """The kernel's exact integer type of 38 digits."""
+    return "DECIMAL(38, 0)" if dialect == "spark" else "HUGEINT"
+
+
+def _scaled(name: str, own: int, scale: int, integer: str, absolute: bool = True) -> str:
+    """The operand `name` (of scale `own`) times 10^scale, as an exact integer."""
+    value = f"CAST({name} AS DECIMAL(38, {own}))"
+    value = f"ABS({value})" if absolute else value
+    return f"CAST({value} * {10**scale} AS {integer})" if scale else f"CAST({value} AS {integer})"
+
+
+def _unscaled(integer_value: str, scale: int, dialect: str) -> str:
+    """An exact integer times 10^-scale, as a decimal(38, scale)."""
+    if dialect == "spark":  # Spark's decimal product would cut the scale: the digits are read
+        return f"CAST(CONCAT(CAST({integer_value} AS STRING), 'E-{scale}') AS DECIMAL(38, {scale}))"
+    unit = f"CAST('1e-{scale}' AS DECIMAL(38, {scale}))"
+    return f"CAST(CAST({integer_value} AS DECIMAL(38, 0)) * {unit} AS DECIMAL(38, {scale}))"
+
+
+def _guarded(value: str, scale: int, dialect: str) -> exp.Expr:
+    """`value`, or PostgreSQL's "division by zero" where the divisor is zero."""
+    text = (
+        f"CASE WHEN __dsql_b = 0 AND NOT __dsql_a IS NULL "
+        f"THEN CAST(RAISE_ERROR('division by zero') AS DECIMAL(38, {scale})) ELSE {value} END"
+    )
+    return sqlglot.parse_one(text, read=dialect)
 
 
 @functools.cache
-def _template(dialect: str, sa: int, sb: int) -> exp.Expr:
+def _remainder(dialect: str, sa: int, sb: int) -> exp.Expr:
+    """`__dsql_a % __dsql_b` of numerics: exact (DuckDB's remainder of 38-digit decimals
+    is a double's), of the larger scale, with the dividend's sign."""
+    s = max(sa, sb)
+    integer = _integer(dialect)
+    na = _scaled("__dsql_a", sa, s, integer, absolute=False)
+    nb = _scaled("__dsql_b", sb, s, integer, absolute=False)
+    return _guarded(_unscaled(f"({na} % {nb})", s, dialect), s, dialect)
+
+
+@functools.cache
+def _quotient(dialect: str, sa: int, sb: int) -> exp.Expr:
     """The quotient of `__dsql_a` (scale `sa`) by `__dsql_b` (scale `sb`) in `dialect`."""
-    spark = dialect == "spark"
-    integer = "DECIMAL(38, 0)" if spark else "HUGEINT"
-    div = "div" if spark else "//"
+    integer = _integer(dialect)
+    div = "div" if dialect == "spark" else "//"
     s = max(sa, sb)
     big = min(max(_QUOTIENT_SCALE, s), _MAX_PRECISION)
-
-    def scaled(name: str, own: int) -> str:
-        value = f"ABS(CAST({name} AS DECIMAL(38, {own})))"
-        return f"CAST({value} * {10**s} AS {integer})" if s else f"CAST({value} AS {integer})"
-
-    na, nb = scaled("__dsql_a", sa), scaled("__dsql_b", sb)
+    na, nb = (_scaled(name, own, s, integer) for name, own in (("__dsql_a", sa), ("__dsql_b", sb)))
     # Long division: the integer part, then `big` digits after the point in chunks.
     remainder = f"({na} % {nb})"
     truncated = f"CAST(({na} {div} {nb}) AS {integer}) * {10**big}"
@@ -115,16 +154,7 @@ def _template(dialect: str, sa: int, sb: int) -> exp.Expr:
         f"CASE WHEN (__dsql_a < 0) <> (__dsql_b < 0) "
         f"THEN -{magnitude_value} ELSE {magnitude_value} END"
     )
-    if spark:  # Spark's decimal product would cut the scale: the digits are read back
-        value = f"CAST(CONCAT(CAST({signed} AS STRING), 'E-{big}') AS DECIMAL(38, {big}))"
-    else:
-        unit = f"CAST('1e-{big}' AS DECIMAL(38, {big}))"
-        value = f"CAST(CAST({signed} AS DECIMAL(38, 0)) * {unit} AS DECIMAL(38, {big}))"
-    text = (
-        f"CASE WHEN __dsql_b = 0 AND NOT __dsql_a IS NULL "
-        f"THEN CAST(RAISE_ERROR('division by zero') AS DECIMAL(38, {big})) ELSE {value} END"
-    )
-    return sqlglot.parse_one(text, read=dialect)
+    return _guarded(_unscaled(signed, big, dialect), big, dialect)
 
 
-__all__ = ["NAME", "expand"]
+__all__ = ["NAME", "REMAINDER", "expand"]
