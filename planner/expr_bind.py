@@ -179,6 +179,8 @@ class ExprBinder:
                 return numeric.exact_literal(e)
             case exp.Avg() if not isinstance(e.this, exp.Distinct):
                 return self._avg(e)
+            case exp.Variance() | exp.VariancePop() if not isinstance(e.this, exp.Distinct):
+                return self._variance(e)
             case exp.Sum() if not isinstance(e.this, exp.Distinct):
                 return self._sum(e)
             case exp.Cast() if _unbounded_numeric(e.to):
@@ -353,6 +355,43 @@ class ExprBinder:
         total = exp.Sum(this=arg.copy())
         count = exp.Count(this=arg.copy())
         return numeric.divide(total, count, *self._scales(total, count))
+
+    def _variance(self, e: exp.Variance | exp.VariancePop) -> exp.Expr:
+        """`var_samp(x)` (`variance`) and `var_pop(x)` of integers or numerics: numeric,
+        as PostgreSQL computes it, `(n·Σx² − (Σx)²) / (n·(n − 1))` (or `n·n`) divided
+        exactly, 0 where rounding would make it negative, NULL for too few rows."""
+        arg = self._bind(e.this)
+        e.set("this", arg)
+        if self._types is None:
+            return e
+        typed = self._typed(arg)
+        if numeric.kind(typed, self._types) not in ("integer", "numeric"):
+            return e
+        s = numeric.scale(typed, self._types)
+        # Narrow enough that Spark's product keeps every digit (an overflow is an error).
+        narrow = exp.DataType.build(f"decimal({19 if s == 0 else 18}, {s})")
+        x = exp.Cast(this=arg, to=narrow)
+        n = exp.Count(this=arg.copy())
+        squares = exp.Sum(this=exp.Mul(this=x, expression=x.copy()))
+        total = exp.Sum(this=exp.Cast(this=arg.copy(), to=numeric.numeric_type(s)))
+        spread = exp.Sub(
+            this=exp.Mul(this=n.copy(), expression=squares),
+            expression=exp.Mul(this=total, expression=total.copy()),
+        )
+        sample = isinstance(e, exp.Variance)
+        other = exp.Sub(this=n.copy(), expression=exp.Literal.number(1)) if sample else n.copy()
+        pairs = exp.Mul(this=n.copy(), expression=exp.paren(other))
+        quotient = numeric.divide(spread.copy(), pairs, 2 * s, 0)
+        stored = numeric.numeric_type(numeric.quotient_scale(2 * s, 0))
+        zero = exp.Cast(this=exp.Literal.number(0), to=stored)
+        too_few = exp.LTE(this=n.copy(), expression=exp.Literal.number(1 if sample else 0))
+        return exp.Case(
+            ifs=[
+                exp.If(this=too_few, true=exp.Null()),
+                exp.If(this=exp.LTE(this=spread, expression=exp.Literal.number(0)), true=zero),
+            ],
+            default=quotient,
+        )
 
     def _kinds(self, *operands: exp.Expr) -> set[numeric.Kind | None]:
         assert self._types is not None

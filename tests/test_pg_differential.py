@@ -348,6 +348,8 @@ AGREED = {
     "numeric_division": "SELECT x / 4 AS q FROM u",
     "numeric_cast_division": "SELECT b::numeric / 3 AS q FROM r",
     "numeric_literal_division": "SELECT 1.0 / 3 AS a, 10 / 4.0 AS b",
+    # variance of integers and numerics is numeric.
+    "variance": "SELECT a, variance(b) AS var, var_pop(b) AS vp FROM r GROUP BY a",
     # A literal with an exponent is numeric.
     "exponent_literal": "SELECT 1e3 AS v",
     # Division by zero of numerics and floats is an error, not Infinity.
@@ -363,7 +365,7 @@ AGREED = {
 DIFFERENT = {
     # varchar(n) truncates, char(n) pads.
     "char_lengths": "SELECT CAST(t AS varchar(1)) AS v, CAST(t AS char(3)) AS c FROM r",
-    # stddev and variance of integers and numerics are numeric.
+    # stddev of integers and numerics is numeric (dsql: double precision).
     "stddev_variance": "SELECT stddev(b) AS sd, variance(b) AS var FROM r",
     # A float's text has no trailing .0.
     "float_to_text": "SELECT f::text AS ft FROM u",

@@ -48,6 +48,11 @@ SAME = {
     "avg_numeric": "SELECT k, avg(x) AS mx, avg(y) AS my FROM n GROUP BY k",
     "avg_float": "SELECT avg(f) AS m FROM n WHERE f < 100",
     "avg_empty": "SELECT avg(i) AS m FROM n WHERE i > 100",
+    "variance_int": (
+        "SELECT k, variance(i) AS v, var_pop(i) AS p, var_samp(b) AS s FROM n GROUP BY k"
+    ),
+    "variance_numeric": "SELECT variance(x) AS vx, var_pop(x) AS px, variance(y) AS vy FROM n",
+    "variance_one_row": "SELECT variance(i) AS v, var_pop(i) AS p FROM n WHERE i = 4",
     "sum_numeric": "SELECT sum(x) AS sx, sum(y) AS sy FROM n",
     "avg_arithmetic": "SELECT k, avg(i) * 2 AS twice, sum(x) / count(*) AS mean FROM n GROUP BY k",
     "round_numeric": "SELECT round(2.5) AS a, round(-2.5) AS b, round(0.5::numeric) AS c",

@@ -80,11 +80,19 @@ def _integer(dialect: str) -> str:
     return "DECIMAL(38, 0)" if dialect == "spark" else "HUGEINT"
 
 
-def _scaled(name: str, own: int, scale: int, integer: str, absolute: bool = True) -> str:
-    """The operand `name` (of scale `own`) times 10^scale, as an exact integer."""
+def _scaled(name: str, own: int, scale: int, dialect: str, absolute: bool = True) -> str:
+    """The operand `name` (of scale `own`) times 10^scale, as an exact integer.
+
+    DuckDB's product would need the digits of both factors in one decimal(38): the
+    operand's digits are read as an integer from its text instead (`-1.50` is -150).
+    """
+    integer = _integer(dialect)
     value = f"CAST({name} AS DECIMAL(38, {own}))"
     value = f"ABS({value})" if absolute else value
-    return f"CAST({value} * {10**scale} AS {integer})" if scale else f"CAST({value} AS {integer})"
+    if dialect == "spark":
+        return f"CAST({value} * {10**scale} AS {integer})"
+    digits = f"CAST(REPLACE(CAST({value} AS VARCHAR), '.', '') AS {integer})"
+    return f"({digits} * {10 ** (scale - own)})"
 
 
 def _unscaled(integer_value: str, scale: int, dialect: str) -> str:
@@ -109,9 +117,8 @@ def _remainder(dialect: str, sa: int, sb: int) -> exp.Expr:
     """`__dsql_a % __dsql_b` of numerics: exact (DuckDB's remainder of 38-digit decimals
     is a double's), of the larger scale, with the dividend's sign."""
     s = max(sa, sb)
-    integer = _integer(dialect)
-    na = _scaled("__dsql_a", sa, s, integer, absolute=False)
-    nb = _scaled("__dsql_b", sb, s, integer, absolute=False)
+    na = _scaled("__dsql_a", sa, s, dialect, absolute=False)
+    nb = _scaled("__dsql_b", sb, s, dialect, absolute=False)
     return _guarded(_unscaled(f"({na} % {nb})", s, dialect), s, dialect)
 
 
@@ -122,7 +129,7 @@ def _quotient(dialect: str, sa: int, sb: int) -> exp.Expr:
     div = "div" if dialect == "spark" else "//"
     s = max(sa, sb)
     big = min(max(_QUOTIENT_SCALE, s), _MAX_PRECISION)
-    na, nb = (_scaled(name, own, s, integer) for name, own in (("__dsql_a", sa), ("__dsql_b", sb)))
+    na, nb = (_scaled(name, own, s, dialect) for name, own in (("__dsql_a", sa), ("__dsql_b", sb)))
     # Long division: the integer part, then `big` digits after the point in chunks.
     remainder = f"({na} % {nb})"
     truncated = f"CAST(({na} {div} {nb}) AS {integer}) * {10**big}"
