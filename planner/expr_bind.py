@@ -94,6 +94,29 @@ def _unbounded_numeric(t: exp.DataType) -> bool:
     return t.this in (types.T.DECIMAL, types.T.BIGDECIMAL) and not t.expressions
 
 
+def _bytea_literal(e: exp.Cast) -> exp.HexString | None:
+    """A string literal cast to bytea as PostgreSQL reads it: `'\\x0102'` hex digits,
+    anything else its UTF-8 bytes (both engines would take the text's own bytes); None
+    for any other cast."""
+    literal = e.this
+    if e.to.this not in (types.T.VARBINARY, types.T.BINARY):
+        return None
+    if not isinstance(literal, exp.Literal) or not literal.is_string:
+        return None
+    text = literal.this
+    if text.startswith("\\x"):
+        digits = text[2:]
+        try:
+            bytes.fromhex(digits)
+        except ValueError:
+            raise SchemaError(
+                f'invalid input syntax for type bytea: "{text}"',
+                hint="write bytes as '\\x' and an even number of hex digits",
+            ) from None
+        return exp.HexString(this=digits.lower())
+    return exp.HexString(this=text.encode().hex())
+
+
 def _bounded_text(t: exp.DataType) -> exp.Expression | None:
     """The length n of a varchar(n) or char(n) type, else None."""
     if t.this in (types.T.VARCHAR, types.T.CHAR) and t.expressions:
@@ -183,6 +206,8 @@ class ExprBinder:
                 return self._variance(e)
             case exp.Sum() if not isinstance(e.this, exp.Distinct):
                 return self._sum(e)
+            case exp.Cast() if _bytea_literal(e) is not None:
+                return exp.Cast(this=_bytea_literal(e), to=e.to)
             case exp.Cast() if _unbounded_numeric(e.to):
                 return self._to_numeric(e)
             case exp.Cast() if _bounded_text(e.to) is not None:

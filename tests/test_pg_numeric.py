@@ -72,6 +72,7 @@ SAME = {
     ),
     "numeric_remainder": "SELECT x % 0.7 AS a, y % 2 AS b, mod(x, 3) AS c, -7.5 % 2 AS d FROM n",
     "wide_remainder": "SELECT 1.000::numeric(38,3) % 0.1::numeric(38,1) AS v",
+    "bytea_bad_hex": "SELECT '\\xZZ'::bytea AS v",  # refused by both
     "union_of_scales": "SELECT 1.5 AS v UNION ALL SELECT 2.25 UNION ALL SELECT 3",
     "case_of_scales": "SELECT CASE WHEN k = 1 THEN 1.5 ELSE 2.125 END AS v FROM n",
 }
@@ -190,6 +191,7 @@ TEXT = (
     "round(2.5) AS a, round(2.5::float8) AS b",
     "1e3 AS v",
     "trunc(2.777, 2) AS v",
+    "'\\x0102'::bytea AS a, 'abc'::bytea AS b, '\\xDEADbeef'::bytea AS c",
 )
 
 
