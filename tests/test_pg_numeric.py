@@ -192,6 +192,9 @@ TEXT = (
     "1e3 AS v",
     "trunc(2.777, 2) AS v",
     "'\\x0102'::bytea AS a, 'abc'::bytea AS b, '\\xDEADbeef'::bytea AS c",
+    "interval '1 day 2 hours' AS a, interval '90 minutes' AS b, interval '30 hours' AS c",
+    "interval '-1 mon 2 days 1 second' AS a, interval '-1 year 2 mons -3 days 04:05:06.5' AS b",
+    "interval '0 seconds' AS a, interval '-90 minutes' AS b",
 )
 
 
