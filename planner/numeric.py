@@ -115,7 +115,24 @@ def kind(e: exp.Expr, inputs: Sequence[exp.DataType]) -> Kind | None:
             return _widest(kind(e.this, inputs), kind(e.expression, inputs))
         case exp.Anonymous() if e.name.upper() in (NUMERIC_DIV, NUMERIC_MOD):
             return "numeric"
+        case exp.Coalesce() | exp.Greatest() | exp.Least() | exp.Case() | exp.Nullif():
+            found = {kind(b, inputs) for b in _branches(e) if not isinstance(b, exp.Null)}
+            widest: Kind | None = "integer" if found else None
+            for k in found:
+                widest = _widest(widest, k)
+            return widest
     return None
+
+
+def _branches(e: exp.Expr) -> list[exp.Expr]:
+    """The values a conditional expression may take (CASE's arms, COALESCE's arguments)."""
+    if isinstance(e, exp.Case):
+        arms = [i.args["true"] for i in e.args.get("ifs") or []]
+        default = e.args.get("default")
+        return arms + ([default] if default is not None else [])
+    if isinstance(e, exp.Nullif):
+        return [e.this]
+    return [e.this, *e.expressions]
 
 
 def _widest(a: Kind | None, b: Kind | None) -> Kind | None:
@@ -151,6 +168,9 @@ def scale(e: exp.Expr, inputs: Sequence[exp.DataType], default: int = 10) -> int
             return max(int(e.expressions[2].this), int(e.expressions[3].this))
         case exp.Count():
             return 0
+        case exp.Coalesce() | exp.Greatest() | exp.Least() | exp.Case() | exp.Nullif():
+            values = [b for b in _branches(e) if not isinstance(b, exp.Null)]
+            return max((scale(b, inputs, default) for b in values), default=default)
     return default
 
 

@@ -73,6 +73,11 @@ SAME = {
     "numeric_remainder": "SELECT x % 0.7 AS a, y % 2 AS b, mod(x, 3) AS c, -7.5 % 2 AS d FROM n",
     "wide_remainder": "SELECT 1.000::numeric(38,3) % 0.1::numeric(38,1) AS v",
     "bytea_bad_hex": "SELECT '\\xZZ'::bytea AS v",  # refused by both
+    "nested_quotients": "SELECT (1.0 / 3) / 2 AS a, avg(i) / 3 AS b, sum(x) / avg(i) AS c FROM n",
+    "conditional_operands": (
+        "SELECT coalesce(x, 0) / 3 AS a, CASE WHEN i > 1 THEN 1.0 / 3 ELSE x END / 2 AS b, "
+        "greatest(x, 1) % 0.7 AS c FROM n"
+    ),
     "union_of_scales": "SELECT 1.5 AS v UNION ALL SELECT 2.25 UNION ALL SELECT 3",
     "case_of_scales": "SELECT CASE WHEN k = 1 THEN 1.5 ELSE 2.125 END AS v FROM n",
 }

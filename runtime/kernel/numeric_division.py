@@ -55,7 +55,8 @@ def expand(tree: exp.Expr, dialect: str) -> exp.Expr:
     def rewrite(node: exp.Expression) -> exp.Expression:
         if not _is_call(node):
             return node
-        a, b, sa, sb = node.expressions
+        a, b = (expand(operand, dialect) for operand in node.expressions[:2])  # nested calls
+        sa, sb = node.expressions[2:]
         build = _quotient if str(node.name).upper() == NAME else _remainder
         template = build(dialect, int(sa.this), int(sb.this))
 
