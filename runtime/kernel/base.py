@@ -428,5 +428,36 @@ class Kernel(ABC):
         return self.query(query, {"f": frame})
 
     def sql(self, select: exp.Expr) -> str:
-        """The text of `select` in this kernel's dialect."""
-        return select.sql(dialect=self.dialect, comments=False)  # comments are user text
+        """The text of `select` in this kernel's dialect (each `PER_KERNEL` call as its
+        spelling for this kernel: `per_kernel`)."""
+        return per_kernel(select, self.dialect).sql(dialect=self.dialect, comments=False)
+
+
+#: A call `DSQL_PER_KERNEL(duckdb, spark)`: a value no one tree spells alike on every
+#: kernel, given as the in-process kernel's spelling and Spark's (the planner's function
+#: registry builds them: `planner/functions.py`).
+PER_KERNEL = "DSQL_PER_KERNEL"
+_SPELLING = {"duckdb": 0, "spark": 1}
+
+
+def per_kernel(select: exp.Expr, dialect: str) -> exp.Expr:
+    """`select` with each `PER_KERNEL` call replaced by its spelling for `dialect`
+    (`select` itself when it has none).
+
+    >>> e = sqlglot.parse_one("SELECT DSQL_PER_KERNEL(GCD(a, b), a) FROM t")
+    >>> per_kernel(e, "duckdb").sql()
+    'SELECT GCD(a, b) FROM t'
+    """
+    if not any(_is_per_kernel(n) for n in select.find_all(exp.Anonymous)):
+        return select
+
+    def spell(node: exp.Expression) -> exp.Expression:
+        if _is_per_kernel(node):  # its spelling may hold further calls
+            return per_kernel(node.expressions[_SPELLING[dialect]], dialect)
+        return node
+
+    return select.transform(spell)
+
+
+def _is_per_kernel(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Anonymous) and node.name.upper() == PER_KERNEL
