@@ -30,6 +30,7 @@ returns a frame with the same rows as its argument.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -461,3 +462,31 @@ def per_kernel(select: exp.Expr, dialect: str) -> exp.Expr:
 
 def _is_per_kernel(node: exp.Expression) -> bool:
     return isinstance(node, exp.Anonymous) and node.name.upper() == PER_KERNEL
+
+
+#: How the engines spell a value's internal column (`_c3`), and the phrases that carry one.
+_INTERNAL_NAME = re.compile(r'"?\b_c\d+\b"?')
+_INTERNAL_PHRASES = (
+    re.compile(r" when casting from source column \S+"),  # DuckDB's casts
+    re.compile(r" in expression \(.*\)\.?$"),  # DuckDB's division by zero
+)
+
+
+def engine_message(message: str, text: str | None) -> tuple[str, bool]:
+    """An engine's error message as the user reads it, and whether it is a message the
+    plan raised itself (`RAISE_ERROR('...')` in the statement `text`: PostgreSQL's own
+    words, to be shown as they are). Internal column names (`_c3`) never reach the
+    user: the phrases naming one are dropped, any other name reads "a column".
+
+    >>> engine_message("Conversion Error: no INT32 when casting from source column _c1", "")
+    ('Conversion Error: no INT32', False)
+    >>> engine_message("Invalid Input Error: too many", "SELECT RAISE_ERROR('too many')")
+    ('too many', True)
+    """
+    for raised in re.findall(r"RAISE_ERROR\('((?:[^']|'')*)'\)", text or "", re.IGNORECASE):
+        said = raised.replace("''", "'")
+        if said in message:
+            return said, True
+    for phrase in _INTERNAL_PHRASES:
+        message = phrase.sub("", message)
+    return _INTERNAL_NAME.sub("a column", message), False

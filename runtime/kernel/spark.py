@@ -63,7 +63,7 @@ from sqlglot import exp
 from dsql.errors import ExecutionError, SchemaError
 from dsql.runtime import relational as rel
 from dsql.runtime.kernel import driver
-from dsql.runtime.kernel.base import Frame, Kernel, Prepared, Stored
+from dsql.runtime.kernel.base import Frame, Kernel, Prepared, Stored, engine_message
 from dsql.runtime.kernel.spark_buckets import bucket_ids
 from dsql.runtime.lattice import Antichain
 
@@ -914,7 +914,9 @@ def _engine_error(error: Exception, text: str | None = None) -> Exception:
         return ExecutionError(
             "integer out of range (integer or bigint)", hint="cast to numeric for larger values"
         )
-    return ExecutionError(f"Spark failed ({kind}): {message}", statement=text)
+    # The statement is dsql's, over internal names: the user's is shown instead.
+    said, raised = engine_message(message, text)
+    return ExecutionError(said if raised else f"Spark failed ({kind}): {said}")
 
 
 #: What a SELECT may not have and still keep its input's rows in order.

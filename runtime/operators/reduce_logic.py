@@ -145,21 +145,24 @@ class Aggregates(ReduceLogic):
         needs_expansion = any(_rewrite(e) is None for _, e in self.aggregates)
         source: str | exp.Query = _ACC
         if needs_expansion:
+            # A row with a negative count stays once, for the guard to see its count.
+            copies = exp.Greatest(this=rel.col(DIFF), expressions=[rel.lit(1)])
             source = rel.select(
                 _ACC,
                 [
-                    *(rel.col(c) for c in (*keys, *time_columns(depth), *values)),
+                    *(rel.col(c) for c in (*keys, *time_columns(depth), *values, DIFF)),
                     exp.alias_(
-                        exp.Explode(this=exp.func("SEQUENCE", rel.lit(1), rel.col(DIFF)))
+                        exp.Explode(this=exp.func("SEQUENCE", rel.lit(1), copies))
                         if dialect == "spark"
-                        else exp.Explode(this=exp.func("RANGE", rel.lit(0), rel.col(DIFF))),
+                        else exp.Explode(this=exp.func("RANGE", rel.lit(0), copies)),
                         "__copy",
                         quoted=True,
                     ),
                 ],
             )
         outputs = [
-            (name, e.copy() if needs_expansion else _rewrite(e)) for name, e in self.aggregates
+            (name, _guarded(e.copy() if needs_expansion else _rewrite(e)))
+            for name, e in self.aggregates
         ]
         group = _by_group(keys, depth)
         return rel.select(
@@ -173,6 +176,20 @@ class Aggregates(ReduceLogic):
 
     def describe(self) -> str:
         return ", ".join(f"{e.sql()} AS {n}" for n, e in self.aggregates)
+
+
+#: Materialize's error for an aggregate over a collection holding a row a negative
+#: number of times (`repeat_row(-1)`, or retractions of rows never inserted).
+NEGATIVE_INPUT = "Non-positive multiplicity in an aggregate's input"
+
+
+def _guarded(e: exp.Expr | None) -> exp.Expr:
+    """`e`, or an error where the group holds a row a negative number of times: no
+    aggregate of such a collection means anything (Materialize refuses it too)."""
+    assert e is not None
+    negative = exp.LT(this=exp.Min(this=rel.col(DIFF)), expression=rel.lit(0))
+    error = exp.Anonymous(this="RAISE_ERROR", expressions=[exp.Literal.string(NEGATIVE_INPUT)])
+    return exp.Case(ifs=[exp.If(this=negative, true=error)], default=e)
 
 
 def _rewrite(e: exp.Expr) -> exp.Expression | None:
