@@ -91,6 +91,20 @@ def aggregate_calls(e: exp.Expression) -> list[exp.Expression]:
     return found
 
 
+def _is_every(e: exp.Expression) -> bool:
+    return isinstance(e, exp.Anonymous) and e.name.lower() == "every"
+
+
+def _every(e: exp.Expression) -> exp.Expression:
+    """`every(x)`, the SQL standard's name for bool_and, as `bool_and(x)` (other calls
+    as they are)."""
+    if not _is_every(e):
+        return e
+    if len(e.expressions) != 1:
+        raise SchemaError("function every() takes 1 argument")
+    return exp.LogicalAnd(this=e.expressions[0])
+
+
 def filtered(call: exp.Expression, condition: exp.Expression) -> exp.Expression:
     """`call FILTER (WHERE condition)` as one aggregate call over the rows where the
     condition holds: the value argument is NULL elsewhere (`CASE WHEN condition THEN x
@@ -207,13 +221,10 @@ class ExprBinder:
                 raise SchemaError("a parameter placeholder reached the planner unbound")
             case exp.Div():
                 return self._div(e)
-            case exp.Filter() if isinstance(e.this, _AGGREGATES):
-                return self._filter(e.this, e.expression.this)
-            case exp.Anonymous() if e.name.lower() == "every":
-                # The SQL standard's name for bool_and.
-                if len(e.expressions) != 1:
-                    raise SchemaError("function every() takes 1 argument")
-                return self._bind(exp.LogicalAnd(this=e.expressions[0]))
+            case exp.Filter() if isinstance(e.this, _AGGREGATES) or _is_every(e.this):
+                return self._filter(_every(e.this), e.expression.this)
+            case exp.Anonymous() if _is_every(e):
+                return self._bind(_every(e))
             case exp.Sum() if not isinstance(e.this, exp.Distinct):
                 return self._sum(e)
             case exp.Cast() if isinstance(e.this, exp.IntDiv) and _unbounded_numeric(e.to):
@@ -331,8 +342,7 @@ class ExprBinder:
 
     def _filter(self, call: exp.Expression, condition: exp.Expression) -> exp.Expression:
         """`call FILTER (WHERE condition)` bound (see `filtered`)."""
-        bound = self._bind(condition)
-        if is_aggregate(bound):
+        if is_aggregate(self._bind(condition.copy())):
             raise SchemaError("aggregate functions are not allowed in FILTER")
         if isinstance(call, exp.ArrayAgg):
             raise unsupported(
@@ -340,7 +350,7 @@ class ExprBinder:
                 "filter the rows in a subquery: SELECT array_agg(x) FROM (SELECT x FROM t "
                 "WHERE ...) s",
             )
-        return self._bind(filtered(call, condition))
+        return as_expression(self._bind(filtered(call, condition)))
 
     def _sum(self, e: exp.Sum) -> exp.Expression:
         """`sum(x)` over an integer `x` summed in PostgreSQL's wider type: bigint for
@@ -377,7 +387,7 @@ class ExprBinder:
         if self._types is not None:
             t = types.infer(self._typed(arg), self._types)
             if t.is_type(exp.DataType.Type.ARRAY):
-                return spellings.array_text(arg, t)
+                return spellings.array_text(as_expression(arg), t)
         return e
 
     def _div_function(self, e: exp.IntDiv) -> exp.Expression:

@@ -24,7 +24,7 @@ from sqlglot import exp
 
 from dsql.errors import SchemaError
 from dsql.planner import types
-from dsql.planner.expr import arguments
+from dsql.planner.expr import arguments, as_expression
 
 #: The name the kernels know a per-kernel call by (`runtime.kernel.base.PER_KERNEL`).
 PER_KERNEL = "DSQL_PER_KERNEL"
@@ -32,7 +32,7 @@ PER_KERNEL = "DSQL_PER_KERNEL"
 
 @functools.cache
 def _parsed(text: str, dialect: str) -> exp.Expression:
-    return sqlglot.parse_one(text, read=dialect)
+    return as_expression(sqlglot.parse_one(text, read=dialect))
 
 
 def _fill(text: str, dialect: str, args: Sequence[exp.Expression]) -> exp.Expression:
@@ -135,7 +135,7 @@ def regexp_replace(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Exp
     The replacement must be a literal: its `\\1` (a group) and `\\&` (the match) are
     spelled for each kernel (Spark's `$1`). Without `g` only the first match is
     replaced; Spark replaces every match, so there the pattern is anchored behind the
-    shortest prefix before the first match, kept as group 1.
+    shortest prefix before the first match, kept as group 1 (the match is group 2).
     """
     s, pattern, replacement = call.this, call.expression, call.args.get("replacement")
     flags = call.args.get("modifiers")
@@ -162,10 +162,11 @@ def regexp_replace(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Exp
             "REGEXP_REPLACE(__0, __1, __3)",
             [*args, exp.Literal.string(spark)],
         )
-    shifted = [p if isinstance(p, str) else p + 1 for p in groups]
+    # Group 1 is the prefix, group 2 the match: the pattern's own groups come after.
+    shifted = [p if isinstance(p, str) else p + 2 for p in groups]
     spark = "$1" + "".join(p if isinstance(p, str) else f"${p}" for p in _escaped(shifted, "\\$"))
     first = exp.DPipe(
-        this=exp.DPipe(this=exp.Literal.string("^((?s:.*?))(?:"), expression=pattern, safe=True),
+        this=exp.DPipe(this=exp.Literal.string("^((?s:.*?))("), expression=pattern, safe=True),
         expression=exp.Literal.string(")"),
         safe=True,
     )
@@ -284,6 +285,11 @@ def _null_is_empty(call: exp.Func, arrays: Sequence[exp.Expression], alone: exp.
 def array_cat(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     """`array_cat(a, b)`: a NULL array counts as empty (NULL only if both are)."""
     a, b = arguments(call)
+    # A bare NULL has no array type to concatenate on Spark: the other array is the value.
+    if isinstance(b, exp.Null):
+        return a.copy()
+    if isinstance(a, exp.Null):
+        return b.copy()
     return _null_is_empty(call, [a, b], b.copy())
 
 

@@ -454,7 +454,9 @@ def per_kernel(select: exp.Expr, dialect: str) -> exp.Expr:
 
     def spell(node: exp.Expression) -> exp.Expression:
         if _is_per_kernel(node):  # its spelling may hold further calls
-            return per_kernel(node.expressions[_SPELLING[dialect]], dialect)
+            spelled = per_kernel(node.expressions[_SPELLING[dialect]], dialect)
+            assert isinstance(spelled, exp.Expression)
+            return spelled
         return node
 
     return select.transform(spell)

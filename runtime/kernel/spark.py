@@ -915,8 +915,8 @@ def _engine_error(error: Exception, text: str | None = None) -> Exception:
             "integer out of range (integer or bigint)", hint="cast to numeric for larger values"
         )
     # The statement is dsql's, over internal names: the user's is shown instead.
-    said, raised = engine_message(message, text)
-    return ExecutionError(said if raised else f"Spark failed ({kind}): {said}")
+    said, own = engine_message(message, text)
+    return ExecutionError(said if own else f"Spark failed ({kind}): {said}")
 
 
 #: What a SELECT may not have and still keep its input's rows in order.
