@@ -56,7 +56,7 @@ _AGGREGATES = (
 
 _AGG_HINT = (
     "dsql's aggregates: count, sum, avg, min, max, array_agg, string_agg, bool_and, "
-    "bool_or, stddev[_pop|_samp], variance, var_pop"
+    "bool_or, every, stddev[_pop|_samp], variance, var_pop"
 )
 
 

@@ -347,6 +347,12 @@ AGREED = {
         "WITH g AS (SELECT a, generate_series(1, b) AS i FROM r) SELECT count(*) AS n FROM g"
     ),
     "unnest_in_cte": "WITH g AS (SELECT a, unnest(ARRAY[b, b]) AS i FROM r) SELECT a FROM g",
+    # every() is bool_and.
+    "every": "SELECT a, every(b > 0) AS e FROM r GROUP BY a",
+    # FILTER (WHERE ...) on an aggregate.
+    "aggregate_filter": "SELECT a, count(*) FILTER (WHERE b > 1) AS n FROM r GROUP BY a",
+    # An array's text.
+    "array_to_text": "SELECT a, ARRAY[a, b]::text AS v, ARRAY[t, NULL]::text AS w FROM r",
 }
 
 #: (case, query): shapes where dsql still answers differently from PostgreSQL, each a row
@@ -372,10 +378,6 @@ DIFFERENT = {
     "round_float_half_even": "SELECT round(2.5::float8) AS a, round(-0.5::float8) AS b",
     # A float's text has no trailing .0.
     "float_to_text": "SELECT f::text AS ft FROM u",
-    # every() is bool_and.
-    "every": "SELECT a, every(b > 0) AS e FROM r GROUP BY a",
-    # FILTER (WHERE ...) on an aggregate.
-    "aggregate_filter": "SELECT a, count(*) FILTER (WHERE b > 1) AS n FROM r GROUP BY a",
     # A bytea literal in hex.
     "bytea_hex": "SELECT '\\x0102'::bytea AS v",
 }
