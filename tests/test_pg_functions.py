@@ -335,6 +335,14 @@ def test_errors_never_show_internal_column_names(con: dsql.Connection, sql: str)
 # --- 6. Spark -------------------------------------------------------------------------------
 
 ON_SPARK = [
+    FUNCTIONS[0],
+    FUNCTIONS[9],
+    FUNCTIONS[10],
+    FUNCTIONS[17],
+    FUNCTIONS[22],
+    FUNCTIONS[23],
+    FUNCTIONS[28],
+    FUNCTIONS[29],
     FUNCTIONS[1],
     FUNCTIONS[3],
     FUNCTIONS[6],
