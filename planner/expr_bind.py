@@ -257,7 +257,7 @@ class ExprBinder:
                 pass  # a WHEN branch; a call `if(...)` is DuckDB's and Spark's, not SQL's
             case exp.Window():
                 raise unsupported("window functions", "use GROUP BY, or a join with an aggregate")
-            case exp.Func() if not isinstance(e, functions.SYNTAX):
+            case exp.Func() if functions.is_listed_call(e):
                 return self._function(e)
         self._bind_children(e)
         return e

@@ -397,6 +397,12 @@ def lookup(call: exp.Expr) -> Function | None:
     return _BY_NODE.get(type(call))
 
 
+def is_listed_call(e: exp.Expr) -> bool:
+    """Whether `e` is a function call the registry decides on: every call but SQL syntax
+    (sqlglot models some listed functions as operators: `array_position` is a Binary)."""
+    return isinstance(e, exp.Func) and (not isinstance(e, SYNTAX) or lookup(e) is not None)
+
+
 def call_name(call: exp.Expr) -> str:
     """A call's function name as the user wrote it (or as PostgreSQL spells its node)."""
     if isinstance(call, exp.Anonymous):
@@ -446,4 +452,4 @@ def _arity_text(arity: tuple[int, int | None]) -> str:
     return f"{low} or more arguments" if high is None else f"{low} to {high} arguments"
 
 
-__all__ = ["FUNCTIONS", "SYNTAX", "Function", "call_name", "check", "lookup"]
+__all__ = ["FUNCTIONS", "SYNTAX", "Function", "call_name", "check", "is_listed_call", "lookup"]
