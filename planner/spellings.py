@@ -79,7 +79,8 @@ def gcd(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
         arg_types,
         per_kernel(
             "GCD(__0, __1)",
-            "AGGREGATE(ARRAY_REPEAT(0, 92), NAMED_STRUCT('a', ABS(__0), 'b', ABS(__1)), "
+            "AGGREGATE(ARRAY_REPEAT(0, 92), NAMED_STRUCT('a', ABS(CAST(__0 AS BIGINT)),"
+            " 'b', ABS(CAST(__1 AS BIGINT))), "
             "(__acc, __i) -> IF(__acc.b = 0, __acc,"
             " NAMED_STRUCT('a', __acc.b, 'b', __acc.a % __acc.b)), __acc -> __acc.a)",
             arguments(call),
