@@ -108,8 +108,8 @@ def _every(e: exp.Expression) -> exp.Expression:
 def filtered(call: exp.Expression, condition: exp.Expression) -> exp.Expression:
     """`call FILTER (WHERE condition)` as one aggregate call over the rows where the
     condition holds: the value argument is NULL elsewhere (`CASE WHEN condition THEN x
-    END`), which every aggregate but array_agg skips (array_agg keeps its NULLs, and
-    its FILTER is refused).
+    END`), which every aggregate but array_agg skips (array_agg keeps its NULLs:
+    `spellings.array_agg_filtered`).
 
     >>> filtered(sqlglot.parse_one("count(*)"), sqlglot.parse_one("a > 1")).sql()
     'COUNT(CASE WHEN a > 1 THEN 1 END)'
@@ -342,14 +342,13 @@ class ExprBinder:
 
     def _filter(self, call: exp.Expression, condition: exp.Expression) -> exp.Expression:
         """`call FILTER (WHERE condition)` bound (see `filtered`)."""
-        if is_aggregate(self._bind(condition.copy())):
+        bound = as_expression(self._bind(condition.copy()))
+        if is_aggregate(bound):
             raise SchemaError("aggregate functions are not allowed in FILTER")
         if isinstance(call, exp.ArrayAgg):
-            raise unsupported(
-                "array_agg(...) FILTER (WHERE ...)",
-                "filter the rows in a subquery: SELECT array_agg(x) FROM (SELECT x FROM t "
-                "WHERE ...) s",
-            )
+            bound_call = as_expression(self._bind(call))
+            t = types.infer(self._typed(bound_call), self.input_types())
+            return spellings.array_agg_filtered(bound_call, bound, t)
         return as_expression(self._bind(filtered(call, condition)))
 
     def _sum(self, e: exp.Sum) -> exp.Expression:

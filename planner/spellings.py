@@ -306,6 +306,31 @@ def array_prepend(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr
     return _null_is_empty(call, [a], exp.Array(expressions=[x.copy()]))
 
 
+def array_agg_filtered(
+    call: exp.Expression, condition: exp.Expression, array_type: exp.DataType
+) -> exp.Expression:
+    """A bound `array_agg(x [ORDER BY ...]) FILTER (WHERE condition)`: array_agg keeps
+    NULLs, so each value is collected as a one-element array where the condition holds
+    (NULL elsewhere), and the NULLs dropped and the arrays flattened after aggregating;
+    NULL where no row passes. `array_type` is the call's type (unknown: not cast)."""
+    value = call.this.this if isinstance(call.this, exp.Order) else call.this
+    wrapped = exp.Case(ifs=[exp.If(this=condition.copy(), true=exp.Array(expressions=[value]))])
+    collected = call.copy()
+    if isinstance(collected.this, exp.Order):
+        collected.this.set("this", wrapped)
+    else:
+        collected.set("this", wrapped)
+    passing = exp.Count(this=exp.Case(ifs=[exp.If(this=condition, true=exp.Literal.number(1))]))
+    values = _typed(
+        array_type,
+        "FLATTEN(LIST_FILTER(__0, LAMBDA __e: __e IS NOT NULL))",
+        "FLATTEN(FILTER(__0, __e -> __e IS NOT NULL))",
+        [collected],
+    )
+    none = exp.EQ(this=passing, expression=exp.Literal.number(0))
+    return exp.Case(ifs=[exp.If(this=none, true=exp.Null())], default=values)
+
+
 #: Element types whose text both kernels write as PostgreSQL does.
 _TEXT_ALIKE = (*exp.DataType.TEXT_TYPES, *exp.DataType.INTEGER_TYPES)
 
@@ -390,6 +415,7 @@ def string_to_array(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Ex
 
 __all__ = [
     "PER_KERNEL",
+    "array_agg_filtered",
     "array_append",
     "array_cat",
     "array_prepend",
