@@ -313,13 +313,30 @@ def array_agg_filtered(
     NULLs, so each value is collected as a one-element array where the condition holds
     (NULL elsewhere), and the NULLs dropped and the arrays flattened after aggregating;
     NULL where no row passes. `array_type` is the call's type (unknown: not cast)."""
-    value = call.this.this if isinstance(call.this, exp.Order) else call.this
-    wrapped = exp.Case(ifs=[exp.If(this=condition.copy(), true=exp.Array(expressions=[value]))])
     collected = call.copy()
-    if isinstance(collected.this, exp.Order):
-        collected.this.set("this", wrapped)
-    else:
-        collected.set("this", wrapped)
+    # The value sits under ORDER BY and DISTINCT, if any (a distinct one-element array
+    # is a distinct value).
+    holder: exp.Expression = collected
+    while isinstance(holder.this, exp.Order | exp.Distinct):
+        holder = holder.this
+    key = "expressions" if isinstance(holder, exp.Distinct) else "this"
+    value = holder.expressions[0] if key == "expressions" else holder.this
+    wrapped = exp.Case(
+        ifs=[exp.If(this=condition.copy(), true=exp.Array(expressions=[value.copy()]))]
+    )
+    holder.set(key, [wrapped] if key == "expressions" else wrapped)
+    if key == "expressions" and isinstance(collected.this, exp.Order):
+        # DISTINCT orders by the value itself (PostgreSQL's rule): by the array now.
+        for ordered in collected.this.expressions:
+            if bool(ordered.args.get("nulls_first")) != bool(ordered.args.get("desc")):
+                # A one-element array [NULL] sorts as its element would by default only.
+                raise SchemaError(
+                    "array_agg(DISTINCT ... ORDER BY ... NULLS FIRST|LAST) FILTER (WHERE ...)"
+                    " is not supported",
+                    hint="leave out NULLS FIRST/LAST, or filter the rows in a subquery",
+                )
+            if ordered.this == value:
+                ordered.set("this", wrapped.copy())
     passing = exp.Count(this=exp.Case(ifs=[exp.If(this=condition, true=exp.Literal.number(1))]))
     values = _typed(
         array_type,

@@ -138,6 +138,7 @@ REFUSED = [
     ("SELECT regexp_replace(s, 'a', s) FROM t", "regexp_replace"),
     ("SELECT regexp_replace(s, 'a', 'b', 'x') FROM t", "regexp_replace"),
     ("SELECT array_to_string(ARRAY[1.5::float8], ',')", "array_to_string"),
+    ("SELECT array_agg(DISTINCT s ORDER BY s NULLS FIRST) FILTER (WHERE ok) FROM t", "array_agg"),
 ]
 
 
@@ -209,6 +210,9 @@ AGGREGATES = [
     "SELECT array_agg(a) FILTER (WHERE a > 100), array_agg(a) FILTER (WHERE ok) FROM t "
     "WHERE a > 100",
     "SELECT array_agg(a) FILTER (WHERE sum(a) > 1) FROM t",
+    "SELECT array_agg(DISTINCT g ORDER BY g) FILTER (WHERE ok IS NOT FALSE), "
+    "array_agg(DISTINCT s ORDER BY s DESC) FILTER (WHERE a > 2), "
+    "array_agg(DISTINCT s ORDER BY s) FROM t",
     "SELECT a FROM t ORDER BY a LIMIT 1 + 1",
     "SELECT a FROM t ORDER BY a LIMIT 2 OFFSET 1 + 1",
     "SELECT a FROM t ORDER BY a LIMIT (5 - 1) / 3 OFFSET 7 % 4 - 1",
@@ -360,6 +364,7 @@ ON_SPARK = [
     AGGREGATES[10],
     AGGREGATES[14],
     AGGREGATES[15],
+    AGGREGATES[18],
 ]
 
 

@@ -195,12 +195,19 @@ def _spark_array_agg(node: exp.Expression) -> exp.Expr:
     if isinstance(value, exp.Order):
         keys = list(value.expressions)
         value = value.this
+    # DISTINCT orders by the value itself (PostgreSQL's rule): distinct structs are
+    # distinct values.
+    distinct = isinstance(value, exp.Distinct)
+    if isinstance(value, exp.Distinct):
+        value = value.expressions[0]
     fields = [exp.PropertyEQ(this=exp.to_identifier("v"), expression=value.copy())]
     fields += [
         exp.PropertyEQ(this=exp.to_identifier(f"k{i}"), expression=k.this.copy())
         for i, k in enumerate(keys)
     ]
     collected: exp.Expr = exp.ArrayAgg(this=exp.Struct(expressions=fields))
+    if distinct:
+        collected = exp.func("ARRAY_DISTINCT", collected)
     if keys:
         collected = exp.func(
             "ARRAY_SORT",
