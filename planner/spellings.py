@@ -151,8 +151,9 @@ def regexp_replace(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Exp
             "regexp_replace() supports the literal flags 'g' and 'i' only",
             hint="write the flags in the query: regexp_replace(s, p, r, 'gi')",
         )
-    if "i" in text:
-        pattern = exp.DPipe(this=exp.Literal.string("(?i)"), expression=pattern, safe=True)
+    # PostgreSQL's `.` matches a newline too (RE2's and Java's only in DOTALL mode).
+    options = "(?si)" if "i" in text else "(?s)"
+    pattern = exp.DPipe(this=exp.Literal.string(options), expression=pattern, safe=True)
     groups = _replacement_parts(replacement.name)
     duck = "".join(p if isinstance(p, str) else f"\\{p}" for p in _escaped(groups, "\\"))
     args = [s, pattern, exp.Literal.string(duck)]

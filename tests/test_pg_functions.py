@@ -88,6 +88,8 @@ FUNCTIONS = [
     "SELECT a, regexp_replace(s, '[ ,]', '_'), regexp_replace(s, 'x|Y|o', '-', 'gi') "
     "FROM t ORDER BY a",
     "SELECT regexp_replace(NULL, 'a', 'b'), regexp_replace('a', NULL, 'b')",
+    "SELECT regexp_replace(E'a\\nb', 'a.b', 'x'), regexp_replace(E'a\\nb', '^b', 'x', 'g'), "
+    "regexp_replace(E'a\\nb', 'a$', 'x')",
     "SELECT split_part('a,b,c', ',', 2), split_part('a,b,c', ',', 5), split_part('', ',', 1)",
     "SELECT a, split_part(s, ' ', 1), split_part(s, ',', -1) FROM t ORDER BY a",
     # time
@@ -339,32 +341,12 @@ def test_errors_never_show_internal_column_names(con: dsql.Connection, sql: str)
 
 # --- 6. Spark -------------------------------------------------------------------------------
 
+#: Every query above but to_timestamp's (Spark's timestamps carry no zone: another
+#: area's) and the LIMIT ones (planning only).
 ON_SPARK = [
-    FUNCTIONS[0],
-    FUNCTIONS[9],
-    FUNCTIONS[10],
-    FUNCTIONS[17],
-    FUNCTIONS[22],
-    FUNCTIONS[23],
-    FUNCTIONS[28],
-    FUNCTIONS[29],
-    FUNCTIONS[1],
-    FUNCTIONS[3],
-    FUNCTIONS[6],
-    FUNCTIONS[11],
-    FUNCTIONS[19],
-    FUNCTIONS[21],
-    FUNCTIONS[24],
-    FUNCTIONS[26],
-    FUNCTIONS[30],
-    ARRAY_TEXT[2],
-    AGGREGATES[3],
-    AGGREGATES[6],
-    AGGREGATES[8],
-    AGGREGATES[10],
-    AGGREGATES[14],
-    AGGREGATES[15],
-    AGGREGATES[18],
+    sql
+    for sql in [*FUNCTIONS, *ARRAY_TEXT, *AGGREGATES]
+    if "to_timestamp" not in sql and "LIMIT" not in sql and "OFFSET" not in sql
 ]
 
 
