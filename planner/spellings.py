@@ -327,7 +327,7 @@ def array_agg_filtered(
     )
     holder.set(key, [wrapped] if key == "expressions" else wrapped)
     if key == "expressions" and isinstance(collected.this, exp.Order):
-        # DISTINCT orders by the value itself (PostgreSQL's rule): by the array now.
+        # DISTINCT orders by the value itself (PostgreSQL's rule).
         for ordered in collected.this.expressions:
             if bool(ordered.args.get("nulls_first")) != bool(ordered.args.get("desc")):
                 # A one-element array [NULL] sorts as its element would by default only.
@@ -337,7 +337,13 @@ def array_agg_filtered(
                     hint="leave out NULLS FIRST/LAST, or filter the rows in a subquery",
                 )
             if ordered.this == value:
-                ordered.set("this", wrapped.copy())
+                # DuckDB orders by the argument itself; Spark (whose arrays sort a NULL
+                # element first) by the value where the condition holds.
+                passing_value = exp.Case(ifs=[exp.If(this=condition.copy(), true=value.copy())])
+                ordered.set(
+                    "this",
+                    exp.Anonymous(this=PER_KERNEL, expressions=[wrapped.copy(), passing_value]),
+                )
     passing = exp.Count(this=exp.Case(ifs=[exp.If(this=condition, true=exp.Literal.number(1))]))
     values = _typed(
         array_type,
@@ -366,7 +372,9 @@ def array_to_string(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Ex
     if len(args) == 2:
         args.append(exp.Null())
     return per_kernel(
-        "ARRAY_TO_STRING(LIST_TRANSFORM(__0, LAMBDA __e: COALESCE(CAST(__e AS TEXT), __2)), __1)",
+        # DuckDB's is NULL where every element is: PostgreSQL's is ''.
+        "CASE WHEN __0 IS NOT NULL AND __1 IS NOT NULL THEN COALESCE(ARRAY_TO_STRING("
+        "LIST_TRANSFORM(__0, LAMBDA __e: COALESCE(CAST(__e AS TEXT), __2)), __1), '') END",
         "ARRAY_JOIN(TRANSFORM(__0, __e -> COALESCE(CAST(__e AS STRING), __2)), __1)",
         args,
     )
