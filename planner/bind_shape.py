@@ -15,6 +15,8 @@ or the types of a declaration (set operations, recursive CTEs).
 
 from __future__ import annotations
 
+from decimal import ROUND_HALF_UP, Decimal
+
 import sqlglot  # noqa: F401 - the doctests parse with it
 from sqlglot import exp
 
@@ -78,6 +80,11 @@ def _int_arg(node: exp.Expression | None, what: str) -> int | None:
     if isinstance(value, exp.Null):
         return None
     number = _constant_integer(value) if isinstance(value, exp.Expression) else None
+    if number is None and isinstance(value, exp.Literal) and not value.is_string:
+        # A decimal is cast to bigint, as PostgreSQL does: rounded half away from zero.
+        exact = Decimal(value.this)
+        if exact.is_finite():
+            number = int(exact.to_integral_value(rounding=ROUND_HALF_UP))
     if number is None:
         if value is not None and value.find(exp.Column):
             raise SchemaError(f"argument of {what} must not contain variables")

@@ -149,7 +149,7 @@ class LocalKernel(Kernel):
                     hint="the value has more integer digits than the numeric(p, s) allows",
                 ) from None
             if "Referenced column" in message or "not found in FROM clause" in message:
-                raise SchemaError(f"unknown column: {message}") from error
+                raise SchemaError(f"unknown column: {engine_message(message, None)[0]}") from error
             # The statement is dsql's, over internal names: the user's is shown instead.
             said, raised = engine_message(message, prepared.text)
             raise ExecutionError(said if raised else f"DuckDB failed: {said}") from error

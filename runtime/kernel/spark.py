@@ -904,7 +904,9 @@ def _engine_error(error: Exception, text: str | None = None) -> Exception:
         if raised and raised[-1].split(":")[0].endswith("SchemaError"):
             return SchemaError(raised[-1].split(":", 1)[1].strip())
     if "UNRESOLVED_COLUMN" in message or "cannot be resolved" in message:
-        return SchemaError(f"unknown column: {message}", hint="check the column names")
+        return SchemaError(
+            f"unknown column: {engine_message(message, None)[0]}", hint="check the column names"
+        )
     if "NUMERIC_VALUE_OUT_OF_RANGE" in message:
         return ExecutionError(
             "numeric field overflow",
