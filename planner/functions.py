@@ -15,8 +15,11 @@ refused at bind time with a `SchemaError` naming the function. Each entry says:
   argument, else double precision);
 - `spell`: how every kernel spells it, where sqlglot's own rendering would make the
   kernels disagree with PostgreSQL or with each other: a rewrite of the bound call into a
-  tree that DuckDB and Spark both evaluate as PostgreSQL does (None: sqlglot's rendering
-  already does).
+  tree that DuckDB and Spark both evaluate as PostgreSQL does, or one spelling per kernel
+  (`spellings.py`; None: sqlglot's rendering already does).
+
+Functions dsql cannot make agree (`regexp_match`, `to_char`, ...) are refused by name
+with what to write instead (`_NOT_SUPPORTED`).
 
 `tests/test_functions.py` evaluates every scalar entry's `sample` on the in-process and
 the Spark kernel and compares them; a function the kernels cannot be made to agree on is
