@@ -206,7 +206,8 @@ AGGREGATES = [
     "SELECT g FROM t GROUP BY g HAVING count(*) FILTER (WHERE ok) > 1 ORDER BY g",
     "SELECT count(*) FILTER (WHERE a > 1), every(ok), array_agg(a ORDER BY a) FROM t WHERE a > 100",
     "SELECT sum(a) FILTER (WHERE count(*) > 1) FROM t",
-    "SELECT array_agg(s) FILTER (WHERE a > 1), array_agg(b) FILTER (WHERE b IS NULL) FROM t",
+    "SELECT array_agg(s ORDER BY a) FILTER (WHERE a > 1), array_agg(b) FILTER (WHERE b IS NULL) "
+    "FROM t",
     "SELECT g, array_agg(s ORDER BY a DESC) FILTER (WHERE a > 1), "
     "array_agg(b ORDER BY a) FILTER (WHERE ok IS NOT TRUE) FROM t GROUP BY g ORDER BY g",
     "SELECT array_agg(a) FILTER (WHERE a > 100), array_agg(a) FILTER (WHERE ok) FROM t "
