@@ -313,7 +313,7 @@ def _aggregate(plan: Plan, group: list[exp.Expression], uses: list[Any]):  # typ
     names = tuple(f"?agg{i}" for i in range(len(calls)))
     for c in calls:
         if any(is_aggregate(a) for a in c.iter_expressions() if isinstance(a, exp.Expression)):
-            raise SchemaError(f"aggregate calls cannot be nested: {c.sql('postgres')}")
+            raise _located(SchemaError("aggregate function calls cannot be nested"), c)
     reduce = Reduce(mapped, tuple(range(n, n + len(group))), tuple(calls), names)
     g = len(group)
 
@@ -326,8 +326,9 @@ def _aggregate(plan: Plan, group: list[exp.Expression], uses: list[Any]):  # typ
                 if node == c:
                     return col(g + i)
             if isinstance(node, exp.Column) and node.name.startswith("_c"):
+                name = plan.column_names[int(node.name[2:])]
                 raise SchemaError(
-                    f"column #{node.name[2:]} must appear in the GROUP BY clause "
+                    f'column "{name}" must appear in the GROUP BY clause '
                     "or be used in an aggregate function",
                     hint="add it to GROUP BY or wrap it in an aggregate such as min(...)",
                 )

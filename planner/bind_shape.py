@@ -15,6 +15,9 @@ or the types of a declaration (set operations, recursive CTEs).
 
 from __future__ import annotations
 
+from decimal import ROUND_HALF_UP, Decimal
+
+import sqlglot  # noqa: F401 - the doctests parse with it
 from sqlglot import exp
 
 from dsql.errors import SchemaError
@@ -74,13 +77,63 @@ def _int_arg(node: exp.Expression | None, what: str) -> int | None:
         return None
     if isinstance(node, exp.Limit | exp.Offset) and value is None:
         value = node.this
-    if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
-        if int(value.this) >= 2**63:
-            raise SchemaError(f"{what} {value.this} is out of range", hint="at most 2^63 - 1")
-        return int(value.this)
     if isinstance(value, exp.Null):
         return None
-    raise SchemaError(f"{what} must be a non-negative integer literal")
+    number = _constant_integer(value) if isinstance(value, exp.Expression) else None
+    if number is None and isinstance(value, exp.Literal) and not value.is_string:
+        # A decimal is cast to bigint, as PostgreSQL does: rounded half away from zero.
+        exact = Decimal(value.this)
+        if exact.is_finite():
+            number = int(exact.to_integral_value(rounding=ROUND_HALF_UP))
+    if number is None:
+        if value is not None and value.find(exp.Column):
+            raise SchemaError(f"argument of {what} must not contain variables")
+        raise SchemaError(
+            f"{what} must be a constant integer expression", hint=f"{what} 10, or {what} 2 * 5"
+        )
+    if number < 0:
+        raise SchemaError(f"{what} must not be negative")
+    if number >= 2**63:
+        raise SchemaError(f"{what} {number} is out of range", hint="at most 2^63 - 1")
+    return number
+
+
+#: The integer operators a constant LIMIT or OFFSET may use, as PostgreSQL computes them
+#: (division truncates toward zero; the remainder has the dividend's sign).
+_INTEGER_OPERATORS = {
+    exp.Add: lambda a, b: a + b,
+    exp.Sub: lambda a, b: a - b,
+    exp.Mul: lambda a, b: a * b,
+    exp.Div: lambda a, b: abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1),
+    exp.Mod: lambda a, b: abs(a) % abs(b) * (1 if a >= 0 else -1),
+}
+
+
+def _constant_integer(e: exp.Expression) -> int | None:
+    """The value of an integer expression without columns (literals, `+ - * / %`,
+    parentheses, casts to an integer type), else None.
+
+    >>> _constant_integer(sqlglot.parse_one("(1 + 2) * 3 - 7 / 2"))
+    6
+    """
+    match e:
+        case exp.Literal() if not e.is_string and e.this.isdigit():
+            return int(e.this)
+        case exp.Paren():
+            return _constant_integer(e.this)
+        case exp.Neg():
+            inner = _constant_integer(e.this)
+            return None if inner is None else -inner
+        case exp.Cast() if e.to.this in exp.DataType.INTEGER_TYPES:
+            return _constant_integer(e.this)
+        case exp.Binary() if type(e) in _INTEGER_OPERATORS:
+            a, b = _constant_integer(e.this), _constant_integer(e.expression)
+            if a is None or b is None:
+                return None
+            if b == 0 and isinstance(e, exp.Div | exp.Mod):
+                raise SchemaError("division by zero")
+            return _INTEGER_OPERATORS[type(e)](a, b)  # type: ignore[no-untyped-call]
+    return None
 
 
 def visible_plan(q: Query) -> Plan:

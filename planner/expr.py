@@ -347,11 +347,24 @@ def check_refs(where: str, expressions: Any, arity: int) -> None:
                 raise SchemaError(f"{where}: column #{i} does not exist (arity {arity})")
 
 
+def arguments(call: exp.Func) -> list[exp.Expression]:
+    """A call's arguments in order (sqlglot keeps them under named keys)."""
+    found: list[exp.Expression] = []
+    for key in call.arg_types:
+        value = call.args.get(key)
+        if isinstance(value, exp.Expression):
+            found.append(value)
+        elif isinstance(value, list):
+            found.extend(v for v in value if isinstance(v, exp.Expression))
+    return found
+
+
 __all__ = [
     "Outer",
     "Position",
     "RaiseError",
     "SubqueryExpr",
+    "arguments",
     "check_refs",
     "col",
     "conjuncts",

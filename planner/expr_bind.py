@@ -20,12 +20,13 @@ import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import DsqlError, SchemaError
-from dsql.planner import functions, numeric, types
+from dsql.planner import functions, numeric, spellings, types
 from dsql.planner.bind_shape import visible_plan
 from dsql.planner.expr import (
     Outer,
     Position,
     SubqueryExpr,
+    arguments,
     as_expression,
     col,
     outer,
@@ -54,7 +55,7 @@ _AGGREGATES = (
 
 _AGG_HINT = (
     "dsql's aggregates: count, sum, avg, min, max, array_agg, string_agg, bool_and, "
-    "bool_or, stddev[_pop|_samp], variance, var_pop"
+    "bool_or, every, stddev[_pop|_samp], variance, var_pop"
 )
 
 
@@ -87,6 +88,46 @@ def aggregate_calls(e: exp.Expression) -> list[exp.Expression]:
 
     visit(e)
     return found
+
+
+def _is_every(e: exp.Expression) -> bool:
+    return isinstance(e, exp.Anonymous) and e.name.lower() == "every"
+
+
+def _every(e: exp.Expression) -> exp.Expression:
+    """`every(x)`, the SQL standard's name for bool_and, as `bool_and(x)` (other calls
+    as they are)."""
+    if not _is_every(e):
+        return e
+    if len(e.expressions) != 1:
+        raise SchemaError("function every() takes 1 argument")
+    return exp.LogicalAnd(this=e.expressions[0])
+
+
+def filtered(call: exp.Expression, condition: exp.Expression) -> exp.Expression:
+    """`call FILTER (WHERE condition)` as one aggregate call over the rows where the
+    condition holds: the value argument is NULL elsewhere (`CASE WHEN condition THEN x
+    END`), which every aggregate but array_agg skips (array_agg keeps its NULLs:
+    `spellings.array_agg_filtered`).
+
+    >>> filtered(sqlglot.parse_one("count(*)"), sqlglot.parse_one("a > 1")).sql()
+    'COUNT(CASE WHEN a > 1 THEN 1 END)'
+    """
+    call = call.copy()
+
+    def only_where(value: exp.Expression) -> exp.Expression:
+        return exp.Case(ifs=[exp.If(this=condition.copy(), true=value)])
+
+    if isinstance(call, exp.Count) and (call.this is None or isinstance(call.this, exp.Star)):
+        call.set("this", only_where(exp.Literal.number(1)))
+    elif isinstance(call.this, exp.Distinct):
+        values = call.this.expressions
+        call.this.set("expressions", [only_where(v) for v in values])
+    elif isinstance(call.this, exp.Order):
+        call.this.set("this", only_where(call.this.this))
+    else:
+        call.set("this", only_where(call.this))
+    return call
 
 
 def _unbounded_numeric(t: exp.DataType) -> bool:
@@ -208,6 +249,13 @@ class ExprBinder:
                 return self._sum(e)
             case exp.Cast() if _bytea_literal(e) is not None:
                 return exp.Cast(this=_bytea_literal(e), to=e.to)
+            case exp.Filter() if isinstance(e.this, _AGGREGATES) or _is_every(e.this):
+                return self._filter(_every(e.this), e.expression.this)
+            case exp.Anonymous() if _is_every(e):
+                return self._bind(_every(e))
+            case exp.Cast() if isinstance(e.this, exp.IntDiv) and _unbounded_numeric(e.to):
+                # PostgreSQL's div(a, b): sqlglot parses it as CAST(a // b AS DECIMAL).
+                return self._div_function(e.this)
             case exp.Cast() if _unbounded_numeric(e.to):
                 return self._to_numeric(e)
             case exp.Cast() if _bounded_text(e.to) is not None:
@@ -217,6 +265,10 @@ class ExprBinder:
                 text = exp.Cast(this=self._bind(e.this), to=types.build("text"))
                 cut = exp.Substring(this=text, start=exp.Literal.number(1), length=n)
                 return cut if e.to.this == types.T.VARCHAR else exp.func("rtrim", cut)
+            case exp.Cast() if (
+                e.to.this in (types.T.TEXT, types.T.VARCHAR) and not e.to.expressions
+            ):
+                return self._to_text(e)
             case exp.GroupConcat() if isinstance(e.args.get("separator"), exp.Null):
                 # string_agg(x, NULL): PostgreSQL joins the values with no delimiter.
                 e.set("separator", exp.Literal.string(""))
@@ -231,7 +283,7 @@ class ExprBinder:
                 pass  # a WHEN branch; a call `if(...)` is DuckDB's and Spark's, not SQL's
             case exp.Window():
                 raise unsupported("window functions", "use GROUP BY, or a join with an aggregate")
-            case exp.Func() if not isinstance(e, functions.SYNTAX):
+            case exp.Func() if functions.is_listed_call(e):
                 return self._function(e)
         self._bind_children(e)
         return e
@@ -251,7 +303,7 @@ class ExprBinder:
             if functions.lookup(call) is None:
                 functions.check(call, ())  # refuses before the arguments bind
             self._bind_children(call)
-            arg_types = [types.infer(a.copy(), self.input_types()) for a in _arguments(call)]
+            arg_types = [types.infer(a.copy(), self.input_types()) for a in arguments(call)]
             return functions.check(call, arg_types)
         except DsqlError as error:
             if error.position is None:
@@ -314,6 +366,17 @@ class ExprBinder:
 
         return e.copy().transform(replace)
 
+    def _filter(self, call: exp.Expression, condition: exp.Expression) -> exp.Expression:
+        """`call FILTER (WHERE condition)` bound (see `filtered`)."""
+        bound = as_expression(self._bind(condition.copy()))
+        if is_aggregate(bound):
+            raise SchemaError("aggregate functions are not allowed in FILTER")
+        if isinstance(call, exp.ArrayAgg):
+            bound_call = as_expression(self._bind(call))
+            t = types.infer(self._typed(bound_call), self.input_types())
+            return spellings.array_agg_filtered(bound_call, bound, t)
+        return as_expression(self._bind(filtered(call, condition)))
+
     def _sum(self, e: exp.Sum) -> exp.Expression:
         """`sum(x)` over an integer `x` summed in PostgreSQL's wider type: bigint for
         smallint and int, numeric for bigint (so a sum of bigints never overflows)."""
@@ -341,6 +404,36 @@ class ExprBinder:
         precision, default = types.DEFAULT_DECIMAL
         scale = default if scale is None else min(scale, precision)
         return exp.Cast(this=arg, to=types.build(f"decimal({precision}, {scale})"))
+
+    def _to_text(self, e: exp.Cast) -> exp.Expression:
+        """`x::text`; an array's as PostgreSQL writes it (`spellings.array_text`)."""
+        arg = self._bind(e.this)
+        e.set("this", arg)
+        if self._types is not None:
+            t = types.infer(self._typed(arg), self._types)
+            if t.is_type(exp.DataType.Type.ARRAY):
+                return spellings.array_text(as_expression(arg), t)
+        return e
+
+    def _div_function(self, e: exp.IntDiv) -> exp.Expression:
+        """`div(a, b)`: the quotient truncated toward zero, as numeric."""
+        left, right = self._bind(e.this), self._bind(e.expression)
+        whole = types.build("decimal(38, 0)")
+        if self._types is not None and all(
+            types.is_integer(types.infer(self._typed(x), self._types)) for x in (left, right)
+        ):
+            return exp.Cast(this=exp.IntDiv(this=left, expression=right), to=whole)
+        quotient = exp.Div(this=left, expression=right)
+        truncated = exp.Case(
+            ifs=[
+                exp.If(
+                    this=exp.LT(this=quotient, expression=exp.Literal.number(0)),
+                    true=exp.Ceil(this=quotient.copy()),
+                )
+            ],
+            default=exp.Floor(this=quotient.copy()),
+        )
+        return exp.Cast(this=truncated, to=whole)
 
     def _div(self, e: exp.Div) -> exp.Expr:
         """`a / b` as PostgreSQL divides: integers truncated, numerics exactly to its
@@ -433,18 +526,6 @@ def _call_position(call: exp.Func) -> tuple[int, int] | None:
     if {"line", "col", "start", "end"} <= meta.keys():
         return meta["line"], meta["col"] - (meta["end"] - meta["start"])
     return position_of(call)
-
-
-def _arguments(call: exp.Func) -> list[exp.Expression]:
-    """A call's arguments in order (sqlglot keeps them under named keys)."""
-    found: list[exp.Expression] = []
-    for key in call.arg_types:
-        value = call.args.get(key)
-        if isinstance(value, exp.Expression):
-            found.append(value)
-        elif isinstance(value, list):
-            found.extend(v for v in value if isinstance(v, exp.Expression))
-    return found
 
 
 __all__ = ["ExprBinder", "aggregate_calls", "is_aggregate"]

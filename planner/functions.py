@@ -15,8 +15,11 @@ refused at bind time with a `SchemaError` naming the function. Each entry says:
   argument, else double precision);
 - `spell`: how every kernel spells it, where sqlglot's own rendering would make the
   kernels disagree with PostgreSQL or with each other: a rewrite of the bound call into a
-  tree that DuckDB and Spark both evaluate as PostgreSQL does (None: sqlglot's rendering
-  already does).
+  tree that DuckDB and Spark both evaluate as PostgreSQL does, or one spelling per kernel
+  (`spellings.py`; None: sqlglot's rendering already does).
+
+Functions dsql cannot make agree (`regexp_match`, `to_char`, ...) are refused by name
+with what to write instead (`_NOT_SUPPORTED`).
 
 `tests/test_functions.py` evaluates every scalar entry's `sample` on the in-process and
 the Spark kernel and compares them; a function the kernels cannot be made to agree on is
@@ -40,7 +43,7 @@ import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import SchemaError
-from dsql.planner import numeric, types
+from dsql.planner import numeric, spellings, types
 
 #: A rewrite of a bound call (its argument types given) into every kernel's spelling.
 Spelling = Callable[[exp.Func, Sequence[exp.DataType]], exp.Expr]
@@ -196,6 +199,8 @@ _MATH = (
     _F(("log", "log10"), exp.Log, (1, 2), "float8", "log(x) + log(2.0, x) + log10(x)", _log10),
     _F(("power", "pow"), exp.Pow, (2, 2), "float8", "power(i, 2) + pow(x, 2)"),
     _F(("mod",), exp.Mod, (2, 2), "arg", "mod(i, 3)"),
+    _F(("gcd",), exp.Anonymous, (2, 2), "common", "gcd(i, 21) + gcd(j, -12)", spellings.gcd),
+    _F(("lcm",), exp.Anonymous, (2, 2), "common", "lcm(i, 21) + lcm(j, -12)", spellings.lcm),
     _F(("greatest",), exp.Greatest, (1, None), "common", "greatest(i, j, 3)"),
     _F(("least",), exp.Least, (1, None), "common", "least(i, j, 3)"),
     _F(("pi",), exp.Pi, (0, 0), "float8", "pi()"),
@@ -222,7 +227,23 @@ _TEXT = (
         "int",
         "length(s) + char_length(s) + character_length(s)",
     ),
-    _F(("bit_length",), exp.BitLength, (1, 1), "int", "bit_length(s)"),
+    _F(("bit_length",), exp.BitLength, (1, 1), "int", "bit_length(s)", spellings.bit_length),
+    _F(
+        ("octet_length",),
+        exp.Anonymous,
+        (1, 1),
+        "int",
+        "octet_length(s) + octet_length('héllo')",
+        spellings.octet_length,
+    ),
+    _F(
+        ("regexp_replace",),
+        exp.RegexpReplace,
+        (3, 4),
+        "text",
+        r"regexp_replace(s, 'o(.)', '<\1\&>') || regexp_replace(s, 'L+', '$', 'gi')",
+        spellings.regexp_replace,
+    ),
     _F(("concat",), exp.Concat, (1, None), "text", "concat(s, i, NULL, p)", _text_args),
     _F(("concat_ws",), exp.ConcatWs, (2, None), "text", "concat_ws('-', s, p)"),
     _F(
@@ -273,6 +294,14 @@ _OTHER = (
         "date_trunc('day', ts)",
         _as_arg_type,
     ),
+    _F(
+        ("to_timestamp",),
+        exp.UnixToTime,
+        (1, 1),
+        "timestamptz",
+        "to_timestamp(x * 1000) < to_timestamp(1.5e9)",
+        spellings.to_timestamp,
+    ),
     _F(("make_date",), exp.Anonymous, (3, 3), "date", "make_date(2024, i, 5)"),
     _F(
         ("make_timestamp",),
@@ -281,11 +310,79 @@ _OTHER = (
         "timestamp",
         "make_timestamp(2024, 3, 5, 10, i, 12.5)",
     ),
-    _F(("array_length",), exp.ArraySize, (2, 2), "int", "array_length(ARRAY[i, j], 1)"),
+    _F(
+        ("array_length",),
+        exp.ArraySize,
+        (2, 2),
+        "int",
+        "array_length(ARRAY[i, j], 1) + coalesce(array_length(ARRAY[]::int[], 1), 5)",
+        spellings.array_length,
+    ),
     _F(("cardinality",), exp.Anonymous, (1, 1), "int", "cardinality(ARRAY[i, j])"),
-    _F(("array_append",), exp.ArrayAppend, (2, 2), "arg", "array_append(ARRAY[i], j)"),
-    _F(("array_prepend",), exp.ArrayPrepend, (2, 2), "array", "array_prepend(j, ARRAY[i])"),
-    _F(("array_cat",), exp.ArrayConcat, (2, 2), "arg", "array_cat(ARRAY[i], ARRAY[j])"),
+    _F(
+        ("array_append",),
+        exp.ArrayAppend,
+        (2, 2),
+        "arg",
+        "array_append(ARRAY[i], j) || array_append(NULL::int[], j)",
+        spellings.array_append,
+    ),
+    _F(
+        ("array_prepend",),
+        exp.ArrayPrepend,
+        (2, 2),
+        "array",
+        "array_prepend(j, ARRAY[i]) || array_prepend(i, NULL::int[])",
+        spellings.array_prepend,
+    ),
+    _F(
+        ("array_cat",),
+        exp.ArrayConcat,
+        (2, 2),
+        "arg",
+        "array_cat(ARRAY[i], ARRAY[j]) || array_cat(NULL, ARRAY[j]) || array_cat(ARRAY[i], NULL)",
+        spellings.array_cat,
+    ),
+    _F(
+        ("array_position",),
+        exp.ArrayPosition,
+        (2, 2),
+        "int",
+        "array_position(ARRAY[i, j, NULL, j], j)",
+        spellings.array_position,
+    ),
+    _F(
+        ("array_positions",),
+        exp.Anonymous,
+        (2, 2),
+        "int[]",
+        "array_positions(ARRAY[i, j, NULL, j], j)",
+        spellings.array_positions,
+    ),
+    _F(
+        ("array_remove",),
+        exp.ArrayRemove,
+        (2, 2),
+        "arg",
+        "array_remove(ARRAY[i, j, NULL, j], j)",
+        spellings.array_remove,
+    ),
+    _F(
+        ("array_to_string",),
+        exp.ArrayToString,
+        (2, 3),
+        "text",
+        "array_to_string(ARRAY[i, NULL, j], ',') || array_to_string(ARRAY[s, NULL, p], '-', '*')",
+        spellings.array_to_string,
+    ),
+    _F(
+        ("string_to_array",),
+        exp.StringToArray,
+        (2, 3),
+        "text[]",
+        "array_cat(string_to_array(s, 'o'), string_to_array(s, NULL, 'l'))",
+        spellings.string_to_array,
+    ),
     # Materialize's: the time a row is read at (temporal filters; `planner/temporal.py`).
     _F(("mz_now",), exp.Anonymous, (0, 0), "mz_timestamp", "mz_now() > 0"),
 )
@@ -333,11 +430,28 @@ _REFUSED: dict[type[exp.Expr], tuple[str, str]] = {
 }
 
 
+#: PostgreSQL functions dsql refuses by name, each with what to write instead.
+_NOT_SUPPORTED = {
+    "regexp_match": "test a match with ~ (s ~ 'pattern'), rewrite text with regexp_replace()",
+    "regexp_matches": "test a match with ~ (s ~ 'pattern'), rewrite text with regexp_replace()",
+    "to_char": "format with extract(...), date_trunc(...), lpad(...) and casts to text",
+    "to_timestamp": "to_timestamp(seconds) is supported; to_timestamp(text, format) is not: "
+    "cast ISO text with ::timestamp",
+    "to_date": "cast ISO text with ::date, or build one with make_date(y, m, d)",
+}
+
+
 def lookup(call: exp.Expr) -> Function | None:
     """The registry's entry for a call, None if dsql does not support it."""
     if isinstance(call, exp.Anonymous):
         return _BY_NAME.get(call.name.lower())
     return _BY_NODE.get(type(call))
+
+
+def is_listed_call(e: exp.Expr) -> bool:
+    """Whether `e` is a function call the registry decides on: every call but SQL syntax
+    (sqlglot models some listed functions as operators: `array_position` is a Binary)."""
+    return isinstance(e, exp.Func) and (not isinstance(e, SYNTAX) or lookup(e) is not None)
 
 
 def call_name(call: exp.Expr) -> str:
@@ -365,6 +479,8 @@ def check(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
         raise SchemaError(
             f"{what} is not supported: its value is not a function of the rows", hint=hint
         )
+    if entry is None and name in _NOT_SUPPORTED:
+        raise SchemaError(f"function {name}() is not supported", hint=_NOT_SUPPORTED[name])
     if entry is None:
         close = difflib.get_close_matches(name, _ALL_NAMES, n=1, cutoff=0.75)
         hint = f"perhaps you meant {close[0]}()" if close else "dsql speaks PostgreSQL's functions"
@@ -387,4 +503,4 @@ def _arity_text(arity: tuple[int, int | None]) -> str:
     return f"{low} or more arguments" if high is None else f"{low} to {high} arguments"
 
 
-__all__ = ["FUNCTIONS", "SYNTAX", "Function", "call_name", "check", "lookup"]
+__all__ = ["FUNCTIONS", "SYNTAX", "Function", "call_name", "check", "is_listed_call", "lookup"]

@@ -245,6 +245,10 @@ def common_type(a: exp.DataType, b: exp.DataType, where: str) -> exp.DataType:
         return build("text")
     if {a.this, b.this} <= {T.TIMESTAMP, T.TIMESTAMPTZ, T.DATE}:
         return a if a.this != T.DATE else b
+    if a.this == b.this == T.ARRAY and a.expressions and b.expressions:
+        # Element by element: ARRAY['x'] (varchar[]) and ARRAY[]::text[] are both text[].
+        element = common_type(a.expressions[0], b.expressions[0], where)
+        return exp.DataType(this=T.ARRAY, expressions=[element], nested=True)
     raise TypeMismatchError(
         f"{where}: types {a.sql('postgres')} and {b.sql('postgres')} cannot be matched",
         hint="cast one side, e.g. CAST(x AS text)",

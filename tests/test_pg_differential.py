@@ -359,6 +359,12 @@ AGREED = {
     "float_division_by_zero": "SELECT f / 0 AS q FROM u",
     # round() of a float rounds half to even (rint).
     "round_float_half_even": "SELECT round(2.5::float8) AS a, round(-0.5::float8) AS b",
+    # every() is bool_and.
+    "every": "SELECT a, every(b > 0) AS e FROM r GROUP BY a",
+    # FILTER (WHERE ...) on an aggregate.
+    "aggregate_filter": "SELECT a, count(*) FILTER (WHERE b > 1) AS n FROM r GROUP BY a",
+    # An array's text.
+    "array_to_text": "SELECT a, ARRAY[a, b]::text AS v, ARRAY[t, NULL]::text AS w FROM r",
 }
 
 #: (case, query): shapes where dsql still answers differently from PostgreSQL, each a row
@@ -371,10 +377,6 @@ DIFFERENT = {
     "stddev_variance": "SELECT stddev(b) AS sd, variance(b) AS var FROM r",
     # A float's text has no trailing .0.
     "float_to_text": "SELECT f::text AS ft FROM u",
-    # every() is bool_and.
-    "every": "SELECT a, every(b > 0) AS e FROM r GROUP BY a",
-    # FILTER (WHERE ...) on an aggregate.
-    "aggregate_filter": "SELECT a, count(*) FILTER (WHERE b > 1) AS n FROM r GROUP BY a",
 }
 
 

@@ -30,6 +30,7 @@ returns a frame with the same rows as its argument.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -429,7 +430,68 @@ class Kernel(ABC):
         return self.query(query, {"f": frame})
 
     def sql(self, select: exp.Expr) -> str:
-        """The text of `select` in this kernel's dialect (numeric quotients written out as
-        exact division: `numeric_division.py`)."""
-        tree = numeric_division.expand(select, self.dialect)
+        """The text of `select` in this kernel's dialect: each `PER_KERNEL` call as its
+        spelling for this kernel (`per_kernel`), numeric quotients written out as exact
+        division (`numeric_division.py`)."""
+        tree = numeric_division.expand(per_kernel(select, self.dialect), self.dialect)
         return tree.sql(dialect=self.dialect, comments=False)  # comments are user text
+
+
+#: A call `DSQL_PER_KERNEL(duckdb, spark)`: a value no one tree spells alike on every
+#: kernel, given as the in-process kernel's spelling and Spark's (the planner's function
+#: registry builds them: `planner/functions.py`).
+PER_KERNEL = "DSQL_PER_KERNEL"
+_SPELLING = {"duckdb": 0, "spark": 1}
+
+
+def per_kernel(select: exp.Expr, dialect: str) -> exp.Expr:
+    """`select` with each `PER_KERNEL` call replaced by its spelling for `dialect`
+    (`select` itself when it has none).
+
+    >>> e = sqlglot.parse_one("SELECT DSQL_PER_KERNEL(GCD(a, b), a) FROM t")
+    >>> per_kernel(e, "duckdb").sql()
+    'SELECT GCD(a, b) FROM t'
+    """
+    if not any(_is_per_kernel(n) for n in select.find_all(exp.Anonymous)):
+        return select
+
+    def spell(node: exp.Expression) -> exp.Expression:
+        if _is_per_kernel(node):  # its spelling may hold further calls
+            spelled = per_kernel(node.expressions[_SPELLING[dialect]], dialect)
+            assert isinstance(spelled, exp.Expression)
+            return spelled
+        return node
+
+    return select.transform(spell)
+
+
+def _is_per_kernel(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Anonymous) and node.name.upper() == PER_KERNEL
+
+
+#: How the engines spell a value's internal column (`_c3`), and the phrases that carry one.
+_INTERNAL_NAME = re.compile(r'"?\b_c\d+\b"?')
+_INTERNAL_PHRASES = (
+    re.compile(r" when casting from source column \S+"),  # DuckDB's casts
+    re.compile(r" in expression \(.*\)\.?$"),  # DuckDB's division by zero
+)
+
+
+def engine_message(message: str, text: str | None) -> tuple[str, bool]:
+    """An engine's error message as the user reads it, and whether it is a message the
+    plan raised itself (`RAISE_ERROR('...')` in the statement `text`: PostgreSQL's own
+    words, to be shown as they are). Internal column names (`_c3`) never reach the
+    user: the phrases naming one are dropped, any other name reads "a column".
+
+    >>> engine_message("Conversion Error: no INT32 when casting from source column _c1", "")
+    ('Conversion Error: no INT32', False)
+    >>> engine_message("Invalid Input Error: too many", "SELECT RAISE_ERROR('too many')")
+    ('too many', True)
+    """
+    for raised in re.findall(r"RAISE_ERROR\('((?:[^']|'')*)'\)", text or "", re.IGNORECASE):
+        said = raised.replace("''", "'")
+        if said in message:
+            return said, True
+    for phrase in _INTERNAL_PHRASES:
+        message = phrase.sub("", message)
+    return _INTERNAL_NAME.sub("a column", message), False

@@ -26,7 +26,7 @@ from dsql.runtime import memory
 from dsql.runtime.dataflow import canceled
 from dsql.runtime.kernel import chain_reduce, driver, duckdb_sandbox
 from dsql.runtime.kernel import key_index as _index
-from dsql.runtime.kernel.base import Kernel, Pipeline, Prepared, Stored
+from dsql.runtime.kernel.base import Kernel, Pipeline, Prepared, Stored, engine_message
 from dsql.runtime.kernel.driver import JoinShape, Selection
 from dsql.runtime.kernel.driver_reduce import ReduceRows, reduce_step
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
@@ -151,8 +151,10 @@ class LocalKernel(Kernel):
                     hint="the value has more integer digits than the numeric(p, s) allows",
                 ) from None
             if "Referenced column" in message or "not found in FROM clause" in message:
-                raise SchemaError(f"unknown column: {message}") from error
-            raise ExecutionError(f"DuckDB failed: {message}", statement=prepared.text) from error
+                raise SchemaError(f"unknown column: {engine_message(message, None)[0]}") from error
+            # The statement is dsql's, over internal names: the user's is shown instead.
+            said, raised = engine_message(message, prepared.text)
+            raise ExecutionError(said if raised else f"DuckDB failed: {said}") from error
         finally:
             if timer is not None:
                 timer.cancel()

@@ -63,7 +63,7 @@ from sqlglot import exp
 from dsql.errors import ExecutionError, SchemaError
 from dsql.runtime import relational as rel
 from dsql.runtime.kernel import driver
-from dsql.runtime.kernel.base import Frame, Kernel, Prepared, Stored
+from dsql.runtime.kernel.base import Frame, Kernel, Prepared, Stored, engine_message
 from dsql.runtime.kernel.spark_buckets import bucket_ids
 from dsql.runtime.lattice import Antichain
 
@@ -904,7 +904,9 @@ def _engine_error(error: Exception, text: str | None = None) -> Exception:
         if raised and raised[-1].split(":")[0].endswith("SchemaError"):
             return SchemaError(raised[-1].split(":", 1)[1].strip())
     if "UNRESOLVED_COLUMN" in message or "cannot be resolved" in message:
-        return SchemaError(f"unknown column: {message}", hint="check the column names")
+        return SchemaError(
+            f"unknown column: {engine_message(message, None)[0]}", hint="check the column names"
+        )
     if "NUMERIC_VALUE_OUT_OF_RANGE" in message:
         return ExecutionError(
             "numeric field overflow",
@@ -916,7 +918,9 @@ def _engine_error(error: Exception, text: str | None = None) -> Exception:
         return ExecutionError(
             "integer out of range (integer or bigint)", hint="cast to numeric for larger values"
         )
-    return ExecutionError(f"Spark failed ({kind}): {message}", statement=text)
+    # The statement is dsql's, over internal names: the user's is shown instead.
+    said, own = engine_message(message, text)
+    return ExecutionError(said if own else f"Spark failed ({kind}): {said}")
 
 
 #: What a SELECT may not have and still keep its input's rows in order.

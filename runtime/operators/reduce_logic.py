@@ -145,22 +145,27 @@ class Aggregates(ReduceLogic):
         needs_expansion = any(_rewrite(e) is None for _, e in self.aggregates)
         source: str | exp.Query = _ACC
         if needs_expansion:
+            # A row with a negative count stays once, for the guard to see its count.
+            copies = exp.Greatest(this=rel.col(DIFF), expressions=[rel.lit(1)])
             source = rel.select(
                 _ACC,
                 [
-                    *(rel.col(c) for c in (*keys, *time_columns(depth), *values)),
+                    *(rel.col(c) for c in (*keys, *time_columns(depth), *values, DIFF)),
                     exp.alias_(
-                        exp.Explode(this=exp.func("SEQUENCE", rel.lit(1), rel.col(DIFF)))
+                        exp.Explode(this=exp.func("SEQUENCE", rel.lit(1), copies))
                         if dialect == "spark"
-                        else exp.Explode(this=exp.func("RANGE", rel.lit(0), rel.col(DIFF))),
+                        else exp.Explode(this=exp.func("RANGE", rel.lit(0), copies)),
                         "__copy",
                         quoted=True,
                     ),
                 ],
             )
         outputs = [
-            (name, e.copy() if needs_expansion else _rewrite(e)) for name, e in self.aggregates
+            (name, _guarded(e.copy() if needs_expansion else _rewrite(e)))
+            for name, e in self.aggregates
         ]
+        if dialect == "spark":
+            outputs = [(name, e.transform(_spark_array_agg)) for name, e in outputs]
         group = _by_group(keys, depth)
         return rel.select(
             source,
@@ -173,6 +178,89 @@ class Aggregates(ReduceLogic):
 
     def describe(self) -> str:
         return ", ".join(f"{e.sql()} AS {n}" for n, e in self.aggregates)
+
+
+def _spark_array_agg(node: exp.Expression) -> exp.Expr:
+    """PostgreSQL's `array_agg(x [ORDER BY ...])` on Spark, whose `collect_list` skips
+    NULLs and ignores an order: each value collected in a struct with its sort keys (a
+    struct is never NULL), the structs sorted by the keys, and the values taken out.
+
+    >>> e = parse_one("array_agg(x ORDER BY k DESC)", read="postgres")
+    >>> _spark_array_agg(e).sql("spark")[:62]
+    'TRANSFORM(ARRAY_SORT(COLLECT_LIST(STRUCT(x AS v, k AS k0)), (_'
+    """
+    if not isinstance(node, exp.ArrayAgg):
+        return node
+    value, keys = node.this, []
+    if isinstance(value, exp.Order):
+        keys = list(value.expressions)
+        value = value.this
+    # DISTINCT orders by the value itself (PostgreSQL's rule): distinct structs are
+    # distinct values.
+    distinct = isinstance(value, exp.Distinct)
+    if isinstance(value, exp.Distinct):
+        value = value.expressions[0]
+    fields = [exp.PropertyEQ(this=exp.to_identifier("v"), expression=value.copy())]
+    fields += [
+        exp.PropertyEQ(this=exp.to_identifier(f"k{i}"), expression=k.this.copy())
+        for i, k in enumerate(keys)
+    ]
+    collected: exp.Expr = exp.ArrayAgg(this=exp.Struct(expressions=fields))
+    if distinct:
+        collected = exp.func("ARRAY_DISTINCT", collected)
+    if keys:
+        collected = exp.func(
+            "ARRAY_SORT",
+            collected,
+            exp.Lambda(
+                this=_order_comparator(keys),
+                expressions=[exp.to_identifier("__l"), exp.to_identifier("__r")],
+            ),
+        )
+    field = exp.Dot(this=exp.column("__e"), expression=exp.to_identifier("v"))
+    return exp.func(
+        "TRANSFORM", collected, exp.Lambda(this=field, expressions=[exp.to_identifier("__e")])
+    )
+
+
+def _order_comparator(keys: Sequence[exp.Expression]) -> exp.Expression:
+    """A comparator of two structs `__l` and `__r` by their fields `k0, k1, ...` in the
+    order `keys` (ORDER BY items: direction and NULLS FIRST/LAST) gives: -1, 0 or 1."""
+    result: exp.Expression = rel.lit(0)
+    for i in reversed(range(len(keys))):
+        key = keys[i]
+        # Which of the two goes first: -1 the left, 1 the right.
+        nulls = -1 if key.args.get("nulls_first") else 1
+        lower = 1 if key.args.get("desc") else -1
+        left = exp.Dot(this=exp.column("__l"), expression=exp.to_identifier(f"k{i}"))
+        right = exp.Dot(this=exp.column("__r"), expression=exp.to_identifier(f"k{i}"))
+        null_left = exp.Is(this=left.copy(), expression=exp.null())
+        null_right = exp.Is(this=right.copy(), expression=exp.null())
+        cases = [
+            (exp.and_(null_left.copy(), null_right.copy()), result),
+            (null_left, rel.lit(nulls)),
+            (null_right, rel.lit(-nulls)),
+            (exp.LT(this=left.copy(), expression=right.copy()), rel.lit(lower)),
+            (exp.GT(this=left, expression=right), rel.lit(-lower)),
+        ]
+        result = exp.Case(
+            ifs=[exp.If(this=c, true=v.copy()) for c, v in cases], default=result.copy()
+        )
+    return result
+
+
+#: Materialize's error for an aggregate over a collection holding a row a negative
+#: number of times (`repeat_row(-1)`, or retractions of rows never inserted).
+NEGATIVE_INPUT = "Non-positive multiplicity in an aggregate's input"
+
+
+def _guarded(e: exp.Expr | None) -> exp.Expr:
+    """`e`, or an error where the group holds a row a negative number of times: no
+    aggregate of such a collection means anything (Materialize refuses it too)."""
+    assert e is not None
+    negative = exp.LT(this=exp.Min(this=rel.col(DIFF)), expression=rel.lit(0))
+    error = exp.Anonymous(this="RAISE_ERROR", expressions=[exp.Literal.string(NEGATIVE_INPUT)])
+    return exp.Case(ifs=[exp.If(this=negative, true=error)], default=e)
 
 
 def _rewrite(e: exp.Expr) -> exp.Expression | None:
