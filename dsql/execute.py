@@ -43,6 +43,9 @@ from dsql.timeout import interrupt_cancels, parse_duration, statement_deadline
 #: How often a wait for SUBSCRIBE updates polls under the wall clock (seconds).
 POLL_SECONDS = 0.05
 
+#: The statements whose writes reach the views before they return (`Executor.deliver`).
+_WRITES = (grammar.Insert, grammar.Update, grammar.Delete, grammar.Commit)
+
 #: PostgreSQL client settings that drivers set on connecting and that cannot change
 #: what dsql computes: accepted and ignored. Every other name but dsql's is refused.
 _CLIENT_SETTINGS = frozenset({"application_name", "extra_float_digits"})
@@ -68,11 +71,13 @@ class Executor:
         """Parse and execute every statement of `text`; results in order."""
         return [self.execute(s) for s in grammar.parse(text)]
 
-    def execute(self, stmt: Any) -> Result:
+    def execute(self, stmt: Any, deliver: bool = True) -> Result:
         """Run one statement: at most one at a time, canceled at a safe point by its
         timeout or Ctrl-C; one that fails leaves no dataflow behind. Views in error whose
-        tables changed are retried first; the result carries the notices of the rounds
-        the statement ran (`dsql.heal`)."""
+        tables changed are retried first; a write (or COMMIT) is delivered to the views
+        before it returns, unless `deliver` is false (`executemany` delivers once after
+        its last); the result carries the notices of the rounds the statement ran: the
+        views it put in error or healed (`dsql.heal`)."""
         s = self.session
         with self.lock:
             try:
@@ -81,10 +86,20 @@ class Executor:
                 with self.guarded(getattr(stmt, "text", None)):
                     with statement_deadline(s.worker, self.statement_timeout):
                         result = self._execute(stmt)
-                result.notices = s.healing.take_notices()
+                if deliver and isinstance(stmt, _WRITES):
+                    result.notices = self.deliver()
+                else:
+                    result.notices = s.healing.take_notices()
                 return result
             finally:
                 self.updated.notify_all()
+
+    def deliver(self) -> list[str]:
+        """Deliver the writes made so far to the views (`Healing.deliver`); returns the
+        notices of every round since the last statement's."""
+        with self.lock, self.guarded(None):
+            self.session.healing.deliver()
+        return self.session.healing.take_notices()
 
     @contextmanager
     def guarded(self, text: str | None) -> Iterator[None]:

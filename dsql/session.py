@@ -26,7 +26,7 @@ from sqlglot import exp
 from dsql import fast_path
 from dsql.clock import TICKS_PER_MS, Clock, tick_of
 from dsql.errors import DsqlError, SchemaError, TypeMismatchError
-from dsql.heal import Healing
+from dsql.heal import Healing, is_data_error
 from dsql.history import History
 from dsql.indexes import Indexes
 from dsql.planner.bind import bind
@@ -265,13 +265,23 @@ class Session:
                 rel.switch.arranged = rel.arrangement.node
                 rel.switch.watched = tuple(n.id for n in rel.computation if n is not None)
                 rel.nodes = self.worker.nodes[start + len(rel.computation) :]
-                # Run the first evaluation now (the import's history completes when the
-                # tick closes): a view that fails, or times out, fails its CREATE and
-                # leaves nothing behind, instead of failing a later statement.
-                self.close_time(force=True)
             except DsqlError:
                 self.worker.drop(self.worker.nodes[start:])
                 raise
+            # Run the first evaluation now (the import's history completes when the tick
+            # closes): a view that times out, or fails as dsql's own error, fails its
+            # CREATE and leaves nothing behind; one that fails on the data is created in
+            # error, as in Materialize, and heals when the rows go (`dsql.heal`).
+            created_at = self.clock.tick
+            try:
+                self.close_time(force=True)
+            except DsqlError as error:
+                if not is_data_error(error) or not any(
+                    i in self.worker.failed for i in rel.switch.watched
+                ):
+                    self.worker.drop(self.worker.nodes[start:])
+                    raise
+                self.healing.begin_in_error(rel, error, created_at)
             self.history.register(name, rel.arrangement, retain_ms)
         self.relations[name] = rel
 

@@ -443,6 +443,9 @@ class Worker:
                     source.readers.remove(node)
                     source.consumers -= 1
             self.nodes[node.id] = None
+        # An input whose node is gone delivers nothing more: updates it flushed on closing
+        # would otherwise count as work for every later round, which never takes them.
+        self.inputs = [s for s in self.inputs if not s.node.dropped]
 
 
 def canceled() -> QueryCanceledError:
