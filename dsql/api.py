@@ -137,7 +137,7 @@ class Connection:
         self._check()
         with self.executor.guarded(target):
             bound = _bind_target(self.session, target)
-            sub = Subscription(self.session, bound, snapshot, progress, as_of, up_to)
+            sub = Subscription(self.session, bound, snapshot, progress, as_of, up_to, target)
         self._subscriptions.append(sub)
         return Updates(sub, self.executor)
 

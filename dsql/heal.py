@@ -134,10 +134,15 @@ class Healing:
         failed = self.session.worker.failed
         if not failed:
             return
+        interrupted = self.session.worker.interrupted
         for kept in self._kept():
-            cause = next((failed[i] for i in _switch(kept).watched if i in failed), None)
+            watched = _switch(kept).watched
+            cause = next((failed[i] for i in watched if i in failed), None)
             if cause is not None:
+                cut = any(i in interrupted for i in watched)
                 self._fail(kept, cause, good_until)
+                if cut:  # no row failed it: it is rebuilt at the next statement boundary
+                    self._tried.pop(kept.name, None)
 
     def _kept(self) -> list[Relation | Index]:
         """What heals: each materialized view, and each index on a plain view (the index
@@ -171,10 +176,11 @@ class Healing:
 
         Inside a transaction the writes wait for COMMIT (they share its time); with no
         materialized view nor index, nothing kept can fail, and the writes wait for the
-        next read.
+        next read, as they do when the session's `deliver_writes` is off. Each delivered
+        write costs a round of every view over its table.
         """
         s = self.session
-        if s.clock.in_transaction or not s.clock.dirty:
+        if not s.deliver_writes or s.clock.in_transaction or not s.clock.dirty:
             return
         if self._kept() or any(i.nodes for i in s.indexes.by_name.values()):
             s.close_time()
@@ -229,10 +235,11 @@ class Healing:
             if period is not None and not is_data_error(error):
                 period.error = error  # dsql's own: no more retries, the statement goes on
             return
-        except BaseException:
+        except BaseException:  # interrupted: it is tried again at the next boundary
             switch.detach()
             worker.drop(worker.nodes[start:])
             kept.computation.clear()
+            self._tried.pop(kept.name, None)
             raise
         period = self.error(kept.name)
         if period is not None and switch.inputs:

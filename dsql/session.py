@@ -78,6 +78,16 @@ class Session:
         #: dataflow (`dsql.fast_path`).
         self.fast_path = True
         self.indexes = Indexes(self)
+        #: Whether a write reaches the views before its statement returns, so that it
+        #: carries the notice of a view it puts in error or heals (`Healing.deliver`);
+        #: False: at the next read, so a run of writes costs one round (bulk loads).
+        self.deliver_writes = True
+        #: While a statement runs, the writes it made (table, rows, diff): undone if it is
+        #: interrupted (`Executor.execute`).
+        self.writes: list[tuple[str, pa.Table, int]] | None = None
+        #: Every SUBSCRIBE started in the session, in order (`dsql.subscribe`: SHOW
+        #: SUBSCRIPTIONS lists those still running).
+        self.subscriptions: list[Any] = []
         self.history = History(self)
         self._unit = self._new_input(pa.schema([("_c0", pa.int32())]))
         self._unit.update_at((0,), self.clock.write_tick(), 1)
@@ -178,6 +188,8 @@ class Session:
             return 0
         tick = self.clock.write_tick()
         rel.version += 1
+        if self.writes is not None:
+            self.writes.append((name, rows, diff))
         data = rows.rename_columns([f"_c{i}" for i in range(rows.num_columns)]).cast(rel.schema)
         data = data.append_column(DIFF, pa.array([diff] * rows.num_rows, pa.int64()))
         data = data.append_column(TIME, pa.array([tick] * rows.num_rows, pa.int64()))
