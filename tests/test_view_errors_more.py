@@ -514,3 +514,68 @@ def test_ctrl_c_inside_any_step_leaves_tables_and_views_as_they_were(
     con.execute("INSERT INTO t VALUES (5, 1)")
     follow()
     assert +seen == _state(con)["agg"]
+
+
+# --- on Spark: the same, for a subset --------------------------------------------------------
+
+
+@pytest.mark.usefixtures("spark")
+def test_on_spark_writes_say_so_and_views_born_in_error_heal() -> None:
+    con = _connect("spark")
+    con.execute("INSERT INTO t VALUES (1, 0)")
+    query = "SELECT a / b AS q FROM t"
+    _says(con, f"CREATE MATERIALIZED VIEW v AS {query}", BROKEN)
+    _agrees(con, "v", query)
+    _says(con, "DELETE FROM t WHERE b = 0", HEALED)
+    _agrees(con, "v", query)
+    _says(con, "INSERT INTO t VALUES (2, 0)", BROKEN)
+    _says(con, "UPDATE t SET b = 1 WHERE b = 0", HEALED)
+    _agrees(con, "v", query)
+    con.execute("CREATE VIEW pv AS SELECT 12 / b AS x FROM t")
+    con.execute("CREATE INDEX pv_idx ON pv (x)")
+    _says(con, "INSERT INTO t VALUES (3, 0)", "index 'pv_idx' is in error")
+    with pytest.raises(ExecutionError, match="'pv_idx' on 'pv' is in error"):
+        con.execute("SELECT * FROM pv")
+    with pytest.warns(DsqlWarning, match="no longer in error"):
+        con.execute("DELETE FROM t WHERE b = 0")
+    assert sorted(con.execute("SELECT * FROM pv").fetchall()) == [(6,), (12,)]
+
+
+@pytest.mark.usefixtures("spark")
+@pytest.mark.parametrize("node", ["ArrangeNode", "SwitchNode", "InputNode"])
+def test_on_spark_ctrl_c_in_a_write_leaves_everything_as_it_was(
+    monkeypatch: Any, node: str
+) -> None:
+    con = _connect("spark")
+    con.execute("CREATE MATERIALIZED VIEW v AS SELECT b, sum(a) AS s FROM t GROUP BY b")
+    before = Counter(con.execute("SELECT * FROM v").fetchall())
+    with monkeypatch.context() as patch:
+        hook = _Interrupt(patch, _node_classes()[node], 1, True)
+        with pytest.raises(KeyboardInterrupt):
+            con.execute("INSERT INTO t VALUES (4, 2), (5, 3)")
+    assert hook.fired
+    assert Counter(con.execute("SELECT * FROM t").fetchall()) == Counter({(6, 2): 1})
+    assert Counter(con.execute("SELECT * FROM v").fetchall()) == before
+    con.execute("INSERT INTO t VALUES (4, 2), (5, 3)")
+    _agrees(con, "v", "SELECT b, sum(a) AS s FROM t GROUP BY b")
+
+
+# --- 7. the memory budget on Spark ------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("spark")
+def test_on_spark_a_result_past_memory_limit_fails_and_the_session_goes_on() -> None:
+    con = dsql.connect(kernel="spark")
+    con.execute("CREATE TABLE t (a int)")
+    con.execute("INSERT INTO t SELECT g FROM generate_series(1, 120000) g")
+    con.execute("CREATE MATERIALIZED VIEW n AS SELECT count(*) AS n FROM t")
+    con.execute("SET memory_limit = '16MB'")
+    wide = "SELECT a, repeat('x', 200) AS s FROM t"
+    for sql in (wide, f"{wide} WHERE a > 0"):  # read from the table's trace, and a query
+        with pytest.raises(dsql.errors.ResourceLimitError, match="memory_limit"):
+            con.execute(sql)
+    assert con.execute("SELECT * FROM n").fetchall() == [(120000,)]
+    con.execute("INSERT INTO t VALUES (0)")
+    assert con.execute("SELECT * FROM n").fetchall() == [(120001,)]
+    con.execute("SET memory_limit = '1GB'")
+    assert con.execute(f"SELECT count(*) FROM ({wide}) w").fetchall() == [(120001,)]
