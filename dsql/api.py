@@ -137,7 +137,7 @@ class Connection:
         self._check()
         with self.executor.guarded(target):
             bound = _bind_target(self.session, target)
-            sub = Subscription(self.session, bound, snapshot, progress, as_of, up_to)
+            sub = Subscription(self.session, bound, snapshot, progress, as_of, up_to, target)
         self._subscriptions.append(sub)
         return Updates(sub, self.executor)
 
@@ -279,14 +279,17 @@ class Cursor:
         total = 0
         notices: list[str] = []
         for params in seq_of_parameters:
-            self._run(stmt, params)
+            self._run(stmt, params, deliver=False)  # the writes reach the views together
             total += max(self.rowcount, 0)
             notices += self.notices
         self.notices = notices
+        self._notify(self.connection.executor.deliver())
         self.rowcount = total
         return self
 
-    def _run(self, stmt: grammar.Statement | None, params: Sequence[Any] | None) -> None:
+    def _run(
+        self, stmt: grammar.Statement | None, params: Sequence[Any] | None, deliver: bool = True
+    ) -> None:
         if stmt is None:  # only comments: PostgreSQL's empty query
             if params:
                 raise errors.ParameterError(
@@ -295,7 +298,7 @@ class Cursor:
                 )
             self._set(Result())
             return
-        self._set(self.connection.executor.execute(parameters.bind(stmt, params)))
+        self._set(self.connection.executor.execute(parameters.bind(stmt, params), deliver))
 
     def _set(self, result: Result) -> None:
         if self._subscription is not None:

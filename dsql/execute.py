@@ -33,15 +33,19 @@ from dsql.history import replace_mz_now, retention_ms
 from dsql.planner import types
 from dsql.planner.plan import Column, Query
 from dsql.planner.temporal import is_mz_now
+from dsql.relation import create_table_sql
 from dsql.results import Result
 from dsql.session import Session
 from dsql.show_arrangements import arrangement_rows
-from dsql.subscribe import Subscription
+from dsql.subscribe import Subscription, subscription_rows
 from dsql.time_expr import time_ms
 from dsql.timeout import interrupt_cancels, parse_duration, statement_deadline
 
 #: How often a wait for SUBSCRIBE updates polls under the wall clock (seconds).
 POLL_SECONDS = 0.05
+
+#: The statements whose writes reach the views before they return (`Executor.deliver`).
+_WRITES = (grammar.Insert, grammar.Update, grammar.Delete, grammar.Commit)
 
 #: PostgreSQL client settings that drivers set on connecting and that cannot change
 #: what dsql computes: accepted and ignored. Every other name but dsql's is refused.
@@ -68,23 +72,51 @@ class Executor:
         """Parse and execute every statement of `text`; results in order."""
         return [self.execute(s) for s in grammar.parse(text)]
 
-    def execute(self, stmt: Any) -> Result:
+    def execute(self, stmt: Any, deliver: bool = True) -> Result:
         """Run one statement: at most one at a time, canceled at a safe point by its
         timeout or Ctrl-C; one that fails leaves no dataflow behind. Views in error whose
-        tables changed are retried first; the result carries the notices of the rounds
-        the statement ran (`dsql.heal`)."""
+        tables changed are retried first; a write (or COMMIT) is delivered to the views
+        before it returns, unless `deliver` is false (`executemany` delivers once after
+        its last); the result carries the notices of the rounds the statement ran: the
+        views it put in error or healed (`dsql.heal`)."""
         s = self.session
         with self.lock:
             try:
                 with self.guarded(None):  # a rebuilt view's nodes stay if the statement fails
                     s.healing.retry()
-                with self.guarded(getattr(stmt, "text", None)):
-                    with statement_deadline(s.worker, self.statement_timeout):
-                        result = self._execute(stmt)
-                result.notices = s.healing.take_notices()
+                s.writes = []
+                try:
+                    with self.guarded(getattr(stmt, "text", None)):
+                        with statement_deadline(s.worker, self.statement_timeout):
+                            result = self._execute(stmt)
+                    if deliver and isinstance(stmt, _WRITES):
+                        result.notices = self.deliver()
+                    else:
+                        result.notices = s.healing.take_notices()
+                except BaseException:
+                    self._undo_writes()
+                    raise
                 return result
             finally:
+                s.writes = None
                 self.updated.notify_all()
+
+    def _undo_writes(self) -> None:
+        """Take back the writes of a statement that did not complete (Ctrl-C after its
+        first write, or between an UPDATE's two halves): the tables are as before it,
+        and the views follow at their next round."""
+        s = self.session
+        writes, s.writes = s.writes or [], None
+        for name, rows, diff in reversed(writes):
+            if name in s.relations:
+                s.write(name, rows, -diff)
+
+    def deliver(self) -> list[str]:
+        """Deliver the writes made so far to the views (`Healing.deliver`); returns the
+        notices of every round since the last statement's."""
+        with self.lock, self.guarded(None):
+            self.session.healing.deliver()
+        return self.session.healing.take_notices()
 
     @contextmanager
     def guarded(self, text: str | None) -> Iterator[None]:
@@ -189,6 +221,7 @@ class Executor:
                 if stmt.name in self.cursors:
                     raise SchemaError(f"cursor '{stmt.name}' already exists", hint="CLOSE it first")
                 self.cursors[stmt.name] = self._subscribe(stmt.subscribe)
+                self.cursors[stmt.name].cursor = stmt.name
                 return Result(status="DECLARE CURSOR")
             case grammar.Fetch():
                 cursor = self._cursor(stmt.cursor)
@@ -354,6 +387,7 @@ class Executor:
             progress=bool(stmt.progress),
             as_of=time_ms(s, stmt.as_of) if stmt.as_of is not None else None,
             up_to=time_ms(s, stmt.up_to) if stmt.up_to is not None else None,
+            sql=stmt.text,
         )
 
     def _cursor(self, name: str) -> Subscription:
@@ -412,11 +446,18 @@ class Executor:
             if index is None:
                 raise SchemaError(f"unknown index '{stmt.of}'", hint="SHOW INDEXES lists them")
             return _rows({"name": [index.name], "create_sql": [index.sql]})
-        if what == "create view":
-            view = s.relations.get(stmt.of or "")
-            if view is None or view.kind == "table":
-                raise SchemaError(f"'{stmt.of}' is not a view")
-            return _rows({"name": [view.name], "create_sql": [view.sql]})
+        if what == "subscriptions":
+            return _rows(subscription_rows(s.subscriptions))
+        if what.startswith("create "):
+            kind = what.removeprefix("create ")
+            found = s.relations.get(stmt.of or "")
+            # SHOW CREATE VIEW names any view; the other kinds only their own.
+            if found is None or not (
+                found.kind == kind or (kind == "view" and found.kind != "table")
+            ):
+                raise SchemaError(f"'{stmt.of}' is not a {kind}")
+            sql = found.sql or create_table_sql(found)
+            return _rows({"name": [found.name], "create_sql": [sql]})
         raise UnsupportedError(f"SHOW {what.upper()} is not supported")
 
 

@@ -210,6 +210,11 @@ class AsOfImport(ImportNode):
     def history(self) -> list[Any]:
         return []
 
+    def rewind(self) -> None:
+        if self.current is not None:  # the round of the snapshot was undone
+            self._started = False
+            self.current = None
+
     def step(self, rnd: Round) -> Batch | None:
         if self._started:
             return None

@@ -23,16 +23,18 @@ view holds its own handle) and is released when the last reader is gone (`sweep`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from dsql.errors import DsqlError, ExecutionError, SchemaError, UnsupportedError
+from dsql.errors import DsqlError, SchemaError, UnsupportedError
+from dsql.heal import is_data_error
 from dsql.planner.catalog import unknown_relation
 from dsql.runtime.arrangement import ImportNode, TraceHandle
-from dsql.runtime.collection import Arrangement
+from dsql.runtime.collection import Arrangement, Collection
 from dsql.runtime.dataflow import Node
+from dsql.runtime.switch import SwitchNode
 
 if TYPE_CHECKING:
     from dsql.relation import Relation
@@ -44,7 +46,10 @@ class Index:
     """A named arrangement of relation `on` by the columns at positions `keys`.
 
     `nodes` is the dataflow the index owns; it is empty when the index is the
-    relation's own arrangement (a default index on a table or materialized view).
+    relation's own arrangement (a default index on a table or materialized view). An
+    index on a plain view maintains the view: the view's query (`computation`, replaced
+    when the view heals, `dsql.heal`) passes a `switch` into the index's arrangement, and
+    `nodes` are the switch's and the arrangement's.
     """
 
     name: str
@@ -54,6 +59,8 @@ class Index:
     arrangement: Arrangement
     nodes: tuple[Node | None, ...]
     sql: str = ""
+    switch: SwitchNode | None = None
+    computation: list[Node | None] = field(default_factory=list)
 
 
 class IndexImport(ImportNode):
@@ -119,6 +126,8 @@ class Indexes:
                 f"{what} '{name}' already exists",
                 hint="indexes and relations share names: pick another name",
             )
+        if rel.plan is not None and rel.arrangement is None:
+            return self._create_maintained(name, rel, positions, key_names, sql, retain_ms)
         arrangement, nodes = self._build(rel, tuple(f"_c{p}" for p in positions))
         index = Index(name, on, positions, key_names, arrangement, nodes, sql)
         self.by_name[name] = index
@@ -138,11 +147,10 @@ class Indexes:
     def _build(
         self, rel: Relation, keys: tuple[str, ...]
     ) -> tuple[Arrangement, tuple[Node | None, ...]]:
+        """The arrangement of a table's or materialized view's rows by `keys`."""
         s = self.session
         if rel.arrangement is not None and rel.arrangement.keys == keys:
             return rel.arrangement, ()
-        if rel.plan is not None and rel.arrangement is None:  # the index maintains the view
-            s.refuse_volatile(rel.plan, "an indexed view")
         s.close_time()
         start = len(s.worker.nodes)
         try:
@@ -152,6 +160,49 @@ class Indexes:
             s.worker.drop(s.worker.nodes[start:])
             raise
         return arrangement, tuple(s.worker.nodes[start:])
+
+    def _create_maintained(
+        self,
+        name: str,
+        view: Relation,
+        positions: tuple[int, ...],
+        key_names: tuple[str, ...],
+        sql: str,
+        retain_ms: int | None,
+    ) -> Index:
+        """An index on plain view `view`, which it maintains: the view's query behind a
+        switch, so that the index is in error while the query fails and heals as a
+        materialized view does (`dsql.heal`); created in error over rows that fail it."""
+        s = self.session
+        assert view.plan is not None
+        s.refuse_volatile(view.plan, "an indexed view")
+        s.close_time()
+        start = len(s.worker.nodes)
+        try:
+            query = s._source(view.name)
+            computation = s.worker.nodes[start:]
+            switch = SwitchNode(query.node)
+            arrangement = Collection(switch).arrange_by_key(*(f"_c{p}" for p in positions))
+            switch.arranged = arrangement.node
+            switch.watched = tuple(n.id for n in computation if n is not None)
+        except DsqlError:
+            s.worker.drop(s.worker.nodes[start:])
+            raise
+        nodes = tuple(s.worker.nodes[start + len(computation) :])
+        index = Index(
+            name, view.name, positions, key_names, arrangement, nodes, sql, switch, computation
+        )
+        created_at = s.clock.tick
+        try:
+            s.close_time(force=True)  # build it now, as CREATE MATERIALIZED VIEW does
+        except DsqlError as error:
+            if not is_data_error(error) or not any(i in s.worker.failed for i in switch.watched):
+                s.worker.drop(s.worker.nodes[start:])
+                raise
+            s.healing.begin_in_error(index, error, created_at)
+        self.by_name[name] = index
+        s.history.register(name, arrangement, retain_ms)
+        return index
 
     def drop(self, name: str, if_exists: bool = False) -> list[str]:
         """Remove index `name` from the catalog (its dataflow goes when no view reads it)."""
@@ -189,7 +240,7 @@ class Indexes:
             if index.nodes and self._readers(index):
                 kept.append(index)
             elif index.nodes:
-                self.session.worker.drop(list(index.nodes))
+                self.session.worker.drop([*index.computation, *index.nodes])
         self._orphans = kept
 
     def _readers(self, index: Index) -> int:
@@ -214,21 +265,8 @@ class Indexes:
         return None
 
     def check(self, index: Index) -> None:
-        """Refuse to read an index whose own dataflow (an indexed plain view's query)
-        failed: it no longer follows its view. Such an index does not heal; a view that
-        must, materialized, does (`dsql.heal`)."""
-        cause = self.failure(index)
-        if cause is not None:
-            raise ExecutionError(
-                f"index '{index.name}' on '{index.on}' is in error: {cause.message}",
-                hint="rows of its inputs make the view's query fail; once they are gone, "
-                f"DROP INDEX {index.name} and create it again",
-            )
-
-    def failure(self, index: Index) -> DsqlError | None:
-        """The error of the index's own dataflow, if a node of it failed."""
-        failed = self.session.worker.failed
-        return next((failed[n.id] for n in index.nodes if n is not None and n.id in failed), None)
+        """Refuse to read an index whose view's query fails now (`dsql.heal`)."""
+        self.session.healing.check(self.session.relations[index.on])
 
     def imported(self, index: Index) -> Arrangement:
         """The index's arrangement imported into a dataflow built now."""

@@ -55,6 +55,26 @@ class Relation:
         return pa.schema([(f"_c{i}", types.to_arrow(c.type)) for i, c in enumerate(self.columns)])
 
 
+def create_table_sql(rel: Relation) -> str:
+    """A CREATE TABLE statement that makes a table like `rel` (SHOW CREATE TABLE):
+    its columns, types, NOT NULL and defaults.
+
+    >>> from dsql.planner.types import build
+    >>> create_table_sql(Relation("t", "table", (Column("a", build("int")),), not_null=(True,)))
+    'CREATE TABLE t (a INT NOT NULL)'
+    """
+    parts = []
+    for i, c in enumerate(rel.columns):
+        part = f"{exp.to_identifier(c.name).sql('postgres')} {c.type.sql('postgres')}"
+        if i < len(rel.not_null) and rel.not_null[i]:
+            part += " NOT NULL"
+        default = rel.defaults[i] if i < len(rel.defaults) else None
+        if default is not None:
+            part += f" DEFAULT {default.sql('postgres')}"
+        parts.append(part)
+    return f"CREATE TABLE {exp.to_identifier(rel.name).sql('postgres')} ({', '.join(parts)})"
+
+
 def _view_plan(bound: Query) -> Plan:
     if bound.limit is None and not bound.offset:
         bound = Query(bound.plan, bound.visible)
@@ -68,5 +88,6 @@ def typed_columns(cols: tuple[Column, ...], schema: pa.Schema) -> tuple[Column, 
 
 __all__ = [
     "Relation",
+    "create_table_sql",
     "typed_columns",
 ]

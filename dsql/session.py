@@ -26,7 +26,7 @@ from sqlglot import exp
 from dsql import fast_path
 from dsql.clock import TICKS_PER_MS, Clock, tick_of
 from dsql.errors import DsqlError, SchemaError, TypeMismatchError
-from dsql.heal import Healing
+from dsql.heal import Healing, is_data_error
 from dsql.history import History
 from dsql.indexes import Indexes
 from dsql.planner.bind import bind
@@ -78,6 +78,16 @@ class Session:
         #: dataflow (`dsql.fast_path`).
         self.fast_path = True
         self.indexes = Indexes(self)
+        #: Whether a write reaches the views before its statement returns, so that it
+        #: carries the notice of a view it puts in error or heals (`Healing.deliver`);
+        #: False: at the next read, so a run of writes costs one round (bulk loads).
+        self.deliver_writes = True
+        #: While a statement runs, the writes it made (table, rows, diff): undone if it is
+        #: interrupted (`Executor.execute`).
+        self.writes: list[tuple[str, pa.Table, int]] | None = None
+        #: Every SUBSCRIBE started in the session, in order (`dsql.subscribe`: SHOW
+        #: SUBSCRIPTIONS lists those still running).
+        self.subscriptions: list[Any] = []
         self.history = History(self)
         self._unit = self._new_input(pa.schema([("_c0", pa.int32())]))
         self._unit.update_at((0,), self.clock.write_tick(), 1)
@@ -178,6 +188,8 @@ class Session:
             return 0
         tick = self.clock.write_tick()
         rel.version += 1
+        if self.writes is not None:
+            self.writes.append((name, rows, diff))
         data = rows.rename_columns([f"_c{i}" for i in range(rows.num_columns)]).cast(rel.schema)
         data = data.append_column(DIFF, pa.array([diff] * rows.num_rows, pa.int64()))
         data = data.append_column(TIME, pa.array([tick] * rows.num_rows, pa.int64()))
@@ -265,13 +277,23 @@ class Session:
                 rel.switch.arranged = rel.arrangement.node
                 rel.switch.watched = tuple(n.id for n in rel.computation if n is not None)
                 rel.nodes = self.worker.nodes[start + len(rel.computation) :]
-                # Run the first evaluation now (the import's history completes when the
-                # tick closes): a view that fails, or times out, fails its CREATE and
-                # leaves nothing behind, instead of failing a later statement.
-                self.close_time(force=True)
             except DsqlError:
                 self.worker.drop(self.worker.nodes[start:])
                 raise
+            # Run the first evaluation now (the import's history completes when the tick
+            # closes): a view that times out, or fails as dsql's own error, fails its
+            # CREATE and leaves nothing behind; one that fails on the data is created in
+            # error, as in Materialize, and heals when the rows go (`dsql.heal`).
+            created_at = self.clock.tick
+            try:
+                self.close_time(force=True)
+            except DsqlError as error:
+                if not is_data_error(error) or not any(
+                    i in self.worker.failed for i in rel.switch.watched
+                ):
+                    self.worker.drop(self.worker.nodes[start:])
+                    raise
+                self.healing.begin_in_error(rel, error, created_at)
             self.history.register(name, rel.arrangement, retain_ms)
         self.relations[name] = rel
 

@@ -43,8 +43,13 @@ class Subscription:
         progress: bool = False,
         as_of: int | None = None,
         up_to: int | None = None,
+        sql: str = "",
     ) -> None:
+        """`sql`: the statement (or target) subscribed, as SHOW SUBSCRIPTIONS lists it."""
         self.session = session
+        self.sql = sql
+        #: The name of the cursor it was declared as (`DECLARE c CURSOR FOR SUBSCRIBE`).
+        self.cursor: str | None = None
         # The query maintained exactly as a view of it would be: its LIMIT/OFFSET a top-k
         # of the plan (a one-off read applies them to the result instead), ORDER BY
         # columns outside the select list dropped.
@@ -76,6 +81,8 @@ class Subscription:
             session.worker.drop(session.worker.nodes[self._start :])
             raise
         self._nodes = session.worker.nodes[self._start :]
+        session.subscriptions.append(self)
+        self.id = len(session.subscriptions)  # ids are never reused in a session
 
     @property
     def columns(self) -> list[str]:
@@ -185,6 +192,20 @@ class Subscription:
             self.session.worker.drop(self._nodes)
 
 
+def subscription_rows(subscriptions: list[Subscription]) -> dict[str, list[Any]]:
+    """SHOW SUBSCRIPTIONS: the session's running subscriptions (not closed, not past their
+    UP TO) in the order they started: id, cursor (None unless declared), the statement,
+    AS OF and UP TO in milliseconds."""
+    running = [sub for sub in subscriptions if not sub.closed]
+    return {
+        "id": [sub.id for sub in running],
+        "cursor": [sub.cursor for sub in running],
+        "sql": [sub.sql for sub in running],
+        "as_of": [sub.as_of for sub in running],
+        "up_to": pa.array([sub.up_to for sub in running], pa.int64()),
+    }
+
+
 def _check_snapshot(updates: pa.Table, as_of: int) -> None:
     """Refuse a snapshot holding a row with a negative count (updates at `as_of` are the
     contents then, consolidated): no valid collection has one, as in a SELECT's result."""
@@ -194,4 +215,4 @@ def _check_snapshot(updates: pa.Table, as_of: int) -> None:
         raise negative_multiplicity(least, "snapshot")
 
 
-__all__ = ["Subscription"]
+__all__ = ["Subscription", "subscription_rows"]

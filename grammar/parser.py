@@ -26,6 +26,7 @@ from sqlglot import exp
 from dsql.errors import ParseError
 from dsql.grammar import ast
 from dsql.grammar.diagnostics import syntax_error
+from dsql.grammar.keywords import is_reserved, reserved_message
 from dsql.grammar.source import Fragment, Source
 from dsql.grammar.sql import (
     parse_columns,
@@ -150,6 +151,8 @@ class _Builder(Transformer):
     def ident(self, meta: Meta, token: Token) -> str:
         if token.type == "QUOTED_NAME":
             return self._text(token)[1:-1].replace('""', '"')
+        if is_reserved(str(token)):
+            raise self.fragment.error_at(self._at(token), *reserved_message(self._text(token)))
         return str(token).lower()
 
     def name(self, meta: Meta, *idents: str) -> str:

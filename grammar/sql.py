@@ -33,6 +33,7 @@ from sqlglot.tokens import TokenType
 
 from dsql.errors import ParseError
 from dsql.grammar.ast import ColumnDef
+from dsql.grammar.keywords import is_reserved, reserved_message
 from dsql.grammar.source import Fragment
 
 T = TypeVar("T")
@@ -138,6 +139,7 @@ def parse_table_elements(fragment: Fragment, text: str, offset: int) -> TableEle
     >>> t.primary_key, t.unique, [c.not_null for c in t.columns]
     (('a',), (('b',),), [True, False])
     """
+    _refuse_reserved_columns(fragment, text, offset)
     wrap = ("CREATE TABLE t ", "")
     tree = _parse(fragment, text, offset, "column list", _parse_one, wrap=wrap)
     schema = tree.this if isinstance(tree, exp.Create) else None
@@ -157,6 +159,26 @@ def parse_table_elements(fragment: Fragment, text: str, offset: int) -> TableEle
         columns.append(column)
         keys.extend((kind, (column.name,)) for kind in _column_keys(node))
     return _with_keys(fragment, offset, tuple(columns), keys)
+
+
+#: Reserved words that begin a table constraint rather than name a column.
+_CONSTRAINT_WORDS = frozenset({"check", "constraint", "foreign", "primary", "unique"})
+
+
+def _refuse_reserved_columns(fragment: Fragment, text: str, offset: int) -> None:
+    """Refuse an element of a column list `(...)` that starts with an unquoted reserved
+    word (`(order int)`) as PostgreSQL does, before sqlglot reads it some other way."""
+    depth, starts = 0, False
+    for token in Postgres().tokenizer_class().tokenize(text):
+        if token.token_type in (TokenType.L_PAREN, TokenType.R_PAREN):
+            depth += 1 if token.token_type == TokenType.L_PAREN else -1
+            starts = depth == 1 and token.token_type == TokenType.L_PAREN
+            continue
+        if starts and token.token_type not in (TokenType.IDENTIFIER, TokenType.STRING):
+            word = token.text
+            if is_reserved(word) and word.lower() not in _CONSTRAINT_WORDS:
+                raise fragment.error_at(offset + token.start, *reserved_message(word))
+        starts = depth == 1 and token.token_type == TokenType.COMMA
 
 
 def _table_key(node: exp.Expression) -> tuple[str, tuple[str, ...]] | None:
@@ -250,6 +272,8 @@ def _column(fragment: Fragment, node: exp.Expression, base: int) -> ColumnDef:
                     f"unsupported constraint on column {name.name}: {constraint.sql('postgres')}",
                     _COLUMN_HINT,
                 )
+    if not name.quoted and is_reserved(name.name):
+        raise fragment.error_at(where, *reserved_message(name.name))
     folded = name.name if name.quoted else name.name.lower()
     return ColumnDef(folded, node.args["kind"], not_null, default)
 

@@ -258,7 +258,7 @@ class ImportNode(Arranged):
         if self._started:
             self.current = source.current
             return self.current
-        self._started = self._replaying = True
+        self._started = self._replaying = True  # `rewind` replays again
         frames = source.history() + ([source.current.frame] if source.current else [])
         if not frames:
             return None
@@ -298,6 +298,11 @@ class ImportNode(Arranged):
         self.handle.advance(rnd.frontier)
         self.current = None
         self._replaying = False
+
+    def rewind(self) -> None:
+        self.current = None
+        if self._replaying:  # the round of the replay was undone: it replays again
+            self._started = self._replaying = False
 
     def release(self) -> None:
         self.handle.release()

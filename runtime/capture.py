@@ -45,10 +45,13 @@ class CaptureNode(Node):
         super().__init__(source.worker, (source,), source.schema, source.depth)
         self._callback = callback
         self._held: list[pa.Table] = []
+        #: How many tables `_held` had before the latest step (`rewind` cuts back to it).
+        self._mark = 0
         self._ready: list[pa.Table] = []
         self._frontier = Antichain([(0,) * source.depth])
 
     def step(self, rnd: Round) -> Batch | None:
+        self._mark = len(self._held)
         delta = rnd.delta(self.inputs[0])
         if delta is not None:
             table = self.kernel.to_arrow(delta.frame).select(list(self.all_columns()))
@@ -59,6 +62,9 @@ class CaptureNode(Node):
                     self._callback(table)
                 self._held.append(table)
         return None
+
+    def rewind(self) -> None:
+        del self._held[self._mark :]
 
     def finish(self, rnd: Round) -> None:
         self._frontier = rnd.frontier

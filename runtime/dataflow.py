@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from dsql.errors import DsqlError, QueryCanceledError, SchemaError
+from dsql.errors import DsqlError, ExecutionError, QueryCanceledError, SchemaError
 from dsql.runtime.kernel.base import Frame, Kernel
 from dsql.runtime.lattice import DIFF, Antichain, Time, time_columns
 
@@ -119,6 +119,11 @@ class Node:
     composes_linear = False
     #: Whether a producer may apply this node's query for it (see `Batch.applied`).
     applied_by_producer = False
+    #: Whether the node's step can run again when its round is interrupted and retried
+    #: (`Worker.step`): the step keeps no state that `finish` does not commit, or
+    #: `rewind` undoes what it keeps. A node that cannot (a loop, whose inner rounds
+    #: finish inside its step) is failed by an interrupt instead.
+    rewindable = True
 
     def __init__(
         self,
@@ -169,6 +174,9 @@ class Node:
     def finish(self, rnd: Round) -> None:
         """Tidy state at the end of a round (after every node has stepped)."""
 
+    def rewind(self) -> None:
+        """Undo what the latest step kept: its round was interrupted and runs again."""
+
     def pending(self) -> tuple[Time, ...]:
         """Times at which the node holds work that waits for the frontier to pass them."""
         return ()
@@ -216,6 +224,9 @@ class Worker:
         #: Nodes whose step failed, with the error: they step no more, so what reads them
         #: is frozen; the owner of such a dataflow reports the error when it is used.
         self.failed: dict[int, DsqlError] = {}
+        #: Of `failed`, the nodes failed by an interrupted round (not by their data): their
+        #: owner rebuilds them without waiting for the data to change (`dsql.heal`).
+        self.interrupted: set[int] = set()
         #: Whether a failure of a node older than the running statement is only recorded in
         #: `failed` (a session: the INSERT that feeds a failing view succeeds, reading the
         #: view reports the error) rather than raised after the round.
@@ -338,11 +349,14 @@ class Worker:
         worker's frontier is final. An error `abort`ed in the round is raised after it.
         """
         try:
-            return self._step()
-        finally:
-            failure, self._failure = self._failure, None
-            if failure is not None:
-                raise failure
+            ran = self._step()
+        except BaseException:
+            self._failure = None  # the round was undone (`_run_top`) and runs again
+            raise
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+        return ran
 
     def _step(self) -> bool:
         frontier = self.input_frontier()
@@ -378,35 +392,43 @@ class Worker:
             add(fresh)
         self._fresh = []
         ran: list[Node] = []
-        while heap:
-            node = self.nodes[heapq.heappop(heap)[1]]
-            assert node is not None  # queued nodes are live
-            if node.lazy and node.consumers == 0:
-                continue
-            if self.deadline is not None:  # only the statement's own queries are interrupted
-                self.kernel.set_deadline(self.deadline if node.id >= self.cancelable_from else None)
-            try:
-                batch = node.step(rnd)
-            except DsqlError as error:
-                # A round cut in the middle would leave nodes that stepped unfinished: the
-                # node fails alone (it steps no more), the round ends, then the error is
-                # raised (`abort`), unless the node belongs to a dataflow kept from before
-                # the running statement and failures are isolated (see `failed`).
-                # A canceled statement is no error of the data: it is never isolated.
-                self.failed[node.id] = error
-                own = node.id >= self.cancelable_from
-                if own or not self.isolate_failures or isinstance(error, QueryCanceledError):
-                    self.abort(error)
-                continue
-            if self.on_step is not None:
-                self.on_step(node)
-            if batch is not None and (batch.rows == 0 or self.kernel.rows(batch.frame) == 0):
-                batch = None  # an empty batch changes nothing downstream
-            rnd.outputs[node.id] = batch
-            ran.append(node)
-            if batch is not None:
-                for reader in node.readers:
-                    add(reader)
+        stepped: list[Node] = []
+        try:
+            while heap:
+                node = self.nodes[heapq.heappop(heap)[1]]
+                assert node is not None  # queued nodes are live
+                if node.lazy and node.consumers == 0:
+                    continue
+                if self.deadline is not None:  # only the statement's own queries are cut
+                    own = node.id >= self.cancelable_from
+                    self.kernel.set_deadline(self.deadline if own else None)
+                stepped.append(node)
+                try:
+                    batch = node.step(rnd)
+                except DsqlError as error:
+                    # A round cut in the middle would leave nodes that stepped unfinished:
+                    # the node fails alone (it steps no more), the round ends, then the
+                    # error is raised (`abort`), unless the node belongs to a dataflow
+                    # kept from before the running statement and failures are isolated
+                    # (see `failed`). A canceled statement is no error of the data: it is
+                    # never isolated.
+                    self.failed[node.id] = error
+                    own = node.id >= self.cancelable_from
+                    if own or not self.isolate_failures or isinstance(error, QueryCanceledError):
+                        self.abort(error)
+                    continue
+                if self.on_step is not None:
+                    self.on_step(node)
+                if batch is not None and (batch.rows == 0 or self.kernel.rows(batch.frame) == 0):
+                    batch = None  # an empty batch changes nothing downstream
+                rnd.outputs[node.id] = batch
+                ran.append(node)
+                if batch is not None:
+                    for reader in node.readers:
+                        add(reader)
+        except BaseException:  # an interrupt (Ctrl-C) inside a step: no node has finished
+            self._undo_round(stepped, queued)
+            raise
         self._standing = {}
         self.kernel.set_deadline(None)  # finishing (traces merging) is never cut short
         for node in ran:
@@ -414,6 +436,23 @@ class Worker:
             if node.pending():
                 self._standing[node.id] = node
         self.kernel.set_deadline(self.deadline)
+
+    def _undo_round(self, stepped: list[Node], queued: set[int]) -> None:
+        """Leave the graph as before a round that an interrupt cut short, so that the next
+        `step` runs it again: each node that stepped rewinds (inputs take back their
+        batches), one that cannot is failed (`interrupted`), and every node the round
+        queued is queued again. Nothing finished, so no trace holds the round's batches."""
+        for node in stepped:
+            if node.rewindable:
+                node.rewind()
+            else:
+                self.failed[node.id] = ExecutionError(
+                    "its dataflow was interrupted in the middle of a round",
+                    hint="it is rebuilt from its inputs",
+                )
+                self.interrupted.add(node.id)
+        self._fresh.extend(n for i in sorted(queued) if (n := self.nodes[i]) is not None)
+        self._woken = True
 
     def run(self) -> None:
         """Step until no input has anything to deliver (between rounds, a passed deadline
@@ -438,11 +477,15 @@ class Worker:
             self._always.pop(node.id, None)
             self._standing.pop(node.id, None)
             self.failed.pop(node.id, None)
+            self.interrupted.discard(node.id)
             for source in node.inputs:
                 if node in source.readers:
                     source.readers.remove(node)
                     source.consumers -= 1
             self.nodes[node.id] = None
+        # An input whose node is gone delivers nothing more: updates it flushed on closing
+        # would otherwise count as work for every later round, which never takes them.
+        self.inputs = [s for s in self.inputs if not s.node.dropped]
 
 
 def canceled() -> QueryCanceledError:

@@ -210,10 +210,18 @@ class InputNode(Node):
 
     def __init__(self, session: InputSession) -> None:
         self.session = session
+        #: The batch the latest step took, handed back if its round is undone.
+        self._taken: Batch | None = None
         super().__init__(session.worker, (), session.schema, 1)
 
     def step(self, rnd: Round) -> Batch | None:
-        return self.session.take_flushed()
+        self._taken = self.session.take_flushed()
+        return self._taken
+
+    def rewind(self) -> None:
+        if self._taken is not None:
+            self.session._flushed.insert(0, self._taken)
+            self._taken = None
 
     def describe(self) -> str:
         return f"Input({', '.join(self.columns)})"

@@ -207,6 +207,9 @@ class Scope:
 class ScopeNode(Node):
     """A loop as one node of its parent: runs the inner steps to the fixpoint each round."""
 
+    #: The inner rounds finish inside the step: an interrupted round cannot run again.
+    rewindable = False
+
     def __init__(self, loop: Scope) -> None:
         self.loop = loop
         self.ran = False

@@ -269,6 +269,7 @@ CTRL_C = textwrap.dedent(
     import os, signal, threading, dsql
 
     con = dsql.connect(kernel="local")
+    con.session.deliver_writes = False  # writes reach the view in the next statement's round
     con.execute("CREATE TABLE t (a int)")
     con.execute(
         "CREATE MATERIALIZED VIEW v AS SELECT a % 7 AS k, count(*) AS n, sum(g) AS s "

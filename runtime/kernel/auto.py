@@ -205,6 +205,7 @@ class AutoKernel(Kernel):
 
     def set_memory_limit(self, limit: int) -> None:
         self.local.set_memory_limit(limit)
+        self.remote.set_memory_limit(limit)
 
     def run(self, prepared: Prepared, inputs: Mapping[str, Frame]) -> Frame:
         assert isinstance(prepared, _Dual), "prepare queries with this kernel"

@@ -61,6 +61,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from dsql.errors import ExecutionError, SchemaError
+from dsql.runtime import memory
 from dsql.runtime import relational as rel
 from dsql.runtime.kernel import driver
 from dsql.runtime.kernel.base import Frame, Kernel, Prepared, Stored, engine_message
@@ -94,6 +95,9 @@ class SparkKernel(Kernel):
 
     def __init__(self, spark: SparkSession | None = None, small_rows: int | None = None) -> None:
         self._spark = spark
+        #: The memory budget (`runtime.memory`) of what one step collects into the driver
+        #: (None: unbounded); Spark's executors manage their own memory, and spill.
+        self.memory_limit: int | None = None
         if small_rows is not None:
             self.small_rows = small_rows
         self._paths: dict[int, str] = {}
@@ -236,11 +240,23 @@ class SparkKernel(Kernel):
         names = columns()
         return self.buckets if len({c.lower() for c in names}) == len(names) else 0
 
+    def set_memory_limit(self, limit: int) -> None:
+        self.memory_limit = limit
+
     def to_arrow(self, frame: DataFrame) -> pa.Table:
+        """The frame's rows in the driver; more than `memory_limit` bytes of them are
+        `memory.exceeded`, as a local query's result is (they are dropped at once)."""
         try:
-            return frame.toArrow()
+            table = frame.toArrow()
         except Exception as error:  # noqa: BLE001 - engine errors become DsqlErrors
             raise _engine_error(error) from error
+        if self.memory_limit is not None and table.nbytes > self.memory_limit:
+            size = table.nbytes
+            del table
+            raise memory.exceeded(
+                self.memory_limit, f"the rows it collects into the driver take {size >> 20}MB"
+            )
+        return table
 
     def prepare(self, select: exp.Query) -> Prepared:
         # Inputs are bound as `{__in_name}` placeholders of `spark.sql(text, **frames)`,
