@@ -47,7 +47,8 @@ def _spark_home() -> Path:
 
 def driver_conf() -> dict[str, str]:
     """The cluster driver's Spark settings: loopback only, each executor one core and
-    less memory than its worker offers, the venv's Python on the executors."""
+    less memory than its worker offers, the venv's Python on the executors, shuffle
+    blocks fetched from their executor."""
     return {
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
@@ -59,6 +60,9 @@ def driver_conf() -> dict[str, str]:
         "spark.default.parallelism": "2",
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
+        # Executors on one host read each other's shuffle files from disk by default;
+        # here each worker's disk (/tmp) is its own, as on hosts of their own.
+        "spark.shuffle.readHostLocalDisk": "false",
     }
 
 
