@@ -139,11 +139,6 @@ def _on_cluster_small_sum(master: str, state_uri: str) -> list[tuple[Any, ...]]:
     return total
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="seen on the cluster, not diagnosed yet: a two-row table inserted under "
-    "kernel='spark' sums to NULL (local master: 3)",
-)
 def test_a_small_table_sums_on_the_cluster(cluster) -> None:  # noqa: ANN001
     assert cluster.run(_on_cluster_small_sum) == [(3,)]
 
