@@ -65,9 +65,9 @@ def _on_cluster_views_and_subscribe(master: str, state_uri: str, kernel: str) ->
         spark=session, kernel=kernel, placement_threshold=10_000, state_uri=state_uri
     )
     mirror = duckdb.connect()
-    table = _loaded()
-    con.create_table("t", table)
-    mirror.execute("CREATE TABLE t AS SELECT * FROM table")
+    loaded = _loaded()
+    con.create_table("t", loaded)
+    mirror.execute("CREATE TABLE t AS SELECT * FROM loaded")
     for db in (con, mirror):
         db.execute("CREATE TABLE d (g bigint, name text)")
         db.execute("INSERT INTO d VALUES (1, 'one'), (3, 'three'), (7, 'seven')")
