@@ -37,6 +37,7 @@ from dsql.compiled import CompiledQuery, compile, query_of
 from dsql.errors import InterfaceError, ParseError
 from dsql.execute import Executor
 from dsql.results import Result, python_values
+from dsql.runtime.kernel.spark_state import require_root
 from dsql.session import Session, default_kernel
 from dsql.subscribe import Subscription
 from dsql.timeout import parse_duration
@@ -68,6 +69,7 @@ def connect(
     placement_threshold: int | None = None,
     statement_timeout: float | str | None = None,
     memory_limit: int | str | None = None,
+    state_uri: str | None = None,
     **spark_conf: Any,
 ) -> Connection:
     """A connection to a new dsql session.
@@ -80,10 +82,14 @@ def connect(
     `statement_timeout` (seconds, or text like '2s') bounds each statement, as
     `SET statement_timeout` does; `memory_limit` (bytes, or text like '2GB') bounds each
     query's intermediate state, as `SET memory_limit` does (default: half the machine's
-    memory).
+    memory). `state_uri` (or `$DSQL_STATE_URI`) is where Spark keeps dsql's state: any
+    Hadoop-compatible URI every executor and the driver reach (`file:///shared/dir`,
+    `hdfs://...`, `s3a://...`); needed with a non-local master, else a temp directory.
     """
     kernel = kernel or ("spark" if spark is not None else default_kernel())
     conf = {k: str(v) for k, v in spark_conf.items()} or None
+    if kernel != "local":
+        require_root(_master(spark, master, conf), state_uri)
     start = None
     if spark is None and (master is not None or conf):
         from dsql.runtime.spark_session import get_spark
@@ -93,11 +99,24 @@ def connect(
         else:
             start = lambda: get_spark(master=master, conf=conf)  # noqa: E731
     session = Session(
-        kernel, clock, spark, placement_threshold, start_spark=start, memory_limit=memory_limit
+        kernel,
+        clock,
+        spark,
+        placement_threshold,
+        start_spark=start,
+        memory_limit=memory_limit,
+        state_uri=state_uri,
     )
     connection = Connection(session)
     connection.executor.statement_timeout = parse_duration(statement_timeout)
     return connection
+
+
+def _master(spark: Any, master: str | None, conf: dict[str, str] | None) -> str | None:
+    """The Spark master a connection will use: the adopted session's, else the one asked for."""
+    if spark is not None:
+        return spark.conf.get("spark.master", None)
+    return master or (conf or {}).get("spark.master")
 
 
 class Connection:

@@ -216,6 +216,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--master", help="Spark master URL (implies --kernel spark)")
     common.add_argument(
+        "--state-uri",
+        metavar="URI",
+        help="where Spark keeps dsql's state: a URI every node reaches (file:///shared/dir, "
+        "hdfs://..., s3a://...); needed with a non-local master (default $DSQL_STATE_URI)",
+    )
+    common.add_argument(
         "--conf", action="append", default=[], metavar="K=V", help="a Spark setting"
     )
     parser = argparse.ArgumentParser(
@@ -260,6 +266,7 @@ def connect(options: argparse.Namespace, default_clock: str, err: TextIO) -> Any
         clock=options.clock or default_clock,
         kernel=kernel,
         placement_threshold=options.placement_threshold,
+        state_uri=options.state_uri,
         **conf,
     )
 

@@ -57,16 +57,20 @@ class Session:
         placement_threshold: int | None = None,
         start_spark: Any = None,
         memory_limit: int | str | None = None,
+        state_uri: str | None = None,
     ) -> None:
         """`kernel`: "auto" (placement by size), "local" or "spark"; default
         `default_kernel()`. `placement_threshold`: rows kept in-process under "auto";
         `start_spark`: called before Spark's first step under "auto" (starts it);
         `memory_limit`: the budget of one query's state (`runtime.memory`; bytes or text
-        such as '2GB', default half the machine's memory)."""
+        such as '2GB', default half the machine's memory); `state_uri`: the storage root
+        of the state Spark holds (`runtime/kernel/spark_state.py`)."""
         kernel = kernel or default_kernel()
         self.kernel_name = kernel
         self.clock = Clock(clock)
         self.worker = Worker(_make_kernel(kernel, spark, placement_threshold, start_spark))
+        if state_uri is not None:
+            self.worker.kernel.set_state_uri(state_uri)
         # A kept view that fails on new data fails alone: it is in error until the data
         # that fails it is gone (`dsql.heal`).
         self.worker.isolate_failures = True

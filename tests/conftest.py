@@ -44,6 +44,26 @@ def spark():
     stop_spark()
 
 
+# --- A standalone cluster -----------------------------------------------------------------
+# A master and two workers on loopback, each worker with a private /tmp (tests/cluster.py),
+# started when a test first asks for it and stopped at the end of the run. State lives
+# under /var/tmp, outside the workers' private /tmp. Needs root (`unshare -m`, `mount`).
+
+
+@pytest.fixture(scope="session")
+def cluster():  # noqa: ANN201
+    """The run's `cluster.Cluster`: `cluster.run(function, ...)` calls a module-level
+    function in the cluster's driver process."""
+    from pathlib import Path
+
+    from cluster import Cluster
+
+    running = Cluster(Path(f"/var/tmp/dsql-cluster-{os.getpid()}"))
+    running.start()
+    yield running
+    running.stop()
+
+
 # --- Kernels ----------------------------------------------------------------------------
 # Results never depend on placement (DESIGN §3.1): tests that take `kernel` run once on
 # the in-process kernel and once on Spark (sharing the session-scoped `spark`).

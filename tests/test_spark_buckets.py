@@ -91,7 +91,7 @@ def test_batches_written_by_the_driver_and_by_spark_share_their_buckets(spark) -
     by_spark = kernel.materialize(kernel.from_arrow(_batch(300, 2)), ["k"], 300)
     for stored in (by_driver, by_spark):
         assert kernel._bucketed[stored.frame] == ("k",)  # noqa: SLF001
-        path = kernel._paths[id(stored.frame)]  # noqa: SLF001
+        path = kernel.state.local(kernel._paths[id(stored.frame)])[1]  # noqa: SLF001
         for name in os.listdir(path):
             if name.endswith(".parquet"):  # a file's rows are in the bucket its name gives
                 part = pq.read_table(os.path.join(path, name))
@@ -179,7 +179,7 @@ def test_a_big_batch_is_consolidated_bucket_by_bucket_as_it_is_written(spark) ->
     want = driver.consolidate([table], ["k", "v"], 1, None)
     assert want is not None and stored.rows == want.num_rows
     assert _rows(kernel.to_arrow(stored.frame)) == _rows(want)
-    path = kernel._paths[id(stored.frame)]  # noqa: SLF001
+    path = kernel.state.local(kernel._paths[id(stored.frame)])[1]  # noqa: SLF001
     for name in os.listdir(path):
         if name.endswith(".parquet"):  # in its bucket, sorted by the key
             part = pq.read_table(os.path.join(path, name))

@@ -207,6 +207,9 @@ class AutoKernel(Kernel):
         self.local.set_memory_limit(limit)
         self.remote.set_memory_limit(limit)
 
+    def set_state_uri(self, uri: str) -> None:
+        self.remote.set_state_uri(uri)
+
     def run(self, prepared: Prepared, inputs: Mapping[str, Frame]) -> Frame:
         assert isinstance(prepared, _Dual), "prepare queries with this kernel"
         used = {name: inputs[name] for name, _ in prepared.tables if name in inputs}

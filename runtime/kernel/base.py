@@ -144,6 +144,11 @@ class Kernel(ABC):
         engine lets the driver bound it (Spark's executors manage their own memory)."""
         return None
 
+    def set_state_uri(self, uri: str) -> None:
+        """Store the batches that live on Spark under `uri` (`kernel/spark_state.py`);
+        kernels that keep everything in-process ignore it."""
+        return None
+
     def cached(self, key: Hashable, build: Callable[[], Any]) -> Any:
         """`build()`, computed once per `key` for this kernel (prepared queries, schemas).
 

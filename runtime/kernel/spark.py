@@ -44,11 +44,8 @@ reads the matching row groups itself, in milliseconds rather than a job's tens.
 
 from __future__ import annotations
 
-import atexit
 import os
 import re
-import shutil
-import tempfile
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -60,12 +57,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from dsql.errors import ExecutionError, SchemaError
+from dsql.errors import DsqlError, ExecutionError, SchemaError
 from dsql.runtime import memory
 from dsql.runtime import relational as rel
 from dsql.runtime.kernel import driver
 from dsql.runtime.kernel.base import Frame, Kernel, Prepared, Stored, engine_message
 from dsql.runtime.kernel.spark_buckets import bucket_ids
+from dsql.runtime.kernel.spark_state import StateStore, check_written, counted, written_rows
 from dsql.runtime.lattice import Antichain
 
 if TYPE_CHECKING:
@@ -93,21 +91,29 @@ class SparkKernel(Kernel):
     #: `rows_with_key` lists at most this many keys as literals of its filter.
     literal_keys = 64
 
-    def __init__(self, spark: SparkSession | None = None, small_rows: int | None = None) -> None:
+    def __init__(
+        self,
+        spark: SparkSession | None = None,
+        small_rows: int | None = None,
+        state_uri: str | None = None,
+    ) -> None:
         self._spark = spark
         #: The memory budget (`runtime.memory`) of what one step collects into the driver
         #: (None: unbounded); Spark's executors manage their own memory, and spill.
         self.memory_limit: int | None = None
         if small_rows is not None:
             self.small_rows = small_rows
+        #: Where stored batches are written (`spark_state`): `state_uri`, else
+        #: `$DSQL_STATE_URI`, else a temp directory under a local master.
+        self.state = StateStore(state_uri)
+        #: Per stored batch's id, the URI of its files.
         self._paths: dict[int, str] = {}
         #: Per stored batch read in the driver: its Parquet dataset and Arrow schema (None:
         #: not readable there).
         self._datasets: dict[str, tuple[Any, pa.Schema] | None] = {}
-        #: Whether the driver reads probed rows of stored batches itself (None: decided
-        #: on first use, yes under a local master).
+        #: Whether the driver reads stored batches' files itself (None: decided on first
+        #: use by `StateStore.driver_sees`).
         self.driver_reads: bool | None = None
-        self._root: str | None = None
         #: The Arrow table each frame made by `from_arrow` came from, while the frame
         #: lives: what `bounds` reads without an action.
         self._arrow: weakref.WeakKeyDictionary[DataFrame, pa.Table] = weakref.WeakKeyDictionary()
@@ -139,6 +145,12 @@ class SparkKernel(Kernel):
         )
         #: Per bucketed stored batch's path, its files' fragments by bucket (for probes).
         self._bucket_files: dict[str, dict[int, list[Any]]] = {}
+
+    def set_state_uri(self, uri: str) -> None:
+        """Store batches under `uri` from now on (those stored already stay where they are)."""
+        self.state = StateStore(uri)
+        self.driver_reads = None
+        self.bucket_count = None
 
     @property
     def spark(self) -> SparkSession:
@@ -187,8 +199,16 @@ class SparkKernel(Kernel):
             return unknown
         known = self._footers.setdefault(path, {})
         if (read, column) not in known:
-            known[(read, column)] = read(path, column)
+            known[(read, column)] = read(self._files(path), column)
         return known[(read, column)]
+
+    def _files(self, path: str) -> Any:
+        """The Parquet files Spark wrote at URI `path`, as a pyarrow dataset the driver
+        reads (where `_driver_sees_files`; Spark's `_SUCCESS` and `.crc` files left out)."""
+        import pyarrow.dataset as ds
+
+        filesystem, local = self.state.local(path)
+        return ds.dataset(local, filesystem=filesystem, format="parquet")
 
     def join_apart(self, history: Sequence[DataFrame], delta: DataFrame) -> bool:
         """When every frame is bucketed by its side's keys: Spark joins two such batches
@@ -403,6 +423,8 @@ class SparkKernel(Kernel):
             table = self.to_arrow(stored.frame) if table is None else table
             self.release(stored.frame)
             return Stored(self.from_arrow(table), table.num_rows, table)
+        except DsqlError:
+            raise
         except Exception as error:  # noqa: BLE001
             raise _engine_error(error) from error
 
@@ -448,14 +470,21 @@ class SparkKernel(Kernel):
         if consolidate is not None and (counts is None or counts.max() > driver.NUMERIC_ROWS):
             return None
         path = self._new_path()
-        os.makedirs(path)
+        filesystem, local = self.state.local(path)
+        filesystem.create_dir(local)
         per_row = max(table.nbytes // max(table.num_rows, 1), 1)
         group = max(self.row_group_bytes // per_row, 1024)
         dictionary = not all(_fixed_width(f.type) for f in schema)
         if ids is None or counts is None or columns is None:
             ordered = _sorted_by(table, keys[:1])
-            name = os.path.join(path, "part-00000.parquet")
-            pq.write_table(ordered, name, row_group_size=group, use_dictionary=dictionary)
+            name = f"{local}/part-00000.parquet"
+            pq.write_table(
+                ordered,
+                name,
+                row_group_size=group,
+                use_dictionary=dictionary,
+                filesystem=filesystem,
+            )
             return self._read_back(path, keys[:1], ordered.num_rows)
         if consolidate is None:
             order = _bucket_order(table, keys[0], ids, buckets)
@@ -474,8 +503,10 @@ class SparkKernel(Kernel):
                     return 0
                 if not driver.in_order(part[keys[0]].to_numpy()):  # a few rows, by Python
                     part = _sorted_by(part, keys[:1])
-            name = os.path.join(path, f"part-00000_{bucket:05d}.c000.parquet")
-            pq.write_table(part, name, row_group_size=group, use_dictionary=dictionary)
+            name = f"{local}/part-00000_{bucket:05d}.c000.parquet"
+            pq.write_table(
+                part, name, row_group_size=group, use_dictionary=dictionary, filesystem=filesystem
+            )
             return part.num_rows
 
         filled = [b for b in range(buckets) if counts[b]]
@@ -521,11 +552,8 @@ class SparkKernel(Kernel):
         return self._owned(stored, path, order, rows)
 
     def _new_path(self) -> str:
-        """A fresh directory name under this kernel's trace root (made on first use)."""
-        if self._root is None:
-            self._root = tempfile.mkdtemp(prefix="dsql-traces-")
-            atexit.register(shutil.rmtree, self._root, True)
-        return os.path.join(self._root, uuid.uuid4().hex)
+        """A fresh URI under this kernel's directory of the storage root (`state`)."""
+        return self.state.new_path(self.spark)
 
     def _write(
         self,
@@ -547,18 +575,27 @@ class SparkKernel(Kernel):
             if not partitioned and not ordered:
                 frame = frame.repartition(buckets, *keys)
             name = _table_name()
+            frame, observation = counted(frame)
             writer = frame.write.bucketBy(buckets, keys[0], *keys[1:]).sortBy(keys[0], *keys[1:])
             writer = self._parquet_options(writer.option("path", path), frame)
             writer.saveAsTable(_quote(name))
-            return self._read_table(name, path, keys, keys)
-        # Range-partitioned, then sorted: each file holds one key range in row groups of
-        # ascending keys, so a probe's footer statistics rule out all but one group.
-        if keys and not partitioned and not ordered:
-            frame = frame.repartitionByRange(*keys)
-        if keys and not ordered:
-            frame = frame.sortWithinPartitions(*keys)
-        self._parquet_options(frame.write, frame).parquet(path)
-        return self._read_back(path, keys, schema=frame.schema)
+            stored = self._read_table(name, path, keys, keys)
+        else:
+            # Range-partitioned, then sorted: each file holds one key range in row groups
+            # of ascending keys, so a probe's footer statistics rule out all but one group.
+            if keys and not partitioned and not ordered:
+                frame = frame.repartitionByRange(*keys)
+            if keys and not ordered:
+                frame = frame.sortWithinPartitions(*keys)
+            frame, observation = counted(frame)  # last: counted in the writing tasks
+            self._parquet_options(frame.write, frame).parquet(path)
+            stored = self._read_back(path, keys, schema=frame.schema)
+        try:
+            check_written(path, written_rows(observation), stored.rows)
+        except DsqlError:
+            self.release(stored.frame)
+            raise
+        return stored
 
     def _parquet_options(self, writer: Any, frame: DataFrame) -> Any:
         """`writer` (of `frame`) with dsql's Parquet options: row groups of about
@@ -589,9 +626,7 @@ class SparkKernel(Kernel):
         if order:
             self._order[stored] = tuple(order)
         if rows is None and self._driver_sees_files():
-            import pyarrow.dataset as ds
-
-            rows = ds.dataset(path, format="parquet").count_rows()
+            rows = self._files(path).count_rows()
         return Stored(stored, stored.count() if rows is None else rows)
 
     def rows_with_key(self, frame: DataFrame, column: str, keys: pa.Array) -> pa.Table | None:
@@ -626,7 +661,7 @@ class SparkKernel(Kernel):
         self, frame: DataFrame, column: str | None = None, keys: pa.Array | None = None
     ) -> pa.Table | None:
         """A stored batch's rows (with `column` in `keys`, when given) read without a
-        job, when the driver sees the batch's files (a local master): pyarrow reads only
+        job, where the driver sees the batch's files (`_driver_sees_files`): pyarrow reads only
         the row groups whose key statistics admit a probed value (a few milliseconds where
         a Spark job costs tens). None for other frames and masters, or types pyarrow reads
         differently."""
@@ -639,6 +674,8 @@ class SparkKernel(Kernel):
         if stored is None:
             return None
         dataset, schema = stored
+        if not dataset.files:  # an empty write leaves no file (its rows were counted)
+            return schema.empty_table()
         try:
             if column is None or keys is None:
                 return dataset.to_table().cast(schema)
@@ -681,21 +718,16 @@ class SparkKernel(Kernel):
     def _dataset(self, path: str, frame: DataFrame) -> tuple[Any, pa.Schema] | None:
         """The stored batch at `path` as a pyarrow dataset, with the Arrow schema Spark
         gives it; None when a column's type is one pyarrow may read differently."""
-        import pyarrow.dataset as ds
-
         schema = self.schema(frame)
         if not all(_read_alike(f.type) for f in schema):
             return None
-        return ds.dataset(path, format="parquet"), schema
+        return self._files(path), schema
 
     def _driver_sees_files(self) -> bool:
-        """Whether the driver reads the files executors write: a local master's are its own."""
+        """Whether the driver reads the files executors write under the storage root, as
+        a check found (`StateStore.driver_sees`: one job, on first use)."""
         if self.driver_reads is None:
-            try:
-                master = self.spark.conf.get("spark.master", "") or ""  # pyspark: str | None
-            except Exception:  # noqa: BLE001 - a remote session may not say
-                master = ""
-            self.driver_reads = master.startswith("local")
+            self.driver_reads = self.state.driver_sees(self.spark)
         return self.driver_reads
 
     def release(self, frame: DataFrame) -> None:
@@ -710,7 +742,7 @@ class SparkKernel(Kernel):
             self._datasets.pop(path, None)
             self._footers.pop(path, None)
             self._bucket_files.pop(path, None)
-            shutil.rmtree(path, ignore_errors=True)
+            self.state.delete(path)
 
     def nbytes(self, frame: DataFrame) -> int:
         try:
@@ -756,18 +788,14 @@ class SparkKernel(Kernel):
         return exp.Anonymous(this="INLINE", expressions=[exp.Array(expressions=structs)])
 
 
-def _footer_statistics(path: str, column: str) -> tuple[list[Any], bool] | None:
+def _footer_statistics(files: Any, column: str) -> tuple[list[Any], bool] | None:
     """The footers' statistics of `column` for each non-empty row group of the Parquet
-    files under `path` (None for a group without), and whether the column holds
+    `files` (a pyarrow dataset; None for a group without), and whether the column holds
     integers; None when a file lacks the column."""
-    import pyarrow.parquet as pq
-
     groups: list[Any] = []
     integers = True
-    for name in sorted(os.listdir(path)):
-        if not name.endswith(".parquet"):
-            continue
-        metadata = pq.read_metadata(os.path.join(path, name))
+    for fragment in sorted(files.get_fragments(), key=lambda f: f.path):
+        metadata = fragment.metadata
         schema = metadata.schema.to_arrow_schema()
         if column not in schema.names:
             return None
@@ -781,11 +809,11 @@ def _footer_statistics(path: str, column: str) -> tuple[list[Any], bool] | None:
     return groups, integers
 
 
-def _footer_bounds(path: str, column: str) -> tuple[int, int] | None:
+def _footer_bounds(files: Any, column: str) -> tuple[int, int] | None:
     """The least and greatest value of integer `column` over the row groups of the
-    Parquet files under `path`, from their footers' statistics; None when a non-empty
-    group has none, the column is not of integers, or no group has rows."""
-    found = _footer_statistics(path, column)
+    Parquet `files`, from their footers' statistics; None when a non-empty group has
+    none, the column is not of integers, or no group has rows."""
+    found = _footer_statistics(files, column)
     if found is None or not found[1] or not found[0]:
         return None
     groups = found[0]
@@ -794,10 +822,10 @@ def _footer_bounds(path: str, column: str) -> tuple[int, int] | None:
     return int(min(s.min for s in groups)), int(max(s.max for s in groups))
 
 
-def _footer_null_free(path: str, column: str) -> bool:
-    """Whether no row group of the Parquet files under `path` holds a NULL in `column`,
-    by their footers' statistics (False when a group has none)."""
-    found = _footer_statistics(path, column)
+def _footer_null_free(files: Any, column: str) -> bool:
+    """Whether no row group of the Parquet `files` holds a NULL in `column`, by their
+    footers' statistics (False when a group has none)."""
+    found = _footer_statistics(files, column)
     return found is not None and all(
         s is not None and s.has_null_count and s.null_count == 0 for s in found[0]
     )
