@@ -145,6 +145,10 @@ class SparkKernel(Kernel):
             self._spark = get_spark()
         return self._spark
 
+    def adopt(self, spark: SparkSession) -> None:
+        """Run on `spark`: the session a kernel built before Spark was needed starts."""
+        self._spark = spark
+
     def from_arrow(self, table: pa.Table) -> DataFrame:
         if table.num_rows == 0:
             from pyspark.sql.pandas.types import from_arrow_schema
@@ -589,10 +593,8 @@ class SparkKernel(Kernel):
         read = self._read_in_driver(frame, column, keys)
         if read is not None:
             return read
-        from pyspark.sql.functions import broadcast, col
-
         present = keys.drop_null()
-        key, nulls = col(column), len(present) < len(keys)
+        key, nulls = frame[column], len(present) < len(keys)
         if len(present) <= self.literal_keys:
             listed = present.to_pylist()
             condition = key.isin(listed) if len(listed) != 1 else key == listed[0]
@@ -601,7 +603,7 @@ class SparkKernel(Kernel):
             low, high = pc.min_max(present).values()
             shipped = self.from_arrow(pa.table({column: present}))
             picked = frame.filter(key.between(low.as_py(), high.as_py()))
-            picked = picked.join(broadcast(shipped), on=column, how="left_semi")
+            picked = picked.join(shipped.hint("broadcast"), on=column, how="left_semi")
             if nulls:  # a join never matches NULL keys
                 picked = picked.unionByName(frame.filter(key.isNull()))
         return self.to_arrow(picked)
@@ -675,11 +677,14 @@ class SparkKernel(Kernel):
     def _driver_sees_files(self) -> bool:
         """Whether the driver reads the files executors write: a local master's are its own."""
         if self.driver_reads is None:
+            from dsql.runtime.spark_session import is_remote
+
             try:
                 master = self.spark.conf.get("spark.master", "") or ""  # pyspark: str | None
             except Exception:  # noqa: BLE001 - a remote session may not say
                 master = ""
-            self.driver_reads = master.startswith("local")
+            # A Spark Connect server's local master runs in the server, not here.
+            self.driver_reads = master.startswith("local") and not is_remote(self.spark)
         return self.driver_reads
 
     def release(self, frame: DataFrame) -> None:
@@ -697,11 +702,14 @@ class SparkKernel(Kernel):
             shutil.rmtree(path, ignore_errors=True)
 
     def nbytes(self, frame: DataFrame) -> int:
+        """Spark's estimate of the frame's size, from its optimized plan's statistics
+        (`EXPLAIN COST`: planning only, no job, and the same over Spark Connect); 0 when
+        Spark gives none."""
         try:
-            stats = frame._jdf.queryExecution().optimizedPlan().stats()  # noqa: SLF001
-            return int(str(stats.sizeInBytes()))
-        except Exception:  # noqa: BLE001 - sizes are estimates; Spark Connect has no _jdf
+            text = self.spark.sql("EXPLAIN COST SELECT * FROM {frame}", frame=frame).head()
+        except Exception:  # noqa: BLE001 - sizes are estimates: a plan Spark cannot cost
             return 0
+        return 0 if text is None else _size_in_bytes(str(text[0]))
 
     def schema(self, frame: DataFrame) -> pa.Schema:
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -738,6 +746,24 @@ class SparkKernel(Kernel):
             for branch in branches
         ]
         return exp.Anonymous(this="INLINE", expressions=[exp.Array(expressions=structs)])
+
+
+#: The optimized plan's root size in `EXPLAIN COST` text, as Spark writes it
+#: (`Statistics(sizeInBytes=3.4 MiB, rowCount=...)`).
+_SIZE_IN_BYTES = re.compile(r"Statistics\(sizeInBytes=([0-9.]+(?:E[+-]?\d+)?) ?([KMGTPE]i)?B")
+
+
+def _size_in_bytes(explained: str) -> int:
+    """The first `sizeInBytes` of an `EXPLAIN COST` text, in bytes; 0 if there is none.
+
+    >>> _size_in_bytes("LocalRelation [x#6L], Statistics(sizeInBytes=3.4 MiB, rowCount=3)")
+    3565158
+    """
+    match = _SIZE_IN_BYTES.search(explained)
+    if match is None:
+        return 0
+    power = " KMGTPE".index(match.group(2)[0]) if match.group(2) else 0
+    return int(float(match.group(1)) * 1024**power)
 
 
 def _footer_statistics(path: str, column: str) -> tuple[list[Any], bool] | None:
