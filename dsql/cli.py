@@ -265,11 +265,10 @@ def connect(options: argparse.Namespace, default_clock: str, err: TextIO) -> Any
         )
     kernel = options.kernel or ("spark" if options.master or options.remote else None)
     if kernel == "spark":
-        from dsql.runtime.spark_session import SparkStart
+        from dsql.runtime.spark_session import start_message
 
-        action = SparkStart(options.master, conf, options.remote).notice()
-        if action is not None:
-            print(f"dsql: {action}...", file=err, flush=True)
+        action = start_message(options.master, options.remote, conf)
+        print(f"dsql: {action}...", file=err, flush=True)
     return api_connect(
         master=options.master,
         remote=options.remote,
