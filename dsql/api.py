@@ -70,6 +70,7 @@ def connect(
     statement_timeout: float | str | None = None,
     memory_limit: int | str | None = None,
     state_uri: str | None = None,
+    remote: str | None = None,
     **spark_conf: Any,
 ) -> Connection:
     """A connection to a new dsql session.
@@ -78,7 +79,9 @@ def connect(
     while it has at most `placement_threshold` rows (default 1,000,000), on Spark once it
     outgrows that, Spark started only then; "local": always in-process; "spark": every
     step on Spark. `spark` adopts an existing SparkSession (the Spark kernel unless a
-    kernel is named); `master` and `spark_conf` configure the one dsql starts.
+    kernel is named); `master` and `spark_conf` configure the one dsql starts; `remote`
+    (`sc://host:port`, default `$DSQL_REMOTE` when no master is given) runs Spark's steps
+    on a Spark Connect server instead, with `spark_conf` applied to its session.
     `statement_timeout` (seconds, or text like '2s') bounds each statement, as
     `SET statement_timeout` does; `memory_limit` (bytes, or text like '2GB') bounds each
     query's intermediate state, as `SET memory_limit` does (default: half the machine's
@@ -88,16 +91,25 @@ def connect(
     """
     kernel = kernel or ("spark" if spark is not None else default_kernel())
     conf = {k: str(v) for k, v in spark_conf.items()} or None
+    if spark is not None and (master is not None or remote is not None):
+        raise InterfaceError(
+            "connect() takes one of spark=, master= and remote=",
+            hint="an existing session already has its master",
+        )
+    if master is not None and remote is not None:
+        raise InterfaceError(
+            "connect() takes one of master= and remote=",
+            hint="a Spark Connect server has its own master",
+        )
     if kernel != "local":
         require_root(_master(spark, master, conf), state_uri)
     start = None
-    if spark is None and (master is not None or conf):
-        from dsql.runtime.spark_session import get_spark
+    if spark is None and (master is not None or remote is not None or conf):
+        from dsql.runtime.spark_session import SparkStart
 
+        start = SparkStart(master, conf, remote)
         if kernel == "spark":
-            spark = get_spark(master=master, conf=conf)
-        else:
-            start = lambda: get_spark(master=master, conf=conf)  # noqa: E731
+            spark = start()
     session = Session(
         kernel,
         clock,

@@ -222,6 +222,12 @@ def _parser() -> argparse.ArgumentParser:
         "hdfs://..., s3a://...); needed with a non-local master (default $DSQL_STATE_URI)",
     )
     common.add_argument(
+        "--remote",
+        metavar="sc://HOST:PORT",
+        help="a Spark Connect server to run Spark's steps on (default $DSQL_REMOTE; "
+        "implies --kernel spark)",
+    )
+    common.add_argument(
         "--conf", action="append", default=[], metavar="K=V", help="a Spark setting"
     )
     parser = argparse.ArgumentParser(
@@ -258,11 +264,20 @@ def connect(options: argparse.Namespace, default_clock: str, err: TextIO) -> Any
         if not sep:
             raise errors.InterfaceError(f"--conf {item!r} is not key=value")
         conf[key] = value
-    kernel = options.kernel or ("spark" if options.master else None)
+    if options.master and options.remote:
+        raise errors.InterfaceError(
+            "--master and --remote exclude each other",
+            hint="a Spark Connect server has its own master",
+        )
+    kernel = options.kernel or ("spark" if options.master or options.remote else None)
     if kernel == "spark":
-        print(f"dsql: starting Spark ({options.master or 'local mode'})...", file=err, flush=True)
+        from dsql.runtime.spark_session import start_message
+
+        action = start_message(options.master, options.remote, conf)
+        print(f"dsql: {action}...", file=err, flush=True)
     return api_connect(
         master=options.master,
+        remote=options.remote,
         clock=options.clock or default_clock,
         kernel=kernel,
         placement_threshold=options.placement_threshold,

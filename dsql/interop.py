@@ -117,13 +117,13 @@ def spark_of(session: Any) -> Any:
     kernel = session.worker.kernel
     if getattr(kernel, "name", "") in ("spark", "auto"):
         return kernel.spark
-    from pyspark.sql import SparkSession
+    from dsql.runtime.spark_session import SparkStart
 
-    from dsql.runtime.spark_session import get_spark
-
-    if SparkSession.getActiveSession() is None:
-        print("dsql: starting Spark (local mode) for a DataFrame...", file=sys.stderr, flush=True)
-    return get_spark()
+    start = SparkStart()
+    action = start.notice()
+    if action is not None:
+        print(f"dsql: {action} for a DataFrame...", file=sys.stderr, flush=True)
+    return start()
 
 
 def to_spark(table: pa.Table, session: Any, spark: Any = None) -> Any:

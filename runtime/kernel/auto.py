@@ -59,6 +59,8 @@ if TYPE_CHECKING:
     import numpy as np
     from pyspark.sql import DataFrame, SparkSession
 
+    from dsql.runtime.spark_session import SparkStart
+
 #: The default placement threshold, in rows (at most this many stay in-process). At
 #: 100,000 the 640k-row traces of a 2,000-edge transitive closure moved to Spark mid-loop,
 #: and its hydration took 98 s instead of 2 s (`benchmarks/recursion.py --kernel auto`).
@@ -109,12 +111,13 @@ class AutoKernel(Kernel):
         self,
         threshold: int = DEFAULT_THRESHOLD,
         spark: SparkSession | None = None,
-        start: Callable[[], Any] | None = None,
+        start: SparkStart | None = None,
         notice: Callable[[str], None] | None = _print_notice,
     ) -> None:
         """`threshold`: rows kept in-process; `spark`: a session to use (none is started
-        before it is needed); `start`: called once before Spark's first step (starts or
-        configures the session); `notice`: told, in one line, when Spark starts."""
+        before it is needed); `start`: the session to start or reach before Spark's first
+        step, when `spark` is not given (default: `get_spark()`'s); `notice`: told, in
+        one line, when Spark starts."""
         if threshold < 0:
             raise ValueError("the placement threshold is a number of rows (>= 0)")
         self.threshold = threshold
@@ -146,18 +149,16 @@ class AutoKernel(Kernel):
         if not self.started:
             self.started = True
             if self._given is None:
-                from pyspark.sql import SparkSession
+                from dsql.runtime.spark_session import SparkStart
 
-                if SparkSession.getActiveSession() is None:
-                    message = (
-                        "dsql: starting Spark (local mode) for relations over "
-                        f"{self.threshold} rows..."
-                    )
+                start = self._start or SparkStart()
+                action = start.notice()
+                if action is not None:
+                    message = f"dsql: {action} for relations over {self.threshold} rows..."
                     _log.info(message)
                     if self._notice is not None:
                         self._notice(message)
-            if self._start is not None:
-                self._start()
+                self.remote.adopt(start())
         return self.remote
 
     def _ship(self, frame: Frame) -> Frame:
@@ -170,9 +171,7 @@ class AutoKernel(Kernel):
             return hit[1]
         shipped = self._spark().from_arrow(frame)
         if frame.num_rows <= self.threshold:
-            from pyspark.sql.functions import broadcast
-
-            shipped = broadcast(shipped)
+            shipped = shipped.hint("broadcast")  # pyspark's broadcast(), in either mode
         self._shipped[id(frame)] = (frame, shipped)  # holding the table keeps its id unique
         if len(self._shipped) > self.shipped_entries:
             self._shipped.popitem(last=False)

@@ -161,6 +161,10 @@ class SparkKernel(Kernel):
             self._spark = get_spark()
         return self._spark
 
+    def adopt(self, spark: SparkSession) -> None:
+        """Run on `spark`: the session a kernel built before Spark was needed starts."""
+        self._spark = spark
+
     def from_arrow(self, table: pa.Table) -> DataFrame:
         if table.num_rows == 0:
             from pyspark.sql.pandas.types import from_arrow_schema
@@ -640,10 +644,8 @@ class SparkKernel(Kernel):
         read = self._read_in_driver(frame, column, keys)
         if read is not None:
             return read
-        from pyspark.sql.functions import broadcast, col
-
         present = keys.drop_null()
-        key, nulls = col(column), len(present) < len(keys)
+        key, nulls = frame[column], len(present) < len(keys)
         if len(present) <= self.literal_keys:
             listed = present.to_pylist()
             condition = key.isin(listed) if len(listed) != 1 else key == listed[0]
@@ -652,7 +654,7 @@ class SparkKernel(Kernel):
             low, high = pc.min_max(present).values()
             shipped = self.from_arrow(pa.table({column: present}))
             picked = frame.filter(key.between(low.as_py(), high.as_py()))
-            picked = picked.join(broadcast(shipped), on=column, how="left_semi")
+            picked = picked.join(shipped.hint("broadcast"), on=column, how="left_semi")
             if nulls:  # a join never matches NULL keys
                 picked = picked.unionByName(frame.filter(key.isNull()))
         return self.to_arrow(picked)
@@ -727,7 +729,10 @@ class SparkKernel(Kernel):
         """Whether the driver reads the files executors write under the storage root, as
         a check found (`StateStore.driver_sees`: one job, on first use)."""
         if self.driver_reads is None:
-            self.driver_reads = self.state.driver_sees(self.spark)
+            from dsql.runtime.spark_session import is_remote
+
+            # A Spark Connect server's files are the server's, never read here.
+            self.driver_reads = not is_remote(self.spark) and self.state.driver_sees(self.spark)
         return self.driver_reads
 
     def release(self, frame: DataFrame) -> None:
@@ -745,11 +750,14 @@ class SparkKernel(Kernel):
             self.state.delete(path)
 
     def nbytes(self, frame: DataFrame) -> int:
+        """Spark's estimate of the frame's size, from its optimized plan's statistics
+        (`EXPLAIN COST`: planning only, no job, and the same over Spark Connect); 0 when
+        Spark gives none."""
         try:
-            stats = frame._jdf.queryExecution().optimizedPlan().stats()  # noqa: SLF001
-            return int(str(stats.sizeInBytes()))
-        except Exception:  # noqa: BLE001 - sizes are estimates; Spark Connect has no _jdf
+            text = self.spark.sql("EXPLAIN COST SELECT * FROM {frame}", frame=frame).head()
+        except Exception:  # noqa: BLE001 - sizes are estimates: a plan Spark cannot cost
             return 0
+        return 0 if text is None else _size_in_bytes(str(text[0]))
 
     def schema(self, frame: DataFrame) -> pa.Schema:
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -786,6 +794,24 @@ class SparkKernel(Kernel):
             for branch in branches
         ]
         return exp.Anonymous(this="INLINE", expressions=[exp.Array(expressions=structs)])
+
+
+#: The optimized plan's root size in `EXPLAIN COST` text, as Spark writes it
+#: (`Statistics(sizeInBytes=3.4 MiB, rowCount=...)`).
+_SIZE_IN_BYTES = re.compile(r"Statistics\(sizeInBytes=([0-9.]+(?:E[+-]?\d+)?) ?([KMGTPE]i)?B")
+
+
+def _size_in_bytes(explained: str) -> int:
+    """The first `sizeInBytes` of an `EXPLAIN COST` text, in bytes; 0 if there is none.
+
+    >>> _size_in_bytes("LocalRelation [x#6L], Statistics(sizeInBytes=3.4 MiB, rowCount=3)")
+    3565158
+    """
+    match = _SIZE_IN_BYTES.search(explained)
+    if match is None:
+        return 0
+    power = " KMGTPE".index(match.group(2)[0]) if match.group(2) else 0
+    return int(float(match.group(1)) * 1024**power)
 
 
 def _footer_statistics(files: Any, column: str) -> tuple[list[Any], bool] | None:
