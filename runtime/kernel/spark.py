@@ -146,7 +146,9 @@ class SparkKernel(Kernel):
         return self._spark
 
     def from_arrow(self, table: pa.Table) -> DataFrame:
-        if table.num_rows == 0:
+        if not table.num_columns:  # Arrow would carry no rows: as many rows of nothing
+            frame = self.spark.range(table.num_rows).select()
+        elif table.num_rows == 0:
             from pyspark.sql.pandas.types import from_arrow_schema
 
             frame = self.spark.createDataFrame([], from_arrow_schema(table.schema))
@@ -238,6 +240,8 @@ class SparkKernel(Kernel):
 
     def to_arrow(self, frame: DataFrame) -> pa.Table:
         try:
+            if not frame.columns:  # Spark's Arrow batches of no columns carry no rows
+                return _no_columns(frame.count())
             return frame.toArrow()
         except Exception as error:  # noqa: BLE001 - engine errors become DsqlErrors
             raise _engine_error(error) from error
@@ -352,8 +356,14 @@ class SparkKernel(Kernel):
         estimate: int | None,
         partitioned: bool = False,
     ) -> Stored:
-        """`materialize`; `partitioned`: `frame` is range-partitioned by `keys` already."""
+        """`materialize`; `partitioned`: `frame` is range-partitioned by `keys` already.
+
+        A frame of no columns is held as Arrow whatever its size: its rows are a count,
+        and Parquet cannot hold them."""
         try:
+            if not frame.columns:
+                table = self.to_arrow(frame)
+                return Stored(self.from_arrow(table), table.num_rows, table)
             if estimate is not None and estimate <= self.small_rows:
                 table = frame.toArrow()
                 return Stored(self.from_arrow(table), table.num_rows, table)
@@ -664,13 +674,18 @@ class SparkKernel(Kernel):
 
     def _dataset(self, path: str, frame: DataFrame) -> tuple[Any, pa.Schema] | None:
         """The stored batch at `path` as a pyarrow dataset, with the Arrow schema Spark
-        gives it; None when a column's type is one pyarrow may read differently."""
+        gives it; None when a column's type is one pyarrow may read differently.
+
+        The dataset is given that schema rather than reading it from the files: a batch
+        whose updates all cancelled may be stored as no file at all (a bucketed table
+        writes a file per bucket it has rows for), and its rows must still have the
+        batch's columns."""
         import pyarrow.dataset as ds
 
         schema = self.schema(frame)
         if not all(_read_alike(f.type) for f in schema):
             return None
-        return ds.dataset(path, format="parquet"), schema
+        return ds.dataset(path, schema=schema, format="parquet"), schema
 
     def _driver_sees_files(self) -> bool:
         """Whether the driver reads the files executors write: a local master's are its own."""
@@ -842,6 +857,11 @@ def _spark_columns(schema: pa.Schema) -> str | None:
     except (TypeError, ValueError, NotImplementedError):
         return None
     return ", ".join(f"{_quote(f.name)} {f.dataType.simpleString()}" for f in fields)
+
+
+def _no_columns(rows: int) -> pa.Table:
+    """An Arrow table of `rows` rows and no columns."""
+    return pa.table({"_": pa.nulls(rows)}).drop(["_"])
 
 
 def _table_name() -> str:
