@@ -102,8 +102,8 @@ PG_VIEWS = {
     "auto-2": ["left_using", "full_on", "comma_left", "natural_grouped"],
 }
 #: How many of the subquery views (from the first), and every how many of the relational.
-PG_SUBQUERIES = {"spark": 3, "auto-2": 8}
-PG_RELATIONAL_EVERY = {"spark": 10, "auto-2": 4}
+PG_SUBQUERIES = {"spark": 2, "auto-2": 6}
+PG_RELATIONAL_EVERY = {"spark": 20, "auto-2": 6}
 
 
 def _pg_views(kernel: str) -> dict[str, str]:
