@@ -242,7 +242,8 @@ class AutoKernel(Kernel):
         self, frame: Frame, keys: Sequence[str] = (), estimate: int | None = None
     ) -> Stored:
         if isinstance(frame, pa.Table):
-            if frame.num_rows <= self.threshold:
+            if frame.num_rows <= self.threshold or not frame.num_columns:
+                # No columns: the rows are a count, which Spark could not store.
                 return self.local.materialize(frame, keys, estimate)
             _log.debug("placement: %d rows move to Spark", frame.num_rows)
             written = self._spark().store_arrow(frame, keys)
@@ -257,7 +258,11 @@ class AutoKernel(Kernel):
     def store_consolidated(
         self, frame: Frame, columns: Sequence[str], depth: int, keys: Sequence[str]
     ) -> Stored | None:
-        if not isinstance(frame, pa.Table) or frame.num_rows <= self.threshold:
+        if (
+            not isinstance(frame, pa.Table)
+            or frame.num_rows <= self.threshold
+            or not frame.num_columns
+        ):
             return None
         stored = self._spark().store_arrow(frame, keys, (columns, depth))
         if stored is None or stored.rows > self.threshold:

@@ -166,7 +166,9 @@ class SparkKernel(Kernel):
         self._spark = spark
 
     def from_arrow(self, table: pa.Table) -> DataFrame:
-        if table.num_rows == 0:
+        if not table.num_columns:  # Arrow would carry no rows: as many rows of nothing
+            frame = self.spark.range(table.num_rows).select()
+        elif table.num_rows == 0:
             from pyspark.sql.pandas.types import from_arrow_schema
 
             frame = self.spark.createDataFrame([], from_arrow_schema(table.schema))
@@ -206,13 +208,14 @@ class SparkKernel(Kernel):
             known[(read, column)] = read(self._files(path), column)
         return known[(read, column)]
 
-    def _files(self, path: str) -> Any:
+    def _files(self, path: str, schema: pa.Schema | None = None) -> Any:
         """The Parquet files Spark wrote at URI `path`, as a pyarrow dataset the driver
-        reads (where `_driver_sees_files`; Spark's `_SUCCESS` and `.crc` files left out)."""
+        reads (where `_driver_sees_files`; Spark's `_SUCCESS` and `.crc` files left out),
+        with `schema` when given rather than the files' own."""
         import pyarrow.dataset as ds
 
         filesystem, local = self.state.local(path)
-        return ds.dataset(local, filesystem=filesystem, format="parquet")
+        return ds.dataset(local, schema=schema, filesystem=filesystem, format="parquet")
 
     def join_apart(self, history: Sequence[DataFrame], delta: DataFrame) -> bool:
         """When every frame is bucketed by its side's keys: Spark joins two such batches
@@ -271,6 +274,8 @@ class SparkKernel(Kernel):
         """The frame's rows in the driver; more than `memory_limit` bytes of them are
         `memory.exceeded`, as a local query's result is (they are dropped at once)."""
         try:
+            if not frame.columns:  # Spark's Arrow batches of no columns carry no rows
+                return _no_columns(frame.count())
             table = frame.toArrow()
         except Exception as error:  # noqa: BLE001 - engine errors become DsqlErrors
             raise _engine_error(error) from error
@@ -392,8 +397,14 @@ class SparkKernel(Kernel):
         estimate: int | None,
         partitioned: bool = False,
     ) -> Stored:
-        """`materialize`; `partitioned`: `frame` is range-partitioned by `keys` already."""
+        """`materialize`; `partitioned`: `frame` is range-partitioned by `keys` already.
+
+        A frame of no columns is held as Arrow whatever its size: its rows are a count,
+        and Parquet cannot hold them."""
         try:
+            if not frame.columns:
+                table = self.to_arrow(frame)
+                return Stored(self.from_arrow(table), table.num_rows, table)
             if estimate is not None and estimate <= self.small_rows:
                 table = frame.toArrow()
                 return Stored(self.from_arrow(table), table.num_rows, table)
@@ -719,11 +730,16 @@ class SparkKernel(Kernel):
 
     def _dataset(self, path: str, frame: DataFrame) -> tuple[Any, pa.Schema] | None:
         """The stored batch at `path` as a pyarrow dataset, with the Arrow schema Spark
-        gives it; None when a column's type is one pyarrow may read differently."""
+        gives it; None when a column's type is one pyarrow may read differently.
+
+        The dataset is given that schema rather than reading it from the files: a batch
+        whose updates all cancelled may be stored as no file at all (a bucketed table
+        writes a file per bucket it has rows for), and its rows must still have the
+        batch's columns."""
         schema = self.schema(frame)
         if not all(_read_alike(f.type) for f in schema):
             return None
-        return self._files(path), schema
+        return self._files(path, schema), schema
 
     def _driver_sees_files(self) -> bool:
         """Whether the driver reads the files executors write under the storage root, as
@@ -912,6 +928,11 @@ def _spark_columns(schema: pa.Schema) -> str | None:
     except (TypeError, ValueError, NotImplementedError):
         return None
     return ", ".join(f"{_quote(f.name)} {f.dataType.simpleString()}" for f in fields)
+
+
+def _no_columns(rows: int) -> pa.Table:
+    """An Arrow table of `rows` rows and no columns."""
+    return pa.table({"_": pa.nulls(rows)}).drop(["_"])
 
 
 def _table_name() -> str:
