@@ -78,6 +78,9 @@ class Session:
         #: dataflow (`dsql.fast_path`).
         self.fast_path = True
         self.indexes = Indexes(self)
+        #: Stored copies of relations handed out as Spark DataFrames (`dsql.exports`),
+        #: whose files live until the connection closes.
+        self.exports: list[Any] = []
         self.history = History(self)
         self._unit = self._new_input(pa.schema([("_c0", pa.int32())]))
         self._unit.update_at((0,), self.clock.write_tick(), 1)
@@ -184,6 +187,24 @@ class Session:
         assert rel.input is not None
         rel.input.load_arrow(data)
         return rows.num_rows
+
+    def load(self, name: str, frame: Any, rows: int) -> int:
+        """Add the rows of Spark DataFrame `frame` (the table's columns in order, any
+        names) to a table at the clock's tick without bringing them to the driver: the
+        kernel stamps them with the tick and a diff of 1 (`SparkKernel.stamped`), and
+        the table's arrangement has executors consolidate and store them. `rows`: the
+        frame's row count; returned. Only a table with no NOT NULL column: checking one
+        would be a job of its own."""
+        rel = self._table(name)
+        if any(rel.not_null):
+            raise SchemaError(f"table '{name}' has NOT NULL columns; load it with INSERT")
+        if rows == 0:
+            return 0
+        tick = self.clock.write_tick()
+        rel.version += 1
+        assert rel.input is not None
+        rel.input.load_frame(self.worker.kernel.stamped(frame, rel.schema, tick), rows)
+        return rows
 
     def _table(self, name: str) -> Relation:
         rel = self.relations.get(name)
