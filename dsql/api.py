@@ -172,10 +172,13 @@ class Connection:
 
     @_serialized
     def close(self) -> None:
+        from dsql import exports
+
         for sub in self._subscriptions:
             sub.close()
         for sub in self.executor.cursors.values():
             sub.close()
+        exports.release(self.session)
         self.closed = True
 
     def __enter__(self) -> Connection:
@@ -214,9 +217,31 @@ class RelationRef:
     def fetchall(self) -> list[tuple[Any, ...]]:
         return self.cursor().fetchall()
 
+    @_serialized
     def to_spark(self, spark: Any = None) -> Any:
-        """The contents as a Spark DataFrame (starts Spark if none is running)."""
-        return self.cursor().to_spark(spark)
+        """The contents now as a Spark DataFrame (starts Spark if none is running). A
+        relation on Spark is written out by its executors, never collected in the
+        driver, and the DataFrame reads that copy until the connection closes
+        (`dsql.exports`)."""
+        from dsql import exports
+
+        self.connection._check()
+        with self.connection.executor.guarded(None):
+            return exports.to_spark(self.connection.session, self.name, spark)
+
+    def batches(self) -> Iterator[pa.Table]:
+        """The contents now as Arrow tables of at most `exports.FILE_ROWS` rows; for a
+        relation on Spark the driver holds one at a time (`dsql.exports`)."""
+        from dsql import exports
+
+        self.connection._check()
+        with self.connection.executor.lock:
+            with self.connection.executor.guarded(None):
+                stream = exports.batches(self.connection.session, self.name)
+                first = next(stream, None)  # the read happens now, under the lock
+        if first is not None:
+            yield first
+            yield from stream
 
 
 class Updates:
@@ -254,6 +279,8 @@ class Cursor:
         self.connection = connection
         self._table: pa.Table | None = None
         self._pos = 0
+        #: A streamed result's rows after `_table` (`Result.batches`), pulled as fetched.
+        self._more: Iterator[pa.Table] | None = None
         self._subscription: Subscription | None = None
         self.rowcount = -1
         self.description: list[tuple[Any, ...]] | None = None
@@ -301,6 +328,9 @@ class Cursor:
         if self._subscription is not None:
             self._subscription.close()
         self._subscription = result.subscription
+        if self._more is not None:
+            self._more.close()  # deletes the rest's stored copy
+        self._more = result.batches
         self._table = result.table
         self._pos = 0
         self.rowcount = result.rowcount
@@ -326,7 +356,7 @@ class Cursor:
         """Rows ready to fetch; for a SUBSCRIBE, polls for more (waiting up to `timeout`
         while none are ready)."""
         sub = self._subscription
-        ready = self._remaining()
+        ready = self._pull(wanted)
         if sub is None or sub.closed or (wanted is not None and ready >= wanted):
             return ready
         fresh = self.connection.executor.wait(sub.poll, 0 if ready else timeout)
@@ -334,6 +364,19 @@ class Cursor:
             assert self._table is not None
             rest = self._table.slice(self._pos)
             self._table, self._pos = pa.concat_tables([rest, fresh]), 0
+        return self._remaining()
+
+    def _pull(self, wanted: int | None) -> int:
+        """Rows ready to fetch, after pulling a streamed result's batches until `wanted`
+        are (all of them for None)."""
+        while self._more is not None and (wanted is None or self._remaining() < wanted):
+            batch = next(self._more, None)
+            if batch is None:
+                self._more = None
+            elif batch.num_rows:
+                assert self._table is not None
+                rest = self._table.slice(self._pos)
+                self._table, self._pos = pa.concat_tables([rest, batch]), 0
         return self._remaining()
 
     def _remaining(self) -> int:
@@ -407,6 +450,9 @@ class Cursor:
     def close(self) -> None:
         if self._subscription is not None:
             self._subscription.close()
+        if self._more is not None:
+            self._more.close()
+            self._more = None
         self.closed = True
 
     def _check(self) -> None:

@@ -1,11 +1,14 @@
 """Data in and out of a session: tables from Spark, files and Arrow; views to Spark.
 
-`read_source(source)` turns what a user has into an Arrow table: a Spark DataFrame
-(collected with `toArrow`), a `pyarrow.Table`, a pandas DataFrame, or a path to a
-Parquet file or directory, or a CSV file (by extension, or `format=`).
-`create_table(session, name, source)` makes a dsql table of it, with columns typed
-from the Arrow schema; `to_spark(table, session)` hands rows to Spark. Spark starts
-only when a step needs it (a DataFrame going out, or `kernel="spark"`), and says so.
+`read_source(source)` turns what a user has into an Arrow table in the driver: a Spark
+DataFrame (collected with `toArrow`), a `pyarrow.Table`, a pandas DataFrame, or a path
+to a Parquet file or directory, or a CSV or JSON-lines file (by extension, or
+`format=`). `create_table(session, name, source)` makes a dsql table of it, with
+columns typed from the Arrow schema; where the table will live on Spark, the source is
+read by Spark's executors instead (`dsql.loads`). `to_spark(table, session)` hands
+Arrow rows to Spark (a relation on Spark goes out without them: `dsql.exports`). Spark
+starts only when a step needs it (a DataFrame going out, or `kernel="spark"`), and
+says so.
 
 >>> import pyarrow as pa
 >>> read_source(pa.table({"a": [1, 2]})).num_rows
@@ -76,7 +79,8 @@ def columns_of(schema: pa.Schema) -> tuple[Column, ...]:
 def create_table(
     session: Any, name: str, source: Any, format: str | None = None, replace: bool = False
 ) -> int:
-    """Create table `name` holding the rows of `source`; returns the row count.
+    """Create table `name` holding the rows of `source`; returns the row count (-1 for a
+    text file Spark read, whose rows are not counted: `loads.place`).
 
     The table is an ordinary dsql table: later INSERT/UPDATE/DELETE change it, and views
     over it are maintained. With `replace`, an existing table of that name is dropped first.
@@ -94,6 +98,7 @@ def create_table(
             count = session.write(name, placed, 1)
         else:  # read, stamped and stored by Spark's executors
             count = session.load(name, placed.frame, placed.rows)
+            count = count if placed.exact else -1
         session.close_time()
     except Exception:
         session.drop(name, cascade=False, kind="table")

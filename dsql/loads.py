@@ -58,10 +58,12 @@ _CHUNK = 1 << 22
 
 @dataclass(frozen=True, slots=True)
 class SparkLoad:
-    """A load read by Spark: the source as a DataFrame (lazy) and its row count."""
+    """A load read by Spark: the source as a DataFrame (lazy) and its row count, or
+    with `exact` False a bound on it."""
 
     frame: Any
     rows: int
+    exact: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,13 +245,15 @@ def place(session: Any, source: Any, format: str | None) -> pa.Table | SparkLoad
         frame = source
     elif isinstance(source, str | Path):
         found = file_source(source, format)
-        if name == "local" or (found.path is not None and threshold is not None):
-            bound = None if name == "local" else rows_at_most(found)
-            if bound is None or threshold is None or bound <= threshold:
-                return read_in_driver(found)
+        bound = None if name == "local" or found.path is None else rows_at_most(found)
+        if name == "local" or (threshold is not None and bound is not None and bound <= threshold):
+            return read_in_driver(found)
         frame = read_on_spark(spark_of(session), found)
-        exact = rows_at_most(found) if found.kind == "parquet" else None
-        return _placed(frame, exact, threshold, name)
+        if found.kind == "parquet" or bound is None:
+            return _placed(frame, bound, threshold, name)
+        # A local text file's line count stands for its rows, not counted by a job: a
+        # count parses no value, so it would not fail on one that does not parse.
+        return SparkLoad(frame, bound, exact=False)
     else:
         return read_source(source, format)
     return _placed(frame, None, threshold, name)

@@ -193,8 +193,8 @@ class Session:
         names) to a table at the clock's tick without bringing them to the driver: the
         kernel stamps them with the tick and a diff of 1 (`SparkKernel.stamped`), and
         the table's arrangement has executors consolidate and store them. `rows`: the
-        frame's row count; returned. Only a table with no NOT NULL column: checking one
-        would be a job of its own."""
+        frame's row count, or a bound on it (the arrangement's estimate); returned. Only
+        a table with no NOT NULL column: checking one would be a job of its own."""
         rel = self._table(name)
         if any(rel.not_null):
             raise SchemaError(f"table '{name}' has NOT NULL columns; load it with INSERT")
