@@ -24,7 +24,7 @@ return the updates available so far, waiting at most `timeout` seconds for some.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar
@@ -280,7 +280,7 @@ class Cursor:
         self._table: pa.Table | None = None
         self._pos = 0
         #: A streamed result's rows after `_table` (`Result.batches`), pulled as fetched.
-        self._more: Iterator[pa.Table] | None = None
+        self._more: Generator[pa.Table, None, None] | None = None
         self._subscription: Subscription | None = None
         self.rowcount = -1
         self.description: list[tuple[Any, ...]] | None = None

@@ -21,7 +21,7 @@ SELECT is, and handed out from Arrow.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -105,7 +105,7 @@ def batches(session: Any, name: str) -> Iterator[pa.Table]:
     yield from (part for part in _files(session, frame) if part.num_rows)
 
 
-def select_batches(session: Any, bound: Any) -> Iterator[pa.Table] | None:
+def select_batches(session: Any, bound: Any) -> Generator[pa.Table, None, None] | None:
     """A SELECT's rows as `batches` gives a relation's, when the fast path reads them
     (`fast_path.peek_counts`: one relation under map/filter/project) from an
     arrangement on Spark of over `FILE_ROWS` rows and the query neither orders nor
@@ -132,7 +132,7 @@ def select_batches(session: Any, bound: Any) -> Iterator[pa.Table] | None:
     return None if frame is None else _files(session, frame)
 
 
-def _files(session: Any, frame: Any) -> Iterator[pa.Table]:
+def _files(session: Any, frame: Any) -> Generator[pa.Table, None, None]:
     """The rows of a stored copy, at most a file (`FILE_ROWS` rows) at a time in the
     driver, after an empty table of its columns; the copy released at the end."""
     kernel = session.worker.kernel

@@ -203,7 +203,8 @@ class Session:
         tick = self.clock.write_tick()
         rel.version += 1
         assert rel.input is not None
-        rel.input.load_frame(self.worker.kernel.stamped(frame, rel.schema, tick), rows)
+        kernel: Any = self.worker.kernel  # the Spark or auto kernel: it stamps DataFrames
+        rel.input.load_frame(kernel.stamped(frame, rel.schema, tick), rows)
         return rows
 
     def _table(self, name: str) -> Relation:

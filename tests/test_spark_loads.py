@@ -226,6 +226,15 @@ def big_view(con: dsql.Connection, source: Any) -> None:
     con.execute("CREATE MATERIALIZED VIEW v AS SELECT g, s FROM t WHERE k % 3 <> 0")
 
 
+def both(spark: Any, source: Any, kernel: str) -> tuple[dsql.Connection, dsql.Connection]:
+    """The view `big_view` makes from `source`, on the local kernel and on `kernel`."""
+    reference = connect("local", spark)
+    big_view(reference, source)
+    con = connect(kernel, spark)
+    big_view(con, source)
+    return reference, con
+
+
 def multiset(rows: Any) -> list[tuple[Any, ...]]:
     return sorted((tuple(r) for r in rows), key=repr)
 
@@ -237,11 +246,7 @@ def test_a_view_on_spark_goes_out_as_a_dataframe_its_executors_wrote(
     """`to_spark` of a view on Spark reads a copy the executors wrote (it has input files;
     a DataFrame made from the driver's Arrow has none), which stays what the view held
     while the view changes, and is deleted when the connection closes."""
-    parquet = sources["parquet"][0]
-    reference = connect("local", spark)
-    big_view(reference, parquet)
-    con = connect(kernel, spark)
-    big_view(con, parquet)
+    reference, con = both(spark, sources["parquet"][0], kernel)
     out = con.table("v").to_spark()
     files = out.inputFiles()
     assert files and out.columns == ["g", "s"]
@@ -262,11 +267,7 @@ def test_a_view_on_spark_streams_in_bounded_batches(
     from dsql import exports
 
     monkeypatch.setattr(exports, "FILE_ROWS", 400)
-    parquet = sources["parquet"][0]
-    reference = connect("local", spark)
-    big_view(reference, parquet)
-    con = connect(kernel, spark)
-    big_view(con, parquet)
+    reference, con = both(spark, sources["parquet"][0], kernel)
     con.execute(CHANGES[0])
     reference.execute(CHANGES[0])
     parts = list(con.table("v").batches())
@@ -356,11 +357,7 @@ def test_a_select_over_a_view_on_spark_is_fetched_in_bounded_batches(
     from dsql import exports
 
     monkeypatch.setattr(exports, "FILE_ROWS", 300)
-    parquet = sources["parquet"][0]
-    reference = connect("local", spark)
-    big_view(reference, parquet)
-    con = connect(kernel, spark)
-    big_view(con, parquet)
+    reference, con = both(spark, sources["parquet"][0], kernel)
     query = "SELECT s, g + 1 AS h FROM v WHERE g IS NOT NULL"
     cur = con.execute(query)
     want = reference.execute(query)
