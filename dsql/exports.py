@@ -108,8 +108,9 @@ def batches(session: Any, name: str) -> Iterator[pa.Table]:
 def select_batches(session: Any, bound: Any) -> Generator[pa.Table, None, None] | None:
     """A SELECT's rows as `batches` gives a relation's, when the fast path reads them
     (`fast_path.peek_counts`: one relation under map/filter/project) from an
-    arrangement on Spark of over `FILE_ROWS` rows and the query neither orders nor
-    limits them; else None (the read collects its result). The rows are in the
+    arrangement on Spark of over `FILE_ROWS` updates (a small arrangement of rows held
+    many times each is collected, within `memory_limit`) and the query neither orders
+    nor limits them; else None (the read collects its result). The rows are in the
     executors' copy when this returns; `Session.read`'s checks (a view in error) apply."""
     kernel = session.worker.kernel
     if (
