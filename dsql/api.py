@@ -24,7 +24,7 @@ return the updates available so far, waiting at most `timeout` seconds for some.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar
@@ -203,10 +203,13 @@ class Connection:
 
     @_serialized
     def close(self) -> None:
+        from dsql import exports
+
         for sub in self._subscriptions:
             sub.close()
         for sub in self.executor.cursors.values():
             sub.close()
+        exports.release(self.session)
         self.closed = True
 
     def __enter__(self) -> Connection:
@@ -245,9 +248,31 @@ class RelationRef:
     def fetchall(self) -> list[tuple[Any, ...]]:
         return self.cursor().fetchall()
 
+    @_serialized
     def to_spark(self, spark: Any = None) -> Any:
-        """The contents as a Spark DataFrame (starts Spark if none is running)."""
-        return self.cursor().to_spark(spark)
+        """The contents now as a Spark DataFrame (starts Spark if none is running). A
+        relation on Spark is written out by its executors, never collected in the
+        driver, and the DataFrame reads that copy until the connection closes
+        (`dsql.exports`)."""
+        from dsql import exports
+
+        self.connection._check()
+        with self.connection.executor.guarded(None):
+            return exports.to_spark(self.connection.session, self.name, spark)
+
+    def batches(self) -> Iterator[pa.Table]:
+        """The contents now as Arrow tables of at most `exports.FILE_ROWS` rows; for a
+        relation on Spark the driver holds one at a time (`dsql.exports`)."""
+        from dsql import exports
+
+        self.connection._check()
+        with self.connection.executor.lock:
+            with self.connection.executor.guarded(None):
+                stream = exports.batches(self.connection.session, self.name)
+                first = next(stream, None)  # the read happens now, under the lock
+        if first is not None:
+            yield first
+            yield from stream
 
 
 class Updates:
@@ -285,6 +310,8 @@ class Cursor:
         self.connection = connection
         self._table: pa.Table | None = None
         self._pos = 0
+        #: A streamed result's rows after `_table` (`Result.batches`), pulled as fetched.
+        self._more: Generator[pa.Table, None, None] | None = None
         self._subscription: Subscription | None = None
         self.rowcount = -1
         self.description: list[tuple[Any, ...]] | None = None
@@ -335,6 +362,9 @@ class Cursor:
         if self._subscription is not None:
             self._subscription.close()
         self._subscription = result.subscription
+        if self._more is not None:
+            self._more.close()  # deletes the rest's stored copy
+        self._more = result.batches
         self._table = result.table
         self._pos = 0
         self.rowcount = result.rowcount
@@ -360,7 +390,7 @@ class Cursor:
         """Rows ready to fetch; for a SUBSCRIBE, polls for more (waiting up to `timeout`
         while none are ready)."""
         sub = self._subscription
-        ready = self._remaining()
+        ready = self._pull(wanted)
         if sub is None or sub.closed or (wanted is not None and ready >= wanted):
             return ready
         fresh = self.connection.executor.wait(sub.poll, 0 if ready else timeout)
@@ -368,6 +398,19 @@ class Cursor:
             assert self._table is not None
             rest = self._table.slice(self._pos)
             self._table, self._pos = pa.concat_tables([rest, fresh]), 0
+        return self._remaining()
+
+    def _pull(self, wanted: int | None) -> int:
+        """Rows ready to fetch, after pulling a streamed result's batches until `wanted`
+        are (all of them for None)."""
+        while self._more is not None and (wanted is None or self._remaining() < wanted):
+            batch = next(self._more, None)
+            if batch is None:
+                self._more = None
+            elif batch.num_rows:
+                assert self._table is not None
+                rest = self._table.slice(self._pos)
+                self._table, self._pos = pa.concat_tables([rest, batch]), 0
         return self._remaining()
 
     def _remaining(self) -> int:
@@ -441,6 +484,9 @@ class Cursor:
     def close(self) -> None:
         if self._subscription is not None:
             self._subscription.close()
+        if self._more is not None:
+            self._more.close()
+            self._more = None
         self.closed = True
 
     def _check(self) -> None:

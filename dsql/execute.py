@@ -19,7 +19,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from dsql import fast_path, grammar
+from dsql import exports, fast_path, grammar
 from dsql.assignment import assign
 from dsql.errors import (
     DsqlError,
@@ -370,7 +370,11 @@ class Executor:
         query = _replace_mz_now(stmt.query, as_of if as_of is not None else s.clock.now_ms())
         if as_of is not None and as_of < s.clock.now_ms():  # the query runs at that time
             query = replace_mz_now(query, as_of)
-        table = s.read(s.plan(query), as_of)
+        bound = s.plan(query)
+        stream = exports.select_batches(s, bound) if as_of is None else None
+        if stream is not None:  # a result on Spark, fetched a file at a time
+            return Result(table=next(stream), status="SELECT", batches=stream)
+        table = s.read(bound, as_of)
         return Result(table=table, status=f"SELECT {table.num_rows}", rowcount=table.num_rows)
 
     def _subscribe(self, stmt: Any) -> Subscription:

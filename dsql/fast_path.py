@@ -24,7 +24,8 @@ plain views and anything else take the dataflow path (`peek` returns None).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 import sqlglot
@@ -54,8 +55,10 @@ from dsql.runtime.linear import Linear as RuntimeLinear
 
 if TYPE_CHECKING:
     from dsql.runtime.arrangement import Arranged
-    from dsql.runtime.kernel.base import Kernel
+    from dsql.runtime.kernel.base import Frame, Kernel
     from dsql.session import Session
+
+T = TypeVar("T")
 
 #: Plan nodes a fast-path read may hold above its one `Get` (before optimizing).
 _LINEAR = (Map, Filter, Project, Linear)
@@ -79,6 +82,23 @@ def candidate(plan: Plan) -> bool:
 def peek(session: Session, bound: Query, optimized: Plan | None = None) -> pa.Table | None:
     """The read's rows from an arrangement at the current time, or None when the read
     needs a dataflow (module docstring). `optimized`: the plan, already optimized."""
+    kernel = session.worker.kernel
+    counts = peek_counts(session, bound, lambda frame, _: kernel.to_arrow(frame), optimized)
+    if counts is None:
+        return None
+    from dsql.results import present, repeat_rows
+
+    return present(repeat_rows(counts, DIFF, session.memory_limit), bound)
+
+
+def peek_counts(
+    session: Session,
+    bound: Query,
+    read: Callable[[Frame, Arranged], T],
+    optimized: Plan | None = None,
+) -> T | None:
+    """`read(counts, arranged)` of the read's rows with their counts (`count_frame`) and
+    the arrangement they come from, or None when the read needs a dataflow."""
     if optimized is None:
         if not candidate(bound.plan):
             return None
@@ -94,33 +114,43 @@ def peek(session: Session, bound: Query, optimized: Plan | None = None) -> pa.Ta
     steps = () if fn is None else _runtime_steps(fn, arranged.columns, params)
     if steps is None:
         return None
-    # As the dataflow path does: every write so far is final, the trace is held at the
-    # open tick (compaction stops there), then that tick closes too, so what the views
-    # emit at it (a temporal bound that falls on it) is in the trace before it is read.
     probe = None if fn is None else _pinned_keys(fn, arranged)
+    kernel = session.worker.kernel
+    return held(
+        session,
+        name,
+        arranged,
+        lambda tick: read(count_frame(kernel, arranged, steps, tick, params, probe), arranged),
+    )
+
+
+def held(session: Session, name: str, arranged: Arranged, read: Callable[[int], T]) -> T:
+    """`read(tick)` of relation `name`'s arrangement at the current time, its trace held
+    meanwhile. As the dataflow path does: every write so far is final, the trace is held
+    at the open tick (compaction stops there), then that tick closes too, so what the
+    views emit at it (a temporal bound that falls on it) is in the trace before it is
+    read; a view in error, before or since that round, is refused."""
     tick = session.close_time()
     session._check_failed(session.relations[name])
     handle = arranged.trace_handle()
     try:
         session.close_time(force=True)
         session._check_failed(session.relations[name])  # in error since this round?
-        counts = _counts(session.worker.kernel, arranged, steps, tick, params, probe)
+        return read(tick)
     finally:
         handle.release()
-    from dsql.results import present, repeat_rows
-
-    return present(repeat_rows(counts, DIFF, session.memory_limit), bound)
 
 
-def _counts(
+def count_frame(
     kernel: Kernel,
     arranged: Arranged,
     steps: tuple[Step, ...],
     tick: int,
     params: list[int],
     probe: pa.Table | None = None,
-) -> pa.Table:
-    """The rows at `tick` with their counts (`__diff__`), by one query prepared once per
+) -> Frame:
+    """The rows at `tick` with their counts (`__diff__`), a frame of `kernel` (lazy on
+    Spark while a batch of the trace is there), by one query prepared once per
     shape (the tick is an input, `f`; the compared integers `params`, `p`): the history
     advanced to the tick and consolidated, `steps`, then summed. With no steps the
     history is summed as it is. `probe`: the values of the first key the steps' filter
@@ -143,7 +173,7 @@ def _counts(
     if params:
         values = {f"p{i}": pa.array([v], pa.int64()) for i, v in enumerate(params)}
         inputs["p"] = kernel.from_arrow(pa.table(values))
-    return kernel.to_arrow(kernel.query(prepared, inputs))
+    return kernel.query(prepared, inputs)
 
 
 def _pinned_keys(fn: JoinFunction, arranged: Arranged) -> pa.Table | None:

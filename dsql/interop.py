@@ -1,11 +1,14 @@
 """Data in and out of a session: tables from Spark, files and Arrow; views to Spark.
 
-`read_source(source)` turns what a user has into an Arrow table: a Spark DataFrame
-(collected with `toArrow`), a `pyarrow.Table`, a pandas DataFrame, or a path to a
-Parquet file or directory, or a CSV file (by extension, or `format=`).
-`create_table(session, name, source)` makes a dsql table of it, with columns typed
-from the Arrow schema; `to_spark(table, session)` hands rows to Spark. Spark starts
-only when a step needs it (a DataFrame going out, or `kernel="spark"`), and says so.
+`read_source(source)` turns what a user has into an Arrow table in the driver: a Spark
+DataFrame (collected with `toArrow`), a `pyarrow.Table`, a pandas DataFrame, or a path
+to a Parquet file or directory, or a CSV or JSON-lines file (by extension, or
+`format=`). `create_table(session, name, source)` makes a dsql table of it, with
+columns typed from the Arrow schema; where the table will live on Spark, the source is
+read by Spark's executors instead (`dsql.loads`). `to_spark(table, session)` hands
+Arrow rows to Spark (a relation on Spark goes out without them: `dsql.exports`). Spark
+starts only when a step needs it (a DataFrame going out, or `kernel="spark"`), and
+says so.
 
 >>> import pyarrow as pa
 >>> read_source(pa.table({"a": [1, 2]})).num_rows
@@ -20,58 +23,43 @@ from typing import Any
 
 import pyarrow as pa
 
+from dsql import loads
 from dsql.errors import SourceError, TypeMismatchError
 from dsql.planner import types
 from dsql.planner.plan import Column
 
-_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "tsv"}
-
 
 def read_source(source: Any, format: str | None = None) -> pa.Table:  # noqa: A002
-    """The rows of `source` as an Arrow table (see module docstring for what it may be)."""
+    """The rows of `source` as an Arrow table in the driver (see module docstring for
+    what it may be)."""
     if isinstance(source, pa.Table):
         return source
     if isinstance(source, pa.RecordBatch):
         return pa.Table.from_batches([source])
-    if _is_spark_frame(source):
-        return source.toArrow()
+    if is_spark_frame(source):
+        return spark_rows(source)
     if type(source).__module__.startswith("pandas"):
         return pa.Table.from_pandas(source, preserve_index=False)
     if isinstance(source, str | Path):
-        return _read_file(Path(source), format)
+        return loads.read_in_driver(loads.file_source(source, format))
     raise TypeMismatchError(
         f"cannot load a table from a {type(source).__name__}",
         hint="pass a Spark DataFrame, a pyarrow.Table, a pandas DataFrame, or a path "
-        "to a Parquet or CSV file",
+        "to a Parquet, CSV or JSON file",
     )
 
 
-def _is_spark_frame(source: Any) -> bool:
+def is_spark_frame(source: Any) -> bool:
+    """Whether `source` is a Spark DataFrame (classic or Spark Connect)."""
     return type(source).__name__ == "DataFrame" and hasattr(source, "toArrow")
 
 
-def _read_file(path: Path, format: str | None) -> pa.Table:  # noqa: A002
-    kind = format or ("parquet" if path.is_dir() else _FORMATS.get(path.suffix.lower()))
-    if not path.exists():
-        raise SourceError(f"no such file or directory: {path}", hint="check the path")
-    if kind is None:
-        raise SourceError(
-            f"cannot tell the format of {path}",
-            hint="name it .parquet or .csv, or pass format='parquet' | 'csv'",
-        )
+def spark_rows(frame: Any) -> pa.Table:
+    """A Spark DataFrame's rows collected into the driver (a source kept there)."""
     try:
-        if kind == "parquet":
-            import pyarrow.parquet as pq
-
-            return pq.read_table(path)
-        if kind in ("csv", "tsv"):
-            import pyarrow.csv as pcsv
-
-            delimiter = "\t" if kind == "tsv" else ","
-            return pcsv.read_csv(path, parse_options=pcsv.ParseOptions(delimiter=delimiter))
-    except (pa.ArrowException, OSError) as error:
-        raise SourceError(f"cannot read {path} as {kind}: {error}") from None
-    raise SourceError(f"unknown format {kind!r}", hint="use format='parquet' or format='csv'")
+        return frame.toArrow()
+    except Exception as error:  # noqa: BLE001 - Spark's errors reach the user as SourceErrors
+        raise SourceError(f"cannot read the source: {str(error).strip().splitlines()[0]}") from None
 
 
 def columns_of(schema: pa.Schema) -> tuple[Column, ...]:
@@ -91,23 +79,45 @@ def columns_of(schema: pa.Schema) -> tuple[Column, ...]:
 def create_table(
     session: Any, name: str, source: Any, format: str | None = None, replace: bool = False
 ) -> int:
-    """Create table `name` holding the rows of `source`; returns the row count.
+    """Create table `name` holding the rows of `source`; returns the row count (-1 for a
+    text file Spark read, whose rows are not counted: `loads.place`).
 
     The table is an ordinary dsql table: later INSERT/UPDATE/DELETE change it, and views
     over it are maintained. With `replace`, an existing table of that name is dropped first.
     """
-    rows = read_source(source, format)
-    columns = columns_of(rows.schema)
+    placed = loads.place(session, source, format)
+    if isinstance(placed, pa.Table):
+        columns = columns_of(placed.schema)
+    else:
+        columns = columns_of(spark_schema(placed.frame))
     if replace and name in session.relations:
         session.drop(name, cascade=False, kind="table")
     session.create_table(name, columns)
     try:
-        count = session.write(name, rows, 1)
+        if isinstance(placed, pa.Table):
+            count = session.write(name, placed, 1)
+        else:  # read, stamped and stored by Spark's executors
+            count = session.load(name, placed.frame, placed.rows)
+            count = count if placed.exact else -1
         session.close_time()
     except Exception:
         session.drop(name, cascade=False, kind="table")
         raise
     return count
+
+
+def spark_schema(frame: Any) -> pa.Schema:
+    """The Arrow schema of a Spark DataFrame's rows, as `toArrow` would give them (no
+    job); a TypeMismatchError for a Spark type without one."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        return to_arrow_schema(frame.schema, timezone="UTC")
+    except (TypeError, ValueError, NotImplementedError) as error:
+        raise TypeMismatchError(
+            f"a column of the DataFrame has no SQL type here: {error}",
+            hint="cast it first (to a number, text, date, timestamp or a list of those)",
+        ) from None
 
 
 def spark_of(session: Any) -> Any:

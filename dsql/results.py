@@ -15,6 +15,7 @@ Invariant: a correct result has no row with a negative count (`repeat_rows` rais
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -44,6 +45,9 @@ class Result:
     subscription: Any = None
     #: Notices of the statement's rounds (a materialized view went into error).
     notices: list[str] = field(default_factory=list)
+    #: For a result streamed from Spark (`dsql.exports`): the rows after `table`, a
+    #: bounded batch at a time.
+    batches: Generator[pa.Table, None, None] | None = None
 
 
 def reads_nothing(plan: Plan) -> bool:

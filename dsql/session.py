@@ -92,6 +92,9 @@ class Session:
         #: Every SUBSCRIBE started in the session, in order (`dsql.subscribe`: SHOW
         #: SUBSCRIPTIONS lists those still running).
         self.subscriptions: list[Any] = []
+        #: Stored copies of relations handed out as Spark DataFrames (`dsql.exports`),
+        #: whose files live until the connection closes.
+        self.exports: list[Any] = []
         self.history = History(self)
         self._unit = self._new_input(pa.schema([("_c0", pa.int32())]))
         self._unit.update_at((0,), self.clock.write_tick(), 1)
@@ -200,6 +203,25 @@ class Session:
         assert rel.input is not None
         rel.input.load_arrow(data)
         return rows.num_rows
+
+    def load(self, name: str, frame: Any, rows: int) -> int:
+        """Add the rows of Spark DataFrame `frame` (the table's columns in order, any
+        names) to a table at the clock's tick without bringing them to the driver: the
+        kernel stamps them with the tick and a diff of 1 (`SparkKernel.stamped`), and
+        the table's arrangement has executors consolidate and store them. `rows`: the
+        frame's row count, or a bound on it (the arrangement's estimate); returned. Only
+        a table with no NOT NULL column: checking one would be a job of its own."""
+        rel = self._table(name)
+        if any(rel.not_null):
+            raise SchemaError(f"table '{name}' has NOT NULL columns; load it with INSERT")
+        if rows == 0:
+            return 0
+        tick = self.clock.write_tick()
+        rel.version += 1
+        assert rel.input is not None
+        kernel: Any = self.worker.kernel  # the Spark or auto kernel: it stamps DataFrames
+        rel.input.load_frame(kernel.stamped(frame, rel.schema, tick), rows)
+        return rows
 
     def _table(self, name: str) -> Relation:
         rel = self.relations.get(name)

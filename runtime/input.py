@@ -45,7 +45,7 @@ class InputSession:
         self._times: list[int] = []
         self._diffs: list[int] = []
         self._tables: list[pa.Table] = []
-        self._frames: list[Any] = []
+        self._frames: list[tuple[Any, int | None]] = []
         self._flushed: list[Batch] = []
 
     @property
@@ -129,10 +129,12 @@ class InputSession:
         columns = [*data.columns, times.cast(pa.int64()), diffs.cast(pa.int64())]
         self._tables.append(pa.Table.from_arrays(columns, schema=batch_schema(self.schema, 1)))
 
-    def load_frame(self, frame: Any) -> None:
-        """Add a kernel frame (e.g. a Spark DataFrame with the batch columns) as one batch."""
+    def load_frame(self, frame: Any, rows: int | None = None) -> None:
+        """Add a kernel frame (e.g. a Spark DataFrame with the batch columns) as one batch;
+        `rows`: its row count when known, which spares the arrangement a look at the
+        frame's head to size it."""
         self._check_open()
-        self._frames.append(frame)
+        self._frames.append((frame, rows))
 
     def advance_to(self, time: int) -> None:
         """Promise that no further updates will come at times before `time`."""
@@ -183,8 +185,8 @@ class InputSession:
             table = pa.concat_tables(self._tables) if len(self._tables) > 1 else self._tables[0]
             self._tables = []
             self._flushed.append(Batch(kernel.from_arrow(table), table.num_rows, table))
-        for frame in self._frames:
-            self._flushed.append(Batch(frame))
+        for frame, rows in self._frames:
+            self._flushed.append(Batch(frame, rows))
         self._frames = []
 
     def _clear_rows(self) -> None:

@@ -188,6 +188,10 @@ class AutoKernel(Kernel):
     def to_arrow(self, frame: Frame) -> pa.Table:
         return frame if isinstance(frame, pa.Table) else self.remote.to_arrow(frame)
 
+    def stamped(self, frame: DataFrame, schema: pa.Schema, time: int) -> DataFrame:
+        """`SparkKernel.stamped`: a load that stays on Spark (it outgrows the threshold)."""
+        return self._spark().stamped(frame, schema, time)
+
     # --- queries -----------------------------------------------------------------------
     def prepare(self, select: exp.Query) -> Prepared:
         local = self.local.prepare(select)

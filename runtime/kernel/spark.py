@@ -64,7 +64,7 @@ from dsql.runtime.kernel import driver
 from dsql.runtime.kernel.base import Frame, Kernel, Prepared, Stored, engine_message
 from dsql.runtime.kernel.spark_buckets import bucket_ids
 from dsql.runtime.kernel.spark_state import StateStore, check_written, counted, written_rows
-from dsql.runtime.lattice import Antichain
+from dsql.runtime.lattice import DIFF, TIME, Antichain
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -177,6 +177,27 @@ class SparkKernel(Kernel):
         self._arrow[frame] = table
         self._from_driver.add(frame)
         return frame
+
+    def stamped(self, frame: DataFrame, schema: pa.Schema, time: int) -> DataFrame:
+        """A batch of `frame`'s rows inserted at `time`: its columns, in order, renamed to
+        `schema`'s data columns and cast to their types, then `__time__` = `time` and
+        `__diff__` = 1. Lazy: the executors that evaluate the batch read the source, so
+        a load of files or a table reaches the trace without passing the driver."""
+        from pyspark.sql.functions import col, lit
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        fields = from_arrow_schema(schema).fields
+        if len(fields) != len(frame.columns):
+            raise SchemaError(
+                f"the frame has {len(frame.columns)} columns; the table has {len(fields)}"
+            )
+        data = [
+            col(_quote(source)).cast(field.dataType).alias(field.name)
+            for source, field in zip(frame.columns, fields, strict=True)
+        ]
+        return frame.select(
+            *data, lit(int(time)).cast("bigint").alias(TIME), lit(1).cast("bigint").alias(DIFF)
+        )
 
     def bounds(self, frame: DataFrame, column: str) -> tuple[Any, Any] | None:
         """From the Arrow table a frame was made from, or from a stored batch's Parquet
