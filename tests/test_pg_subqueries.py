@@ -116,11 +116,10 @@ def test_a_view_reports_a_second_row_while_its_key_has_one() -> None:
     assert _rows(con, "SELECT * FROM w") == Counter([(1, 10), (2, 20), (None, None)])
 
 
-def test_creating_a_view_whose_subquery_has_two_rows_fails() -> None:
+def test_a_view_whose_subquery_has_two_rows_is_created_in_error() -> None:
     con = _connect()
+    con.execute("CREATE MATERIALIZED VIEW v AS SELECT (SELECT y FROM c WHERE x = 1) AS y")
     with pytest.raises(ExecutionError, match=MORE_THAN_ONE_ROW):
-        con.execute("CREATE MATERIALIZED VIEW v AS SELECT (SELECT y FROM c) AS y")
-    with pytest.raises(SchemaError):
         con.execute("SELECT * FROM v")
 
 
