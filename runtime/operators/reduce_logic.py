@@ -29,7 +29,7 @@ from dsql.errors import SchemaError
 from dsql.runtime import relational as rel
 from dsql.runtime.dataflow import schema_key
 from dsql.runtime.kernel import driver
-from dsql.runtime.kernel.base import Frame, Kernel, Prepared
+from dsql.runtime.kernel.base import PER_KERNEL, Frame, Kernel, Prepared
 from dsql.runtime.lattice import DIFF, time_columns
 
 if TYPE_CHECKING:
@@ -164,8 +164,9 @@ class Aggregates(ReduceLogic):
             (name, _guarded(e.copy() if needs_expansion else _rewrite(e)))
             for name, e in self.aggregates
         ]
-        if dialect == "spark":
-            outputs = [(name, e.transform(_spark_array_agg)) for name, e in outputs]
+        # Spark's array_agg skips NULLs: its spelling keeps them. Each kernel picks its
+        # own (`Kernel.sql`), since a step built for one kernel may run on the other.
+        outputs = [(name, _per_kernel(e)) for name, e in outputs]
         group = _by_group(keys, depth)
         return rel.select(
             source,
@@ -178,6 +179,15 @@ class Aggregates(ReduceLogic):
 
     def describe(self) -> str:
         return ", ".join(f"{e.sql()} AS {n}" for n, e in self.aggregates)
+
+
+def _per_kernel(e: exp.Expr) -> exp.Expr:
+    """`e`, or where it holds an array_agg, a `PER_KERNEL` call of `e` and its Spark
+    spelling (`_spark_array_agg`)."""
+    if not any(isinstance(n, exp.ArrayAgg) for n in e.walk()):
+        return e
+    spark = e.copy().transform(_spark_array_agg)
+    return exp.Anonymous(this=PER_KERNEL, expressions=[e, spark])
 
 
 def _spark_array_agg(node: exp.Expression) -> exp.Expr:
