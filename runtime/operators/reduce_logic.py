@@ -129,9 +129,12 @@ def _by_group(keys: Sequence[str], depth: int) -> list[exp.Expression]:
 
 @dataclass(frozen=True)
 class Aggregates(ReduceLogic):
-    """SQL aggregate expressions, each with an output name."""
+    """SQL aggregate expressions, each with an output name; `refuse_negative`: a group
+    holding a row a negative number of times is an error (SQL's views, as Materialize),
+    else each aggregate is weighted by the counts as they are (the runtime's API)."""
 
     aggregates: tuple[tuple[str, exp.Expr], ...]
+    refuse_negative: bool = True
 
     def __post_init__(self) -> None:
         for name, e in self.aggregates:
@@ -146,7 +149,9 @@ class Aggregates(ReduceLogic):
         source: str | exp.Query = _ACC
         if needs_expansion:
             # A row with a negative count stays once, for the guard to see its count.
-            copies = exp.Greatest(this=rel.col(DIFF), expressions=[rel.lit(1)])
+            copies: exp.Expr = rel.col(DIFF)
+            if self.refuse_negative:
+                copies = exp.Greatest(this=copies, expressions=[rel.lit(1)])
             source = rel.select(
                 _ACC,
                 [
@@ -161,7 +166,7 @@ class Aggregates(ReduceLogic):
                 ],
             )
         outputs = [
-            (name, _guarded(e.copy() if needs_expansion else _rewrite(e)))
+            (name, self._guarded(e.copy() if needs_expansion else _rewrite(e)))
             for name, e in self.aggregates
         ]
         # Spark's array_agg skips NULLs: its spelling keeps them. Each kernel picks its
@@ -179,6 +184,10 @@ class Aggregates(ReduceLogic):
 
     def describe(self) -> str:
         return ", ".join(f"{e.sql()} AS {n}" for n, e in self.aggregates)
+
+    def _guarded(self, e: exp.Expr | None) -> exp.Expr:
+        assert e is not None
+        return _guarded(e) if self.refuse_negative else e
 
 
 def _per_kernel(e: exp.Expr) -> exp.Expr:
@@ -442,7 +451,8 @@ class PythonLogic(ReduceLogic):
 
 
 def parse_aggregates(items: Sequence[str | tuple[str, str]], dialect: str) -> Aggregates:
-    """Aggregates from `"sum(x) AS s"` strings or `(name, expression)` pairs."""
+    """Aggregates from `"sum(x) AS s"` strings or `(name, expression)` pairs, weighted by
+    the counts as they are (a negative count is no error: the runtime's API)."""
     pairs: list[tuple[str, exp.Expr]] = []
     for item in items:
         if isinstance(item, tuple):
@@ -452,4 +462,4 @@ def parse_aggregates(items: Sequence[str | tuple[str, str]], dialect: str) -> Ag
         if not isinstance(e, exp.Alias):
             raise SchemaError(f"aggregate {item!r} needs a name", hint="write it as '... AS name'")
         pairs.append((e.alias, e.this))
-    return Aggregates(tuple(pairs))
+    return Aggregates(tuple(pairs), refuse_negative=False)
