@@ -56,6 +56,7 @@ def expand(tree: exp.Expr, dialect: str) -> exp.Expr:
         if not _is_call(node):
             return node
         a, b = (expand(operand, dialect) for operand in node.expressions[:2])  # nested calls
+        assert isinstance(a, exp.Expression) and isinstance(b, exp.Expression)
         sa, sb = node.expressions[2:]
         build = _quotient if str(node.name).upper() == NAME else _remainder
         template = build(dialect, int(sa.this), int(sb.this))
