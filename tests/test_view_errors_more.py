@@ -576,7 +576,8 @@ def test_on_spark_a_result_past_memory_limit_fails_and_the_session_goes_on() -> 
     con.execute("CREATE MATERIALIZED VIEW n AS SELECT count(*) AS n FROM t")
     con.execute("SET memory_limit = '16MB'")
     wide = "SELECT a, repeat('x', 200) AS s FROM t"
-    for sql in (wide, f"{wide} WHERE a > 0"):  # read from the table's trace, and a query
+    # Ordered, so collected whole (an unordered read of one relation streams in batches).
+    for sql in (f"{wide} ORDER BY a", f"{wide} WHERE a > 0 ORDER BY a"):
         with pytest.raises(dsql.errors.ResourceLimitError, match="memory_limit"):
             con.execute(sql)
     assert con.execute("SELECT * FROM n").fetchall() == [(120000,)]
