@@ -60,12 +60,19 @@ def _store(session: Any, counts: Any, names: list[str]) -> Any:
     session's exports."""
     kernel = session.worker.kernel
     spark_kernel = getattr(kernel, "remote", kernel)
+    from dsql.runtime.kernel.spark_state import check_written, counted, written_rows
+
     path = spark_kernel._new_path()  # noqa: SLF001 - the kernel's storage root
-    rows = _repeated(counts, names)
+    rows, observation = counted(_repeated(counts, names))  # counted in the writing tasks
     rows.write.option("maxRecordsPerFile", FILE_ROWS).parquet(path)
-    frame = spark_kernel._read_back(path, schema=rows.schema).frame  # noqa: SLF001
-    session.exports.append(frame)
-    return frame
+    stored = spark_kernel._read_back(path, schema=rows.schema)  # noqa: SLF001
+    try:  # verified as the kernel's own writes are: a lost file is an error
+        check_written(path, written_rows(observation), stored.rows)
+    except Exception:
+        spark_kernel.release(stored.frame)
+        raise
+    session.exports.append(stored.frame)
+    return stored.frame
 
 
 def _repeated(counts: Any, names: list[str]) -> Any:
