@@ -36,7 +36,7 @@ from sqlglot import exp, parse_one
 from dsql.runtime import relational as rel
 from dsql.runtime.arrangement import Arranged, TracedNode
 from dsql.runtime.dataflow import Batch, Round
-from dsql.runtime.kernel.base import Frame, Pipeline, Stage, Stored
+from dsql.runtime.kernel.base import Frame, Pipeline, Stage, Stored, per_kernel
 from dsql.runtime.kernel.driver_reduce import ReduceRows, ReduceShape
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 from dsql.runtime.operators.reduce_chain import chained_distinct
@@ -396,7 +396,13 @@ class ReduceNode(TracedNode):
 
         if desired is None:
             return build()
-        shape = (keys, vals, self.values, d, desired.sql(dialect=kernel.dialect))
+        shape = (
+            keys,
+            vals,
+            self.values,
+            d,
+            per_kernel(desired, kernel.dialect).sql(dialect=kernel.dialect),
+        )
         return kernel.cached(("reduce-pipeline", *shape), build)
 
     def _split(self, stored: Stored) -> tuple[Stored, Stored]:

@@ -38,7 +38,7 @@ from sqlglot import exp, parse_one
 
 from dsql.runtime.dataflow import Round
 from dsql.runtime.kernel import driver
-from dsql.runtime.kernel.base import Frame, Pipeline, Prepared, Stage
+from dsql.runtime.kernel.base import Frame, Pipeline, Prepared, Stage, per_kernel
 from dsql.runtime.lattice import DIFF, bounded, time_columns
 
 if TYPE_CHECKING:
@@ -246,7 +246,13 @@ class SettledQueries:
 
             return cls(pipeline(acc), direct, kernel.prepare(final))
 
-        shape = (keys, vals, node.values, d, desired.sql(dialect=kernel.dialect))
+        shape = (
+            keys,
+            vals,
+            node.values,
+            d,
+            per_kernel(desired, kernel.dialect).sql(dialect=kernel.dialect),
+        )
         result: SettledQueries = kernel.cached(("reduce-settled", *shape), build)
         return result
 
