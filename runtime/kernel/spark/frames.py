@@ -23,7 +23,7 @@ from sqlglot import exp
 
 from dsql.errors import ExecutionError, SchemaError
 from dsql.runtime import memory
-from dsql.runtime.kernel.base import Frame, Kernel, Prepared, engine_message
+from dsql.runtime.kernel.base import Frame, Kernel, Placement, Prepared, engine_message
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -61,6 +61,14 @@ class SparkFrames(Kernel):
         self._bucketed: weakref.WeakKeyDictionary[DataFrame, tuple[str, ...]] = (
             weakref.WeakKeyDictionary()
         )
+
+    def owns(self, frame: Frame) -> bool:
+        from pyspark.sql import DataFrame  # classic and Spark Connect frames alike
+
+        return isinstance(frame, DataFrame)
+
+    def placement(self, frame: Frame | None = None) -> Placement:
+        return Placement.SPARK
 
     @property
     def spark(self) -> SparkSession:

@@ -16,6 +16,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dsql.errors import SchemaError
+from dsql.runtime.kernel.base import Capability
 from dsql.runtime.kernel.spark.frames import _quote
 from dsql.runtime.kernel.spark.merge import SparkMerge
 from dsql.runtime.lattice import DIFF, TIME
@@ -28,8 +29,20 @@ class SparkKernel(SparkMerge):
     """Evaluates runtime steps as Spark DataFrames (see the package docstring)."""
 
     dialect = "spark"
-
     name = "spark"
+    capabilities = frozenset(
+        {
+            Capability.BOUNDS,
+            Capability.NULL_FREE,
+            Capability.JOIN_APART,
+            Capability.MERGE,
+            Capability.ROWS_WITH_KEY,
+            Capability.STORE_ARROW,
+            Capability.LOAD_FRAME,
+            Capability.STORAGE,
+            Capability.SPARK_SESSION,
+        }
+    )
 
     def stamped(self, frame: DataFrame, schema: pa.Schema, time: int) -> DataFrame:
         """A batch of `frame`'s rows inserted at `time`: its columns, in order, renamed to

@@ -22,8 +22,9 @@ from __future__ import annotations
 import os
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -185,14 +186,17 @@ class SparkStorage(SparkFrames):
         buckets: int = 0,
         partitioned: bool = False,
         ordered: bool = False,
+        file_rows: int | None = None,
     ) -> Stored:
         """`frame` written under a new path, in `keys` order within each file, and read
-        back; `partitioned`: partitioned by `keys` already; `ordered`: each partition
-        in `keys` order already (a stored batch's rows: written as they are, so a file
-        may hold more than one sorted run where Spark read several files as one split,
-        which a probe's pruning barely notices). With `buckets` (`_bucketing`), written
-        as a bucketed table: shuffled by hash unless `partitioned` or `ordered` (then
-        each task writes its rows' buckets, sorted locally)."""
+        back, its rows checked against those written (`state.check_written`).
+        `partitioned`: partitioned by `keys` already; `ordered`: each partition in `keys`
+        order already (a stored batch's rows: written as they are, so a file may hold
+        more than one sorted run where Spark read several files as one split, which a
+        probe's pruning barely notices). With `buckets` (`_bucketing`), written as a
+        bucketed table: shuffled by hash unless `partitioned` or `ordered` (then each
+        task writes its rows' buckets, sorted locally). `file_rows`: at most this many
+        rows a file (not bucketed)."""
         path = self._new_path()
         if buckets:  # by hash into buckets, each file sorted by the keys
             if not partitioned and not ordered:
@@ -211,7 +215,10 @@ class SparkStorage(SparkFrames):
             if keys and not ordered:
                 frame = frame.sortWithinPartitions(*keys)
             frame, observation = counted(frame)  # last: counted in the writing tasks
-            self._parquet_options(frame.write, frame).parquet(path)
+            writer = self._parquet_options(frame.write, frame)
+            if file_rows is not None:
+                writer = writer.option("maxRecordsPerFile", file_rows)
+            writer.parquet(path)
             stored = self._read_back(path, keys, schema=frame.schema)
         try:
             check_written(path, written_rows(observation), stored.rows)
@@ -219,6 +226,35 @@ class SparkStorage(SparkFrames):
             self.release(stored.frame)
             raise
         return stored
+
+    def store(self, frame: DataFrame, file_rows: int | None = None) -> Stored:
+        """`frame`'s rows written by the executors as Parquet under the storage root, in
+        files of at most `file_rows` rows when given, checked against the rows the write
+        counted (a lost file is an error, not fewer rows), and read back as a frame with
+        no plan behind it; its files are deleted by `release` of that frame."""
+        return self._write(frame, (), file_rows=file_rows)
+
+    def read(self, frame: DataFrame, batch_rows: int) -> Iterator[pa.Table]:
+        """The rows of a stored frame (`store`) in the driver, a file at a time in tables
+        of at most `batch_rows` rows: read by pyarrow where the driver sees the files and
+        reads their types as Spark does (`driver_can_read`), else by one Spark read per
+        file; so a result of any size reaches the driver in bounded memory."""
+        schema = self.schema(frame)
+        by_pyarrow = all(_read_alike(f.type) for f in schema) and self.driver_can_read()
+        for file in sorted(frame.inputFiles()):
+            if by_pyarrow:
+                import pyarrow.parquet as pq
+
+                local = unquote(urlparse(file).path) if file.startswith("file:") else file
+                for batch in pq.ParquetFile(local).iter_batches(batch_rows):
+                    yield pa.Table.from_batches([batch]).cast(schema)
+            else:
+                yield self.to_arrow(self.spark.read.parquet(file)).cast(schema)
+
+    def driver_can_read(self) -> bool:
+        """Whether the driver reads the files executors write under the storage root
+        itself (a check, made once: `state.StateStore.driver_sees`)."""
+        return self._driver_sees_files()
 
     def _parquet_options(self, writer: Any, frame: DataFrame) -> Any:
         """`writer` (of `frame`) with dsql's Parquet options: row groups of about
