@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
 from dsql import fast_path
+from dsql.runtime.kernel.base import Capability, Placement
 from dsql.runtime.lattice import DIFF
 
 #: Rows per file of a stored copy, and so at most per batch `batches` yields.
@@ -40,14 +40,14 @@ def stored(session: Any, name: str) -> Any | None:
     arrangement is on Spark. Released with the session's other exports (`release`)."""
     relation = session.relations[name]
     kernel = session.worker.kernel
-    if getattr(kernel, "name", "local") == "local" or relation.arrangement is None:
+    if not kernel.can(Capability.STORAGE) or relation.arrangement is None:
         return None
     names = [c.name for c in relation.columns]
     arranged = relation.arrangement.node
 
     def write(tick: int) -> Any | None:
         counts = fast_path.count_frame(kernel, arranged, (), tick, [])
-        if isinstance(counts, pa.Table):  # every batch in the driver
+        if kernel.placement(counts) is Placement.LOCAL:  # every batch in the driver
             return None
         return _store(session, counts, names)
 
@@ -56,21 +56,10 @@ def stored(session: Any, name: str) -> Any | None:
 
 def _store(session: Any, counts: Any, names: list[str]) -> Any:
     """A Spark frame of counts written out by the executors, each row repeated by its
-    count, in files of at most `FILE_ROWS` rows; the frame reading them, kept in the
+    count, in files of at most `FILE_ROWS` rows, verified as the kernel's own writes are
+    (`SparkKernel.store`: a lost file is an error); the frame reading them, kept in the
     session's exports."""
-    kernel = session.worker.kernel
-    spark_kernel = getattr(kernel, "remote", kernel)
-    from dsql.runtime.kernel.spark_state import check_written, counted, written_rows
-
-    path = spark_kernel._new_path()  # noqa: SLF001 - the kernel's storage root
-    rows, observation = counted(_repeated(counts, names))  # counted in the writing tasks
-    rows.write.option("maxRecordsPerFile", FILE_ROWS).parquet(path)
-    stored = spark_kernel._read_back(path, schema=rows.schema)  # noqa: SLF001
-    try:  # verified as the kernel's own writes are: a lost file is an error
-        check_written(path, written_rows(observation), stored.rows)
-    except Exception:
-        spark_kernel.release(stored.frame)
-        raise
+    stored = session.worker.kernel.store(_repeated(counts, names), FILE_ROWS)
     session.exports.append(stored.frame)
     return stored.frame
 
@@ -121,7 +110,7 @@ def select_batches(session: Any, bound: Any) -> Generator[pa.Table, None, None] 
     executors' copy when this returns; `Session.read`'s checks (a view in error) apply."""
     kernel = session.worker.kernel
     if (
-        getattr(kernel, "name", "local") == "local"
+        not kernel.can(Capability.STORAGE)
         or not session.fast_path
         or bound.order
         or bound.limit is not None
@@ -132,7 +121,7 @@ def select_batches(session: Any, bound: Any) -> Generator[pa.Table, None, None] 
     names = list(bound.column_names)
 
     def read(counts: Any, arranged: Any) -> Any:
-        if isinstance(counts, pa.Table) or arranged.trace.rows <= FILE_ROWS:
+        if kernel.placement(counts) is Placement.LOCAL or arranged.trace.rows <= FILE_ROWS:
             return None
         return _store(session, counts, names)
 
@@ -144,28 +133,11 @@ def _files(session: Any, frame: Any) -> Generator[pa.Table, None, None]:
     """The rows of a stored copy, at most a file (`FILE_ROWS` rows) at a time in the
     driver, after an empty table of its columns; the copy released at the end."""
     kernel = session.worker.kernel
-    spark_kernel = getattr(kernel, "remote", kernel)
-    schema = spark_kernel.schema(frame)
-    # pyarrow reads these types as Spark wrote them (not timestamps: Spark's settings
-    # pick their Parquet form); others are read by Spark, a file at a time.
-    plain = all(_plain(f.type) for f in schema)
     try:
-        yield schema.empty_table()  # the columns, before any file is read
-        for file in sorted(frame.inputFiles()):
-            if plain and spark_kernel._driver_sees_files():  # noqa: SLF001 - a local master's disk
-                import pyarrow.parquet as pq
-
-                local = unquote(urlparse(file).path) if file.startswith("file:") else file
-                for batch in pq.ParquetFile(local).iter_batches(FILE_ROWS):
-                    yield pa.Table.from_batches([batch]).cast(schema)
-            else:
-                yield spark_kernel.to_arrow(spark_kernel.spark.read.parquet(file)).cast(schema)
+        yield kernel.schema(frame).empty_table()  # the columns, before any file is read
+        yield from kernel.read(frame, FILE_ROWS)
     finally:
         release(session, frame)
-
-
-def _plain(kind: pa.DataType) -> bool:
-    return not (pa.types.is_timestamp(kind) or pa.types.is_nested(kind))
 
 
 def _read(session: Any, name: str) -> pa.Table:
@@ -179,12 +151,11 @@ def _read(session: Any, name: str) -> pa.Table:
 def release(session: Any, frame: Any | None = None) -> None:
     """Delete the files of one stored copy (`frame`), or of every one the session made."""
     kernel = session.worker.kernel
-    spark_kernel = getattr(kernel, "remote", kernel)
     for held in [frame] if frame is not None else list(session.exports):
         kept = [f for f in session.exports if f is not held]
         if len(kept) < len(session.exports):
             session.exports[:] = kept
-            spark_kernel.release(held)
+            kernel.release(held)
 
 
 __all__ = ["FILE_ROWS", "batches", "release", "select_batches", "stored", "to_spark"]

@@ -27,6 +27,7 @@ from dsql import loads
 from dsql.errors import SourceError, TypeMismatchError
 from dsql.planner import types
 from dsql.planner.plan import Column
+from dsql.runtime.kernel.base import Capability
 
 
 def read_source(source: Any, format: str | None = None) -> pa.Table:  # noqa: A002
@@ -125,7 +126,7 @@ def spark_of(session: Any) -> Any:
     steps would start it, with the connection's master and settings), else the process's
     (started here if none runs yet, with a note on stderr)."""
     kernel = session.worker.kernel
-    if getattr(kernel, "name", "") in ("spark", "auto"):
+    if kernel.can(Capability.SPARK_SESSION):
         return kernel.spark
     from dsql.runtime.spark_session import SparkStart
 

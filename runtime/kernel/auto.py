@@ -2,7 +2,8 @@
 
 `AutoKernel` implements the `Kernel` interface over two kernels, the in-process
 `LocalKernel` (frames are Arrow tables) and the `SparkKernel` (frames are Spark
-DataFrames). A frame's type says where it lives, so no operator knows about placement:
+DataFrames). The in-process kernel says which frames are its own (`owns`): those live
+in the driver, every other lives on Spark, so no operator knows about placement:
 
 - a step whose inputs are all Arrow runs in DuckDB;
 - a step with any Spark input runs on Spark, its Arrow inputs shipped there
@@ -22,13 +23,17 @@ Both kernels evaluate the same sqlglot query: it is built for DuckDB (`dialect`)
 for Spark, the two constructs whose spelling differs are rewritten (the fan-out of
 `fanout`, and `explode(range(0, n))`, which Spark spells `explode(sequence(1, n))`).
 
+An optional step (a `Capability`) is handed to the kernel whose frames it reads only
+where that kernel declares it (`Kernel.can`); elsewhere it declines, and the general
+query runs, so a kernel lacking one changes no result.
+
 Invariant: placement never changes a result; every frame this kernel returns is
 either an Arrow table (local) or a Spark DataFrame (spark).
 
 >>> import pyarrow as pa
 >>> kernel = AutoKernel(threshold=10)
->>> kernel.placement(kernel.from_arrow(pa.table({"x": [1, 2]})))
-'local'
+>>> kernel.placement(kernel.from_arrow(pa.table({"x": [1, 2]}))) is Placement.LOCAL
+True
 >>> kernel.started
 False
 """
@@ -38,7 +43,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +52,16 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from dsql.runtime.kernel import driver
-from dsql.runtime.kernel.base import Frame, Kernel, Pipeline, Prepared, Stage, Stored
+from dsql.runtime.kernel.base import (
+    Capability,
+    Frame,
+    Kernel,
+    Pipeline,
+    Placement,
+    Prepared,
+    Stage,
+    Stored,
+)
 from dsql.runtime.kernel.driver import JoinShape, Selection
 from dsql.runtime.kernel.driver_reduce import ReduceRows
 from dsql.runtime.kernel.key_index import KeyDirectory, KeyIndex
@@ -98,6 +112,14 @@ class AutoKernel(Kernel):
 
     dialect = LocalKernel.dialect
     name = "auto"
+    #: The steps it may hand on: each the in-process kernel's, or the Spark kernel's
+    #: (`store_consolidated`: by `store_arrow`; `rows_with_keys` of a Spark batch: by
+    #: `rows_with_key`), taken where the kernel holding the frames declares it.
+    capabilities = (
+        LocalKernel.capabilities
+        | SparkKernel.capabilities
+        | {Capability.STORE_CONSOLIDATED, Capability.NULL_FREE}
+    ) - {Capability.ROWS_WITH_KEY, Capability.STORE_ARROW}
 
     #: A Spark batch probed by at most this many distinct keys is read into the driver
     #: by a key filter (`rows_with_keys`); more are joined on Spark.
@@ -131,8 +153,35 @@ class AutoKernel(Kernel):
         self._shipped: OrderedDict[int, tuple[pa.Table, DataFrame]] = OrderedDict()
 
     # --- where a frame lives ---------------------------------------------------------
-    def placement(self, frame: Frame | None = None) -> str:
-        return "local" if frame is None or isinstance(frame, pa.Table) else "spark"
+    def owns(self, frame: Frame) -> bool:
+        return self.local.owns(frame) or self.remote.owns(frame)
+
+    def placement(self, frame: Frame | None = None) -> Placement:
+        if frame is None or self.local.owns(frame):
+            return Placement.LOCAL
+        return Placement.SPARK
+
+    def _here(self, frame: Frame) -> bool:
+        """Whether `frame` lives in the driver (the in-process kernel's)."""
+        return self.local.owns(frame)
+
+    def _remote(self, frames: Sequence[Frame]) -> bool:
+        """Whether any of `frames` lives on Spark."""
+        return not all(self.local.owns(f) for f in frames)
+
+    def _kernel_of(self, frame: Frame) -> Kernel:
+        """The kernel whose frame `frame` is."""
+        return self.local if self._here(frame) else self.remote
+
+    def _local_takes(self, capability: Capability, frames: Sequence[Frame]) -> bool:
+        """Whether the in-process kernel takes optional step `capability` over `frames`:
+        it declares it, and every frame is its own."""
+        return self.local.can(capability) and not self._remote(frames)
+
+    def _remote_takes(self, capability: Capability, frames: Sequence[Frame]) -> bool:
+        """Whether the Spark kernel takes optional step `capability` over `frames`: it
+        declares it, and every frame lives on Spark."""
+        return self.remote.can(capability) and not any(self._here(f) for f in frames)
 
     @property
     def probe_by_keys(self) -> bool:  # only a Spark batch gains from a key filter
@@ -163,7 +212,7 @@ class AutoKernel(Kernel):
 
     def _ship(self, frame: Frame) -> Frame:
         """`frame` on Spark: a Spark frame as is, an Arrow table shipped (once)."""
-        if not isinstance(frame, pa.Table):
+        if not self._here(frame):
             return frame
         hit = self._shipped.get(id(frame))
         if hit is not None:
@@ -177,20 +226,29 @@ class AutoKernel(Kernel):
             self._shipped.popitem(last=False)
         return shipped
 
-    @staticmethod
-    def _remote(frames: Sequence[Frame]) -> bool:
-        return any(not isinstance(f, pa.Table) for f in frames)
-
     # --- data in and out ---------------------------------------------------------------
     def from_arrow(self, table: pa.Table) -> pa.Table:
         return table
 
     def to_arrow(self, frame: Frame) -> pa.Table:
-        return frame if isinstance(frame, pa.Table) else self.remote.to_arrow(frame)
+        return frame if self._here(frame) else self.remote.to_arrow(frame)
 
     def stamped(self, frame: DataFrame, schema: pa.Schema, time: int) -> DataFrame:
         """`SparkKernel.stamped`: a load that stays on Spark (it outgrows the threshold)."""
         return self._spark().stamped(frame, schema, time)
+
+    # --- files executors write (`SparkKernel.store`) ---------------------------------------
+    def store(self, frame: DataFrame, file_rows: int | None = None) -> Stored:
+        """`SparkKernel.store`: a Spark frame's rows written by the executors, verified."""
+        return self._spark().store(frame, file_rows)
+
+    def read(self, frame: DataFrame, batch_rows: int) -> Iterator[pa.Table]:
+        """`SparkKernel.read`: a stored frame's rows in the driver, a file at a time."""
+        return self._spark().read(frame, batch_rows)
+
+    def driver_can_read(self) -> bool:
+        """`SparkKernel.driver_can_read`: whether the driver reads executors' files."""
+        return self._spark().driver_can_read()
 
     # --- queries -----------------------------------------------------------------------
     def prepare(self, select: exp.Query) -> Prepared:
@@ -245,14 +303,15 @@ class AutoKernel(Kernel):
     def materialize(
         self, frame: Frame, keys: Sequence[str] = (), estimate: int | None = None
     ) -> Stored:
-        if isinstance(frame, pa.Table):
+        if self._here(frame):
             if frame.num_rows <= self.threshold or not frame.num_columns:
                 # No columns: the rows are a count, which Spark could not store.
                 return self.local.materialize(frame, keys, estimate)
             _log.debug("placement: %d rows move to Spark", frame.num_rows)
-            written = self._spark().store_arrow(frame, keys)
-            if written is not None:
-                return written
+            if self.remote.can(Capability.STORE_ARROW):
+                written = self._spark().store_arrow(frame, keys)
+                if written is not None:
+                    return written
             shipped = self.remote.from_arrow(frame)  # not broadcast: it is the big side
             stored = self.remote.materialize(shipped, keys)
         else:
@@ -263,9 +322,10 @@ class AutoKernel(Kernel):
         self, frame: Frame, columns: Sequence[str], depth: int, keys: Sequence[str]
     ) -> Stored | None:
         if (
-            not isinstance(frame, pa.Table)
+            not self._here(frame)
             or frame.num_rows <= self.threshold
             or not frame.num_columns
+            or not self.remote.can(Capability.STORE_ARROW)
         ):
             return None
         stored = self._spark().store_arrow(frame, keys, (columns, depth))
@@ -285,7 +345,7 @@ class AutoKernel(Kernel):
         estimate: int | None = None,
         uniform: bool = False,
     ) -> Stored | None:
-        if not self._remote(frames):
+        if not self._remote(frames) or not self.remote.can(Capability.MERGE):
             return None
         shipped = [self._ship(frame) for frame in frames]
         stored = self._spark().merge(shipped, columns, keys, depth, frontier, estimate, uniform)
@@ -294,7 +354,9 @@ class AutoKernel(Kernel):
     def concatenate(
         self, frames: Sequence[Frame], keys: Sequence[str], estimate: int | None = None
     ) -> Stored | None:
-        if self._remote(frames) or sum(f.num_rows for f in frames) > self.threshold:
+        if not self._local_takes(Capability.CONCATENATE, frames):
+            return None
+        if sum(f.num_rows for f in frames) > self.threshold:
             return None
         return self.local.concatenate(frames, keys, estimate)
 
@@ -307,12 +369,12 @@ class AutoKernel(Kernel):
         return self.local.materialize(stored.table, keys)
 
     def release(self, frame: Frame) -> None:
-        if not isinstance(frame, pa.Table):
+        if not self._here(frame):
             self.remote.release(frame)
 
     # --- facts about frames --------------------------------------------------------------
     def rows(self, frame: Frame) -> int | None:
-        return frame.num_rows if isinstance(frame, pa.Table) else None
+        return self.local.rows(frame) if self._here(frame) else None
 
     def consolidate_small(
         self,
@@ -322,20 +384,22 @@ class AutoKernel(Kernel):
         frontier: Antichain | None = None,
         signs: Sequence[int] | None = None,
     ) -> Frame | None:
-        if self._remote(frames):
+        if not self._local_takes(Capability.CONSOLIDATE_SMALL, frames):
             return None
         return self.local.consolidate_small(frames, columns, depth, frontier, signs)
 
     def prepare_many(self, branches: Sequence[Any], depth: int) -> Any:
+        if not self.local.can(Capability.RUN_MANY):
+            return None
         return self.local.prepare_many(branches, depth)
 
     def run_many(self, prepared: Any, frame: Frame) -> list[Frame] | None:
-        if not isinstance(frame, pa.Table):
+        if not self._local_takes(Capability.RUN_MANY, [frame]):
             return None
         return self.local.run_many(prepared, frame)
 
     def join_small(self, left: Frame, right: Frame, shape: JoinShape) -> Frame | None:
-        if self._remote((left, right)):
+        if not self._local_takes(Capability.JOIN_SMALL, (left, right)):
             return None
         return self.local.join_small(left, right, shape)
 
@@ -343,8 +407,10 @@ class AutoKernel(Kernel):
         self, frame: Frame, keys: Sequence[str], probe: Frame, by: Sequence[str] | None = None
     ) -> Frame | None:
         if not self._remote((frame, probe)):
+            if not self.local.can(Capability.ROWS_WITH_KEYS):
+                return None
             return self.local.rows_with_keys(frame, keys, probe, by)
-        if not isinstance(probe, pa.Table) or not keys:
+        if not self._here(probe) or not keys or not self.remote.can(Capability.ROWS_WITH_KEY):
             return None
         return self._fetch(frame, list(keys), probe, list(by or keys))
 
@@ -361,30 +427,36 @@ class AutoKernel(Kernel):
         fetched = self.remote.rows_with_key(frame, keys[0], distinct)
         if fetched is None or len(keys) == 1:
             return fetched
+        if not self.local.can(Capability.ROWS_WITH_KEYS):
+            return None  # fetched by the first key only: not exact on the others
         return self.local.rows_with_keys(fetched, keys, probe, by)  # exact on every key
 
     def key_union(self, frames: Sequence[Frame], keys: Sequence[str]) -> Frame | None:
-        return None if self._remote(frames) else self.local.key_union(frames, keys)
+        if not self._local_takes(Capability.KEY_UNION, frames):
+            return None
+        return self.local.key_union(frames, keys)
 
     def shift_time(self, frame: Frame, name: str, by: int, at_most: int | None) -> Frame | None:
-        if not isinstance(frame, pa.Table):
+        if not self._local_takes(Capability.SHIFT_TIME, [frame]):
             return None
         return self.local.shift_time(frame, name, by, at_most)
 
     def reduce_small(
         self, rows: ReduceRows, logic: Callable[[Frame], Frame]
     ) -> tuple[Frame, Frame] | None:
-        return None if self._remote(rows.frames()) else self.local.reduce_small(rows, logic)
+        if not self._local_takes(Capability.REDUCE_SMALL, rows.frames()):
+            return None
+        return self.local.reduce_small(rows, logic)
 
     def key_index(
         self, frame: Frame, keys: Sequence[str], parts: Sequence[KeyIndex] = ()
     ) -> KeyIndex | None:
-        if not isinstance(frame, pa.Table):
+        if not self._local_takes(Capability.KEY_INDEX, [frame]):
             return None
         return self.local.key_index(frame, keys, parts)
 
     def key_directory(self, frames: Sequence[Frame], keys: Sequence[str]) -> KeyDirectory | None:
-        if self._remote(frames):
+        if not self._local_takes(Capability.KEY_DIRECTORY, frames):
             return None
         return self.local.key_directory(frames, keys)
 
@@ -396,7 +468,7 @@ class AutoKernel(Kernel):
         probe: Frame,
         by: Sequence[str],
     ) -> np.ndarray | None:
-        if not isinstance(frame, pa.Table) or not isinstance(probe, pa.Table):
+        if not self._local_takes(Capability.KEY_SUMS, (frame, probe)):
             return None
         return self.local.key_sums(frame, keys, index, probe, by)
 
@@ -409,12 +481,12 @@ class AutoKernel(Kernel):
         by: Sequence[str],
         names: Sequence[str],
     ) -> tuple[np.ndarray, list[np.ndarray]] | None:
-        if not isinstance(frame, pa.Table) or not isinstance(probe, pa.Table):
+        if not self._local_takes(Capability.KEY_MATCHES, (frame, probe)):
             return None
         return self.local.key_matches(frame, keys, index, probe, by, names)
 
     def project_small(self, frame: Frame, selection: Selection) -> Frame | None:
-        if not isinstance(frame, pa.Table):
+        if not self._local_takes(Capability.PROJECT_SMALL, [frame]):
             return None
         return self.local.project_small(frame, selection)
 
@@ -422,33 +494,35 @@ class AutoKernel(Kernel):
         """A Spark batch's bounds from its Parquet footers (`SparkKernel.bounds`, no job):
         with them a reduce over a stored arrangement can take the settled step, where
         it took the general one (a 2M-row GROUP BY hydrated in 18 s against 52 s)."""
-        if isinstance(frame, pa.Table):
+        if self._local_takes(Capability.BOUNDS, [frame]):
             return self.local.bounds(frame, column)
-        return self.remote.bounds(frame, column)
+        if self._remote_takes(Capability.BOUNDS, [frame]):
+            return self.remote.bounds(frame, column)
+        return None
 
     def join_apart(self, history: Sequence[Frame], delta: Frame) -> bool:
-        if isinstance(delta, pa.Table) or any(isinstance(f, pa.Table) for f in history):
+        if not self._remote_takes(Capability.JOIN_APART, [delta, *history]):
             return False
         return self.remote.join_apart(history, delta)
 
     def null_free(self, frame: Frame, columns: Sequence[str]) -> bool:
-        if isinstance(frame, pa.Table):
+        if self._here(frame):  # the in-process kernel has no use for it, but Spark has
             return driver.null_free(frame, columns)
-        return self.remote.null_free(frame, columns)
+        if self._remote_takes(Capability.NULL_FREE, [frame]):
+            return self.remote.null_free(frame, columns)
+        return False
 
     def nbytes(self, frame: Frame) -> int:
-        return frame.nbytes if isinstance(frame, pa.Table) else self.remote.nbytes(frame)
+        return self._kernel_of(frame).nbytes(frame)
 
     def schema(self, frame: Frame) -> pa.Schema:
-        return frame.schema if isinstance(frame, pa.Table) else self.remote.schema(frame)
+        return self._kernel_of(frame).schema(frame)
 
     # --- steps with an engine-specific form ------------------------------------------------
     def map_arrow(
         self, frame: Frame, function: Callable[[pa.Table], pa.Table], schema: pa.Schema
     ) -> Frame:
-        if isinstance(frame, pa.Table):
-            return self.local.map_arrow(frame, function, schema)
-        return self.remote.map_arrow(frame, function, schema)
+        return self._kernel_of(frame).map_arrow(frame, function, schema)
 
     def union(self, frames: Sequence[Frame]) -> Frame:
         if not self._remote(frames):
@@ -456,14 +530,10 @@ class AutoKernel(Kernel):
         return self._spark().union([self._ship(f) for f in frames])
 
     def append_time(self, frame: Frame, name: str, value: int) -> Frame:
-        if isinstance(frame, pa.Table):
-            return self.local.append_time(frame, name, value)
-        return self.remote.append_time(frame, name, value)
+        return self._kernel_of(frame).append_time(frame, name, value)
 
     def set_time(self, frame: Frame, name: str, value: int) -> Frame:
-        if isinstance(frame, pa.Table):
-            return self.local.set_time(frame, name, value)
-        return self.remote.set_time(frame, name, value)
+        return self._kernel_of(frame).set_time(frame, name, value)
 
     def fanout(self, branches: Sequence[Sequence[tuple[str, exp.Expr]]]) -> exp.Expression:
         return self.local.fanout(branches)

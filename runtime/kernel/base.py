@@ -22,7 +22,14 @@ What a kernel must provide:
   steps read stored rows; release the storage when no reader remains;
 - `nbytes`, `schema`: sizes and column types (`materialize` gives exact row counts);
 - `fanout(branches)`: the engine's spelling of "one input row becomes these rows"
-  (Spark: `inline(array(struct...))`; DuckDB: `unnest([{...}], recursive := true)`).
+  (Spark: `inline(array(struct...))`; DuckDB: `unnest([{...}], recursive := true)`);
+- `placement(frame)` and `owns(frame)`: where a frame lives (a `Placement`), and whether
+  it is one of this kernel's own frames; no caller looks at a frame's type for that.
+
+What a kernel may provide besides is a `Capability`: an optional step it implements
+itself, declared in its `capabilities`. Without it the base method declines (None or
+False) and the caller runs the general query; a kernel that routes steps to others (the
+auto kernel) asks the kernel holding the frames (`can`) before it hands a step on.
 
 Invariant: a kernel never changes the multiset a query denotes; `materialize`
 returns a frame with the same rows as its argument.
@@ -35,6 +42,7 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -53,6 +61,56 @@ if TYPE_CHECKING:
 
 Frame = Any
 """An engine-specific relation handle (Spark DataFrame, Arrow table, ...)."""
+
+
+class Placement(StrEnum):
+    """Where a frame's rows live: what `Kernel.placement` answers (equal to its name).
+
+    >>> Placement.LOCAL == "local"
+    True
+    """
+
+    #: An Arrow table in the driver's memory, queried by DuckDB in-process.
+    LOCAL = "local"
+    #: A Spark DataFrame, evaluated by Spark's executors.
+    SPARK = "spark"
+
+
+class Capability(Enum):
+    """An optional step a kernel implements itself (`Kernel.capabilities`).
+
+    A capability's value names the method that provides it. A kernel without one gives
+    the base method's answer (None or False: "not here, run the general query"), or
+    has no such method at all for the last group (steps of Spark's kernels only).
+    """
+
+    # Steps over frames in the driver, without a query (`kernel.driver`, `key_index`).
+    CONSOLIDATE_SMALL = "consolidate_small"
+    JOIN_SMALL = "join_small"
+    PROJECT_SMALL = "project_small"
+    REDUCE_SMALL = "reduce_small"
+    SHIFT_TIME = "shift_time"
+    RUN_MANY = "run_many"  # with `prepare_many`
+    ROWS_WITH_KEYS = "rows_with_keys"
+    KEY_UNION = "key_union"
+    KEY_INDEX = "key_index"
+    KEY_DIRECTORY = "key_directory"
+    KEY_SUMS = "key_sums"
+    KEY_MATCHES = "key_matches"
+    CONCATENATE = "concatenate"
+    # Facts about a frame known without an action.
+    BOUNDS = "bounds"
+    NULL_FREE = "null_free"
+    JOIN_APART = "join_apart"
+    # Stored batches made natively.
+    MERGE = "merge"
+    STORE_CONSOLIDATED = "store_consolidated"
+    # Steps of Spark's kernels only: methods other kernels do not have.
+    ROWS_WITH_KEY = "rows_with_key"  # a stored batch's rows of a few keys, into the driver
+    STORE_ARROW = "store_arrow"  # a big Arrow table written as a stored batch by the driver
+    LOAD_FRAME = "stamped"  # a Spark DataFrame as a batch, read by the executors
+    STORAGE = "store"  # files executors write and verify: `store`, `read`, `driver_can_read`
+    SPARK_SESSION = "spark"  # the Spark session steps run on
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +169,20 @@ class Kernel(ABC):
     dialect: str = ""
     #: A short name for EXPLAIN and SHOW ARRANGEMENTS ("spark", "local").
     name: str = ""
+    #: The optional steps this kernel implements itself (`Capability`).
+    capabilities: frozenset[Capability] = frozenset()
+
+    def can(self, capability: Capability) -> bool:
+        """Whether this kernel implements `capability` itself."""
+        return capability in self.capabilities
+
+    @abstractmethod
+    def owns(self, frame: Frame) -> bool:
+        """Whether `frame` is one of this kernel's own frames (the kind it makes)."""
+
+    @abstractmethod
+    def placement(self, frame: Frame | None = None) -> Placement:
+        """Where `frame` lives; with no frame, where new data goes."""
 
     @abstractmethod
     def from_arrow(self, table: pa.Table) -> Frame:
@@ -145,7 +217,7 @@ class Kernel(ABC):
         return None
 
     def set_state_uri(self, uri: str) -> None:
-        """Store the batches that live on Spark under `uri` (`kernel/spark_state.py`);
+        """Store the batches that live on Spark under `uri` (`kernel/spark/state.py`);
         kernels that keep everything in-process ignore it."""
         return None
 
@@ -167,10 +239,6 @@ class Kernel(ABC):
 
     #: How many prepared queries and schemas `cached` keeps.
     cache_entries: int = 4096
-
-    def placement(self, frame: Frame | None = None) -> str:
-        """Where `frame` lives ("local" or "spark"); with no frame, where new data goes."""
-        return self.name
 
     def rows(self, frame: Frame) -> int | None:
         """The frame's exact row count when it is known without an action, else None."""

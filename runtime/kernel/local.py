@@ -26,7 +26,16 @@ from dsql.runtime import memory
 from dsql.runtime.dataflow import canceled
 from dsql.runtime.kernel import chain_reduce, driver, duckdb_sandbox
 from dsql.runtime.kernel import key_index as _index
-from dsql.runtime.kernel.base import Kernel, Pipeline, Prepared, Stored, engine_message
+from dsql.runtime.kernel.base import (
+    Capability,
+    Frame,
+    Kernel,
+    Pipeline,
+    Placement,
+    Prepared,
+    Stored,
+    engine_message,
+)
 from dsql.runtime.kernel.driver import JoinShape, Selection
 from dsql.runtime.kernel.driver_reduce import ReduceRows, reduce_step
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
@@ -38,6 +47,27 @@ class LocalKernel(Kernel):
     dialect = "duckdb"
     name = "local"
     probe_by_keys = False
+    #: Every step over frames in the driver (`kernel.driver`, `key_index`), and bounds
+    #: read from the tables. Not `NULL_FREE`: DuckDB's hash join gains nothing from `=`
+    #: over NULL-safe equality.
+    capabilities = frozenset(
+        {
+            Capability.CONSOLIDATE_SMALL,
+            Capability.JOIN_SMALL,
+            Capability.PROJECT_SMALL,
+            Capability.REDUCE_SMALL,
+            Capability.SHIFT_TIME,
+            Capability.RUN_MANY,
+            Capability.ROWS_WITH_KEYS,
+            Capability.KEY_UNION,
+            Capability.KEY_INDEX,
+            Capability.KEY_DIRECTORY,
+            Capability.KEY_SUMS,
+            Capability.KEY_MATCHES,
+            Capability.CONCATENATE,
+            Capability.BOUNDS,
+        }
+    )
 
     def __init__(self) -> None:
         self._open(memory.default_budget())
@@ -160,6 +190,12 @@ class LocalKernel(Kernel):
                 timer.cancel()
                 con.close()
         return result
+
+    def owns(self, frame: Frame) -> bool:
+        return isinstance(frame, pa.Table)
+
+    def placement(self, frame: Frame | None = None) -> Placement:
+        return Placement.LOCAL
 
     def rows(self, frame: pa.Table) -> int:
         return frame.num_rows
