@@ -355,6 +355,29 @@ def array_agg_filtered(
     return exp.Case(ifs=[exp.If(this=none, true=exp.Null())], default=values)
 
 
+def quantified(comparison: exp.Binary, array: exp.Expression, every: bool) -> exp.Expression:
+    """`x op ANY (array)` (`every`: `x op ALL (array)`), where `comparison` is `x op
+    __e` over the element `__e`: TRUE if some (every) comparison holds, FALSE if none
+    does (one fails), else NULL; ANY of an empty array is FALSE, ALL TRUE."""
+    # Each comparison as 1 (TRUE), 0 (FALSE) or 2 (NULL).
+    decided, otherwise = ("0", "TRUE") if every else ("1", "FALSE")
+    duck = "LIST_POSITION(LIST_TRANSFORM(__0, LAMBDA __e: COALESCE(CAST(__1 AS INT), 2)), {}) > 0"
+    spark = "ARRAY_CONTAINS(TRANSFORM(__0, __e -> COALESCE(CAST(__1 AS INT), 2)), {})"
+    found = "FALSE" if every else "TRUE"
+    template = (
+        "CASE WHEN __0 IS NULL THEN NULL WHEN {d} THEN "
+        + found
+        + " WHEN {n} THEN NULL ELSE "
+        + otherwise
+        + " END"
+    )
+    return per_kernel(
+        template.format(d=duck.format(decided), n=duck.format("2")),
+        template.format(d=spark.format(decided), n=spark.format("2")),
+        [array, comparison],
+    )
+
+
 #: Element types whose text both kernels write as PostgreSQL does.
 _TEXT_ALIKE = (*exp.DataType.TEXT_TYPES, *exp.DataType.INTEGER_TYPES)
 
@@ -402,7 +425,8 @@ def array_text(array: exp.Expression, array_type: exp.DataType) -> exp.Expressio
         "{t} RLIKE '[{{}},\"\\\\\\\\\\\\s]'",
         escape=lambda text: text.replace("\\", "\\\\"),
     )
-    return per_kernel(
+    return _typed(
+        types.build("text"),
         f"'{{' || ARRAY_TO_STRING(LIST_TRANSFORM(__0, LAMBDA __e: {duck}), ',') || '}}'",
         f"CONCAT('{{', ARRAY_JOIN(TRANSFORM(__0, __e -> {spark}), ','), '}}')",
         [array],
@@ -456,6 +480,7 @@ __all__ = [
     "lcm",
     "octet_length",
     "per_kernel",
+    "quantified",
     "regexp_replace",
     "string_to_array",
     "to_timestamp",
