@@ -20,7 +20,7 @@ import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import DsqlError, SchemaError
-from dsql.planner import array_literal, functions, numeric, spellings, types
+from dsql.planner import array_literal, functions, numeric, regex_spellings, spellings, types
 from dsql.planner.bind_shape import visible_plan
 from dsql.planner.expr import (
     Outer,
@@ -249,6 +249,21 @@ class ExprBinder:
                 _quantified_array(e.expression) is not None
             ):
                 return self._quantified(e)
+            case exp.RegexpLike() | exp.RegexpILike():
+                s, pattern = (
+                    as_expression(self._bind(e.this)),
+                    as_expression(self._bind(e.expression)),
+                )
+                return regex_spellings.bound_match(s, pattern, isinstance(e, exp.RegexpILike))
+            case exp.SimilarTo() | exp.Escape() if isinstance(e, exp.SimilarTo) or isinstance(
+                e.this, exp.SimilarTo
+            ):
+                similar, escape = (
+                    (e, None) if isinstance(e, exp.SimilarTo) else (e.this, e.expression)
+                )
+                s = as_expression(self._bind(similar.this))
+                pattern = as_expression(self._bind(similar.expression))
+                return regex_spellings.bound_similar(s, pattern, escape)
             case exp.Any() | exp.All():
                 raise unsupported(
                     "ANY/ALL with a subquery", "use IN, EXISTS or a scalar min/max subquery"
@@ -444,7 +459,7 @@ class ExprBinder:
         array, every = found
         bound_array = as_expression(self._bind(array.copy()))
         comparison = type(e)(this=self._bind(e.this), expression=exp.column("__e"))
-        return spellings.quantified(comparison, bound_array, every)
+        return spellings.quantified(as_expression(comparison), bound_array, every)
 
     def _to_array(self, e: exp.Cast) -> exp.Expression:
         """`x::t[]`; text (a literal, or a text value) read as PostgreSQL's array text
@@ -456,7 +471,7 @@ class ExprBinder:
             except DsqlError as error:
                 error.position = position_of(e.this)
                 raise
-            return self._bind(parsed)
+            return as_expression(self._bind(parsed))
         arg = self._bind(e.this)
         e.set("this", arg)
         if self._types is not None:

@@ -10,11 +10,11 @@ The oracle is the test run's PostgreSQL (the `pg` fixture); rows are compared by
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pg_oracle import differs, seeded
+from pg_seeded import assert_same, fixtures
 
 import dsql
 
@@ -58,24 +58,12 @@ QUERIES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def pgc(pg: Any) -> Any:
-    conn = seeded(pg.database("arrays"), {"t": TABLE}, {"t": ROWS})
-    yield conn
-    conn.close()
-
-
-@pytest.fixture
-def con() -> Iterator[dsql.Connection]:
-    connection = seeded(dsql.connect(kernel="local"), {"t": TABLE}, {"t": ROWS})
-    yield connection
-    connection.close()
+pgc, con = fixtures("arrays", {"t": TABLE}, {"t": ROWS})
 
 
 @pytest.mark.parametrize("sql", QUERIES)
 def test_array_text_answers_as_postgres(con: dsql.Connection, pgc: Any, sql: str) -> None:
-    difference = differs(con, pgc, sql, ordered="ORDER BY" in sql.upper())
-    assert difference is None, f"{sql}\n{difference}"
+    assert_same(con, pgc, sql)
 
 
 def test_multidimensional_literals_are_refused(con: dsql.Connection) -> None:
