@@ -18,7 +18,7 @@ refused at bind time with a `SchemaError` naming the function. Each entry says:
   tree that DuckDB and Spark both evaluate as PostgreSQL does, or one spelling per kernel
   (`spellings.py`; None: sqlglot's rendering already does).
 
-Functions dsql cannot make agree (`regexp_match`, `to_char`, ...) are refused by name
+Functions dsql cannot make agree (`regexp_matches`, `to_char`, ...) are refused by name
 with what to write instead (`_NOT_SUPPORTED`).
 
 `tests/test_functions.py` evaluates every scalar entry's `sample` on the in-process and
