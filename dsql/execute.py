@@ -294,8 +294,9 @@ class Executor:
     def _insert(self, stmt: Any) -> Result:
         s = self.session
         rel = s._table(stmt.table)
-        bound = s.plan(stmt.query)
         given = stmt.columns or tuple(c.name for c in rel.columns)
+        column_types = {c.name: c.type for c in rel.columns}
+        bound = s.plan(_array_literals(stmt.query, [column_types.get(g) for g in given]))
         unknown = [g for g in given if g not in [c.name for c in rel.columns]]
         if unknown:
             raise SchemaError(f"column '{unknown[0]}' of relation '{rel.name}' does not exist")
@@ -348,7 +349,13 @@ class Executor:
         for name, _ in stmt.assignments:
             if name not in names:
                 raise SchemaError(f"column '{name}' of relation '{rel.name}' does not exist")
-        values = [exp.alias_(e.copy(), f"__new{i}") for i, (_, e) in enumerate(stmt.assignments)]
+        column_types = [
+            next(c.type for c in rel.columns if c.name == n) for n, _ in stmt.assignments
+        ]
+        values = [
+            exp.alias_(_array_literal(e.copy(), t), f"__new{i}")
+            for i, ((_, e), t) in enumerate(zip(stmt.assignments, column_types, strict=True))
+        ]
         rows = self._matching(stmt.table, stmt.where, values)
         n = len(names)
         old = rows.select(list(range(n)))
@@ -505,3 +512,34 @@ def _in_select_list(node: exp.Expression) -> bool:
 
 
 __all__ = ["Executor", "Query", "sqlglot"]
+
+
+def _array_literal(value: exp.Expression, column_type: exp.DataType | None) -> exp.Expression:
+    """A string literal written into an array column, cast to the column's type (as
+    PostgreSQL types a quoted literal by its target): `'{1,2}'` into an int[] column is
+    the array {1,2}; any other value as it is."""
+    is_array = column_type is not None and column_type.is_type(exp.DataType.Type.ARRAY)
+    if is_array and isinstance(value, exp.Literal) and value.is_string:
+        assert column_type is not None
+        return exp.Cast(this=value, to=column_type.copy())
+    return value
+
+
+def _array_literals(
+    query: exp.Expression, column_types: Sequence[exp.DataType | None]
+) -> exp.Expression:
+    """An INSERT's `VALUES` rows with each string literal bound for an array column cast
+    to its type (`_array_literal`); any other query as it is."""
+    values = query if isinstance(query, exp.Values) else None
+    if values is None or not any(
+        t is not None and t.is_type(exp.DataType.Type.ARRAY) for t in column_types
+    ):
+        return query
+    values = values.copy()
+    for row in values.expressions:
+        if isinstance(row, exp.Tuple) and len(row.expressions) == len(column_types):
+            row.set(
+                "expressions",
+                [_array_literal(v, t) for v, t in zip(row.expressions, column_types, strict=True)],
+            )
+    return values

@@ -390,6 +390,8 @@ def _parameters(where: exp.Expr, params: list[int]) -> exp.Expression:
     def swap(node: exp.Expression) -> exp.Expression:
         if not (isinstance(node, exp.Literal) and isinstance(node.parent, _COMPARISONS)):
             return node
+        if _in_spelling(node):
+            return node  # a kernel's own spelling: a lambda may not read a subquery
         if node.is_string or not node.this.isdigit():
             return node
         value = int(node.this)
@@ -402,6 +404,16 @@ def _parameters(where: exp.Expr, params: list[int]) -> exp.Expression:
         return exp.Cast(this=read, to=exp.DataType.build(kind))
 
     return where.transform(swap)
+
+
+def _in_spelling(node: exp.Expression) -> bool:
+    """Whether `node` lies inside a per-kernel spelling (`DSQL_PER_KERNEL(...)`)."""
+    parent = node.parent
+    while parent is not None:
+        if isinstance(parent, exp.Anonymous) and parent.name.upper() == "DSQL_PER_KERNEL":
+            return True
+        parent = parent.parent
+    return False
 
 
 def _expressions(node: Plan) -> tuple[exp.Expression, ...]:

@@ -20,7 +20,7 @@ import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import DsqlError, SchemaError
-from dsql.planner import functions, numeric, spellings, types
+from dsql.planner import array_literal, functions, numeric, regex_spellings, spellings, types
 from dsql.planner.bind_shape import visible_plan
 from dsql.planner.expr import (
     Outer,
@@ -174,6 +174,22 @@ def _literal_scale(e: exp.Expr) -> int | None:
     return numeric.literal_scale(e.this) if isinstance(e, exp.Literal) else None
 
 
+def _quantified_array(e: exp.Expr) -> tuple[exp.Expression, bool] | None:
+    """The array of `ANY (array)` / `ALL (array)` and whether it is ALL; None for
+    anything else (a subquery's ANY/ALL among them)."""
+    if isinstance(e, exp.Any | exp.All):
+        inner, every = e.this, isinstance(e, exp.All)
+    elif isinstance(e, exp.Anonymous) and e.name.upper() == "ALL" and len(e.expressions) == 1:
+        inner, every = e.expressions[0], True
+    else:
+        return None
+    while isinstance(inner, exp.Paren):
+        inner = inner.this
+    if isinstance(inner, exp.Query | exp.Subquery):
+        return None
+    return inner, every
+
+
 class ExprBinder:
     """Binds expressions in one scope; `bind_query` binds subqueries (injected)."""
 
@@ -229,6 +245,25 @@ class ExprBinder:
                 return SubqueryExpr(this=self._subquery(e.this), kind="exists")
             case exp.In() if e.args.get("query") is not None:
                 return self._in_subquery(e)
+            case exp.EQ() | exp.NEQ() | exp.LT() | exp.LTE() | exp.GT() | exp.GTE() if (
+                _quantified_array(e.expression) is not None
+            ):
+                return self._quantified(e)
+            case exp.RegexpLike() | exp.RegexpILike():
+                s, pattern = (
+                    as_expression(self._bind(e.this)),
+                    as_expression(self._bind(e.expression)),
+                )
+                return regex_spellings.bound_match(s, pattern, isinstance(e, exp.RegexpILike))
+            case exp.SimilarTo() | exp.Escape() if isinstance(e, exp.SimilarTo) or isinstance(
+                e.this, exp.SimilarTo
+            ):
+                similar, escape = (
+                    (e, None) if isinstance(e, exp.SimilarTo) else (e.this, e.expression)
+                )
+                s = as_expression(self._bind(similar.this))
+                pattern = as_expression(self._bind(similar.expression))
+                return regex_spellings.bound_similar(s, pattern, escape)
             case exp.Any() | exp.All():
                 raise unsupported(
                     "ANY/ALL with a subquery", "use IN, EXISTS or a scalar min/max subquery"
@@ -269,6 +304,8 @@ class ExprBinder:
                 e.to.this in (types.T.TEXT, types.T.VARCHAR) and not e.to.expressions
             ):
                 return self._to_text(e)
+            case exp.Cast() if e.to.is_type(exp.DataType.Type.ARRAY) and e.to.expressions:
+                return self._to_array(e)
             case exp.GroupConcat() if isinstance(e.args.get("separator"), exp.Null):
                 # string_agg(x, NULL): PostgreSQL joins the values with no delimiter.
                 e.set("separator", exp.Literal.string(""))
@@ -413,6 +450,34 @@ class ExprBinder:
             t = types.infer(self._typed(arg), self._types)
             if t.is_type(exp.DataType.Type.ARRAY):
                 return spellings.array_text(as_expression(arg), t)
+        return e
+
+    def _quantified(self, e: exp.Binary) -> exp.Expression:
+        """`x op ANY (array)` / `x op ALL (array)` (`spellings.quantified`)."""
+        found = _quantified_array(e.expression)
+        assert found is not None
+        array, every = found
+        bound_array = as_expression(self._bind(array.copy()))
+        comparison = type(e)(this=self._bind(e.this), expression=exp.column("__e"))
+        return spellings.quantified(as_expression(comparison), bound_array, every)
+
+    def _to_array(self, e: exp.Cast) -> exp.Expression:
+        """`x::t[]`; text (a literal, or a text value) read as PostgreSQL's array text
+        (`array_literal`)."""
+        types.check_cast_target(e.to)
+        if isinstance(e.this, exp.Literal) and e.this.is_string:
+            try:
+                parsed = array_literal.literal(e.this.this, e.to)
+            except DsqlError as error:
+                error.position = position_of(e.this)
+                raise
+            return as_expression(self._bind(parsed))
+        arg = self._bind(e.this)
+        e.set("this", arg)
+        if self._types is not None:
+            t = types.infer(self._typed(arg), self._types)
+            if t.is_type(*exp.DataType.TEXT_TYPES):
+                return array_literal.from_text(as_expression(arg), e.to)
         return e
 
     def _div_function(self, e: exp.IntDiv) -> exp.Expression:

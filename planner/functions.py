@@ -18,7 +18,7 @@ refused at bind time with a `SchemaError` naming the function. Each entry says:
   tree that DuckDB and Spark both evaluate as PostgreSQL does, or one spelling per kernel
   (`spellings.py`; None: sqlglot's rendering already does).
 
-Functions dsql cannot make agree (`regexp_match`, `to_char`, ...) are refused by name
+Functions dsql cannot make agree (`regexp_matches`, `to_char`, ...) are refused by name
 with what to write instead (`_NOT_SUPPORTED`).
 
 `tests/test_functions.py` evaluates every scalar entry's `sample` on the in-process and
@@ -43,7 +43,7 @@ import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import SchemaError
-from dsql.planner import numeric, spellings, types
+from dsql.planner import numeric, regex_spellings, spellings, types
 
 #: A rewrite of a bound call (its argument types given) into every kernel's spelling.
 Spelling = Callable[[exp.Func, Sequence[exp.DataType]], exp.Expr]
@@ -242,7 +242,15 @@ _TEXT = (
         (3, 4),
         "text",
         r"regexp_replace(s, 'o(.)', '<\1\&>') || regexp_replace(s, 'L+', '$', 'gi')",
-        spellings.regexp_replace,
+        regex_spellings.regexp_replace,
+    ),
+    _F(
+        ("regexp_match",),
+        exp.Anonymous,
+        (2, 3),
+        "text[]",
+        r"regexp_match(s, '([a-z])[[:space:]]*(\w*)') || regexp_match(s, 'L', 'i')",
+        regex_spellings.regexp_match,
     ),
     _F(("concat",), exp.Concat, (1, None), "text", "concat(s, i, NULL, p)", _text_args),
     _F(("concat_ws",), exp.ConcatWs, (2, None), "text", "concat_ws('-', s, p)"),
@@ -251,7 +259,9 @@ _TEXT = (
         exp.Substring,
         (2, 3),
         "text",
-        "substr(s, 2, 3) || substr(s, 2) || substring(s from 2 for 3)",
+        "substr(s, 2, 3) || substr(s, 2) || substring(s from 2 for 3)"
+        r" || substring(s from 'o\y') || substring(s from '[lo]+(.)')",
+        regex_spellings.substring,
     ),
     _F(("left",), exp.Left, (2, 2), "text", "left(s, 2)"),
     _F(("right",), exp.Right, (2, 2), "text", "right(s, 2)"),
@@ -432,7 +442,6 @@ _REFUSED: dict[type[exp.Expr], tuple[str, str]] = {
 
 #: PostgreSQL functions dsql refuses by name, each with what to write instead.
 _NOT_SUPPORTED = {
-    "regexp_match": "test a match with ~ (s ~ 'pattern'), rewrite text with regexp_replace()",
     "regexp_matches": "test a match with ~ (s ~ 'pattern'), rewrite text with regexp_replace()",
     "to_char": "format with extract(...), date_trunc(...), lpad(...) and casts to text",
     "to_timestamp": "to_timestamp(seconds) is supported; to_timestamp(text, format) is not: "

@@ -126,87 +126,6 @@ def bit_length(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     return exp.Mul(this=octet_length(call, arg_types), expression=exp.Literal.number(8))
 
 
-#: `regexp_replace`'s flags dsql speaks: g (every match, not the first), i (any case).
-_FLAGS = re.compile(r"[gi]*")
-
-
-def regexp_replace(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
-    """`regexp_replace(s, pattern, replacement [, flags])` with flags `g` and `i`.
-
-    The replacement must be a literal: its `\\1` (a group) and `\\&` (the match) are
-    spelled for each kernel (Spark's `$1`). Without `g` only the first match is
-    replaced; Spark replaces every match, so there the pattern is anchored behind the
-    shortest prefix before the first match, kept as group 1 (the match is group 2).
-    """
-    s, pattern, replacement = call.this, call.expression, call.args.get("replacement")
-    flags = call.args.get("modifiers")
-    if not isinstance(replacement, exp.Literal) or not replacement.is_string:
-        raise SchemaError(
-            "regexp_replace() needs a literal replacement",
-            hint="write the replacement text in the query: regexp_replace(s, 'a(.)', 'b\\1')",
-        )
-    text = "" if flags is None else flags.name if isinstance(flags, exp.Literal) else None
-    if text is None or not _FLAGS.fullmatch(text):
-        raise SchemaError(
-            "regexp_replace() supports the literal flags 'g' and 'i' only",
-            hint="write the flags in the query: regexp_replace(s, p, r, 'gi')",
-        )
-    # PostgreSQL's `.` matches a newline too (RE2's and Java's only in DOTALL mode).
-    options = "(?si)" if "i" in text else "(?s)"
-    pattern = exp.DPipe(this=exp.Literal.string(options), expression=pattern, safe=True)
-    groups = _replacement_parts(replacement.name)
-    duck = "".join(p if isinstance(p, str) else f"\\{p}" for p in _escaped(groups, "\\"))
-    args = [s, pattern, exp.Literal.string(duck)]
-    if "g" in text:
-        spark = "".join(p if isinstance(p, str) else f"${p}" for p in _escaped(groups, "\\$"))
-        return per_kernel(
-            "REGEXP_REPLACE(__0, __1, __2, 'g')",
-            "REGEXP_REPLACE(__0, __1, __3)",
-            [*args, exp.Literal.string(spark)],
-        )
-    # Group 1 is the prefix, group 2 the match: the pattern's own groups come after.
-    shifted = [p if isinstance(p, str) else p + 2 for p in groups]
-    spark = "$1" + "".join(p if isinstance(p, str) else f"${p}" for p in _escaped(shifted, "\\$"))
-    first = exp.DPipe(
-        this=exp.DPipe(this=exp.Literal.string("^((?s:.*?))("), expression=pattern, safe=True),
-        expression=exp.Literal.string(")"),
-        safe=True,
-    )
-    return per_kernel(
-        "REGEXP_REPLACE(__0, __1, __2)",
-        "REGEXP_REPLACE(__0, __3, __4)",
-        [*args, first, exp.Literal.string(spark)],
-    )
-
-
-def _replacement_parts(text: str) -> list[str | int]:
-    """PostgreSQL's replacement text as literal pieces and group numbers (0: the match).
-
-    >>> _replacement_parts(r"<\\1|\\&|\\\\|\\x>")
-    ['<', 1, '|', 0, '|', '\\\\', '|', 'x', '>']
-    """
-    parts: list[str | int] = []
-    k = 0
-    while k < len(text):
-        c = text[k]
-        if c == "\\" and k + 1 < len(text):
-            nxt = text[k + 1]
-            parts.append(int(nxt) if nxt.isdigit() else 0 if nxt == "&" else nxt)
-            k += 2
-        else:
-            parts.append(c)
-            k += 1
-    return parts
-
-
-def _escaped(parts: Sequence[str | int], special: str) -> list[str | int]:
-    """Literal pieces with the kernel's special characters escaped by a backslash."""
-    return [
-        "".join(f"\\{c}" if c in special else c for c in p) if isinstance(p, str) else p
-        for p in parts
-    ]
-
-
 # --- time ----------------------------------------------------------------------------------
 
 
@@ -355,6 +274,29 @@ def array_agg_filtered(
     return exp.Case(ifs=[exp.If(this=none, true=exp.Null())], default=values)
 
 
+def quantified(comparison: exp.Expression, array: exp.Expression, every: bool) -> exp.Expression:
+    """`x op ANY (array)` (`every`: `x op ALL (array)`), where `comparison` is `x op
+    __e` over the element `__e`: TRUE if some (every) comparison holds, FALSE if none
+    does (one fails), else NULL; ANY of an empty array is FALSE, ALL TRUE."""
+    # Each comparison as 1 (TRUE), 0 (FALSE) or 2 (NULL).
+    decided, otherwise = ("0", "TRUE") if every else ("1", "FALSE")
+    duck = "LIST_POSITION(LIST_TRANSFORM(__0, LAMBDA __e: COALESCE(CAST(__1 AS INT), 2)), {}) > 0"
+    spark = "ARRAY_CONTAINS(TRANSFORM(__0, __e -> COALESCE(CAST(__1 AS INT), 2)), {})"
+    found = "FALSE" if every else "TRUE"
+    template = (
+        "CASE WHEN __0 IS NULL THEN NULL WHEN {d} THEN "
+        + found
+        + " WHEN {n} THEN NULL ELSE "
+        + otherwise
+        + " END"
+    )
+    return per_kernel(
+        template.format(d=duck.format(decided), n=duck.format("2")),
+        template.format(d=spark.format(decided), n=spark.format("2")),
+        [array, comparison],
+    )
+
+
 #: Element types whose text both kernels write as PostgreSQL does.
 _TEXT_ALIKE = (*exp.DataType.TEXT_TYPES, *exp.DataType.INTEGER_TYPES)
 
@@ -402,10 +344,13 @@ def array_text(array: exp.Expression, array_type: exp.DataType) -> exp.Expressio
         "{t} RLIKE '[{{}},\"\\\\\\\\\\\\s]'",
         escape=lambda text: text.replace("\\", "\\\\"),
     )
-    return per_kernel(
-        f"'{{' || ARRAY_TO_STRING(LIST_TRANSFORM(__0, LAMBDA __e: {duck}), ',') || '}}'",
-        f"CONCAT('{{', ARRAY_JOIN(TRANSFORM(__0, __e -> {spark}), ','), '}}')",
-        [array],
+    return as_expression(
+        _typed(
+            types.build("text"),
+            f"'{{' || ARRAY_TO_STRING(LIST_TRANSFORM(__0, LAMBDA __e: {duck}), ',') || '}}'",
+            f"CONCAT('{{', ARRAY_JOIN(TRANSFORM(__0, __e -> {spark}), ','), '}}')",
+            [array],
+        )
     )
 
 
@@ -456,7 +401,7 @@ __all__ = [
     "lcm",
     "octet_length",
     "per_kernel",
-    "regexp_replace",
+    "quantified",
     "string_to_array",
     "to_timestamp",
 ]

@@ -214,6 +214,16 @@ def compare(
     )
 
 
+def seeded(target: Any, tables: Mapping[str, str], rows: Mapping[str, str]) -> Any:
+    """`target` (a dsql or psycopg connection) holding the `tables` (name: column list),
+    each filled with its `rows` (a VALUES list), returned for chaining."""
+    for name, columns in tables.items():
+        target.execute(f"CREATE TABLE {name} ({columns})")
+        if rows.get(name):
+            target.execute(f"INSERT INTO {name} VALUES {rows[name]}")
+    return target
+
+
 def create_both(con: Any, pg: Any, tables: Mapping[str, str], seed: Sequence[str]) -> None:
     """The same tables (name: column list), afresh, in dsql's connection `con` and
     PostgreSQL's `pg`, both then holding the rows of the `seed` statements."""

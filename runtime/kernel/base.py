@@ -49,6 +49,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
+from dsql.errors import UnsupportedError
 from dsql.runtime.kernel import numeric_division
 from dsql.runtime.lattice import Antichain
 
@@ -514,6 +515,9 @@ class Kernel(ABC):
 #: kernel, given as the in-process kernel's spelling and Spark's (the planner's function
 #: registry builds them: `planner/functions.py`).
 PER_KERNEL = "DSQL_PER_KERNEL"
+#: A kernel's spelling `DSQL_UNSUPPORTED(message, hint)`: this kernel cannot evaluate the
+#: call (a regular expression RE2 cannot run); rendering it raises an `UnsupportedError`.
+UNSUPPORTED = "DSQL_UNSUPPORTED"
 _SPELLING = {"duckdb": 0, "spark": 1}
 
 
@@ -532,6 +536,9 @@ def per_kernel(select: exp.Expr, dialect: str) -> exp.Expr:
         if _is_per_kernel(node):  # its spelling may hold further calls
             spelled = per_kernel(node.expressions[_SPELLING[dialect]], dialect)
             assert isinstance(spelled, exp.Expression)
+            if isinstance(spelled, exp.Anonymous) and spelled.name.upper() == UNSUPPORTED:
+                message, hint = (e.name for e in spelled.expressions)
+                raise UnsupportedError(message, hint=hint or None)
             return spelled
         return node
 
