@@ -93,7 +93,7 @@ class SparkKernel(SparkMerge):
 
     def join_small(self, left: Frame, right: Frame, shape: JoinShape) -> DataFrame | None:
         tables = self.held([left, right])
-        return None if tables is None else self._kept(driver.join(*tables, shape))
+        return None if tables is None else self._kept(driver.join(tables[0], tables[1], shape))
 
     def rows_with_keys(
         self, frame: Frame, keys: Sequence[str], probe: Frame, by: Sequence[str] | None = None
