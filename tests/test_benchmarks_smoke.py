@@ -39,7 +39,8 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 #: Per script: its smallest run, and a line its table prints. Each leaves RESULTS.md
 #: alone (`--no-write`, `--no-results`; same_process_ab.py writes nothing) and uses the
-#: in-process kernel only (`--kernel local`, `--no-spark`).
+#: in-process kernel only (`--kernel local`, `--no-spark`), except spark_rounds.py, whose
+#: figures are Spark's: it runs under a local master.
 SMOKE = {
     "skip_level.py": (
         ["--n", "1000", "--kernel", "local", "--rounds", "2", "--warmup", "1", "--changes",
@@ -65,6 +66,11 @@ SMOKE = {
         ["dsql.runtime.trace", "POSTPONE_SHARE", "4", "16", "--rounds", "2", "--nodes", "50",
          "--edges", "100"],
         "same output: True",
+    ),
+    "spark_rounds.py": (
+        ["--orders", "200", "--customers", "20", "--w1-n", "500", "--rounds", "1", "--warmup",
+         "0", "--changes", "5", "--reps", "1", "--no-write"],
+        "## spark_rounds",
     ),
     "slt_speed.py": (["--queries", "5", "--no-results"], "| dsql | incremental |"),
 }  # fmt: skip

@@ -4,6 +4,12 @@ The class is the last of a line of layers, each a module of this package: `frame
 (DataFrames and queries), `storage` (stored batches), `probes` (what is learnt without a
 job) and `merge` (`materialize` and trace merges); it adds the steps that need none of
 them.
+
+Rows the driver holds already (a frame made from an Arrow table: an input's batch, a
+small result collected as Arrow) are consolidated, renamed, joined on keys and probed by
+key in the driver (`kernel.driver`, exact as the queries are), where a Spark job would
+ship them to the executors and back: the bookkeeping of a small round costs no job. Every
+expression (a map, a filter, a reduce's logic) is still Spark's.
 """
 
 from __future__ import annotations
@@ -16,10 +22,12 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dsql.errors import SchemaError
-from dsql.runtime.kernel.base import Capability
+from dsql.runtime.kernel import driver
+from dsql.runtime.kernel.base import Capability, Frame
+from dsql.runtime.kernel.driver import JoinShape, Selection
 from dsql.runtime.kernel.spark.frames import _quote
 from dsql.runtime.kernel.spark.merge import SparkMerge
-from dsql.runtime.lattice import DIFF, TIME
+from dsql.runtime.lattice import DIFF, TIME, Antichain
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -64,6 +72,48 @@ class SparkKernel(SparkMerge):
         return frame.select(
             *data, lit(int(time)).cast("bigint").alias(TIME), lit(1).cast("bigint").alias(DIFF)
         )
+
+    def rows(self, frame: DataFrame) -> int | None:
+        table = self._arrow.get(frame)
+        return None if table is None else table.num_rows
+
+    def held(self, frames: Sequence[Frame]) -> list[pa.Table] | None:
+        """The Arrow tables the driver holds `frames` as (each made by `from_arrow`, or an
+        Arrow table itself, as a probe may be), or None when any is Spark's alone."""
+        tables = [f if isinstance(f, pa.Table) else self._arrow.get(f) for f in frames]
+        return None if any(t is None for t in tables) else tables  # type: ignore[return-value]
+
+    def _kept(self, table: pa.Table | None) -> DataFrame | None:
+        return None if table is None else self.from_arrow(table)
+
+    def project_small(self, frame: DataFrame, selection: Selection) -> DataFrame | None:
+        tables = self.held([frame])
+        return None if tables is None else self._kept(driver.project(tables[0], selection))
+
+    def consolidate_small(
+        self,
+        frames: Sequence[Frame],
+        columns: Sequence[str],
+        depth: int,
+        frontier: Antichain | None = None,
+        signs: Sequence[int] | None = None,
+    ) -> DataFrame | None:
+        tables = self.held(frames)
+        if tables is None:
+            return None
+        return self._kept(driver.consolidate(tables, columns, depth, frontier, signs))
+
+    def join_small(self, left: Frame, right: Frame, shape: JoinShape) -> DataFrame | None:
+        tables = self.held([left, right])
+        return None if tables is None else self._kept(driver.join(tables[0], tables[1], shape))
+
+    def rows_with_keys(
+        self, frame: Frame, keys: Sequence[str], probe: Frame, by: Sequence[str] | None = None
+    ) -> DataFrame | None:
+        tables = self.held([frame, probe])
+        if tables is None:
+            return None
+        return self._kept(driver.rows_with_keys(tables[0], keys, tables[1], by))
 
     def nbytes(self, frame: DataFrame) -> int:
         """Spark's estimate of the frame's size, from its optimized plan's statistics

@@ -4,7 +4,8 @@ tables written by the driver.
 `materialize` cuts lineage, so plans do not grow with the number of rounds:
 
 - a small result (at most `small_rows`) is collected as Arrow and re-entered as a
-  local relation: one job, and later joins broadcast it;
+  local relation: one job, and later joins broadcast it; a frame made from an Arrow
+  table the driver holds is that table already, with no job;
 - a large one is stored (`storage`). Rows known to be in key order already (a stored
   batch read through a query that keeps its rows' order, its key columns renamed: a
   view re-keying a big table by the column the table is sorted by) are written as they
@@ -114,6 +115,9 @@ class SparkMerge(SparkProbes):
 
         A frame of no columns is held as Arrow whatever its size: its rows are a count,
         and Parquet cannot hold them."""
+        held = self._arrow.get(frame)
+        if held is not None and held.num_rows <= self.small_rows:  # in the driver already
+            return Stored(frame, held.num_rows, held)
         try:
             if not frame.columns:
                 table = self.to_arrow(frame)
