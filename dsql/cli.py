@@ -270,10 +270,12 @@ def connect(options: argparse.Namespace, default_clock: str, err: TextIO) -> Any
             hint="a Spark Connect server has its own master",
         )
     kernel = options.kernel or ("spark" if options.master or options.remote else None)
-    if kernel == "spark":
-        from dsql.runtime.spark_session import start_message
+    if kernel == "spark":  # what runs: a session started, reached, or already running
+        from dsql.runtime.spark_session import SparkStart, running_message
 
-        action = start_message(options.master, options.remote, conf)
+        start = SparkStart(options.master, conf or None, options.remote)
+        running = start.running()
+        action = start.notice() if running is None else running_message(running)
         print(f"dsql: {action}...", file=err, flush=True)
     return api_connect(
         master=options.master,

@@ -627,16 +627,55 @@ def start_message(
     'connecting to Spark master spark://head:7077'
     >>> start_message(remote="sc://127.0.0.1:15002")
     'connecting to Spark Connect at sc://127.0.0.1:15002'
+    >>> start_message("local-cluster[2,1,1024]")
+    'starting Spark (a local cluster: 2 workers of 1 core)'
     """
     if remote is None and master is None:
         remote = os.environ.get(REMOTE_ENV) or None
     if remote is not None:
         return f"connecting to Spark Connect at {remote}"
     master = master or (conf or {}).get("spark.master") or DEFAULT_MASTER
+    return (
+        f"starting Spark ({_where(master)})"
+        if _starts_here(master)
+        else f"connecting to {_where(master)}"
+    )
+
+
+def running_message(spark: SparkSession) -> str:
+    """What a connection that finds `spark` running uses, for the line dsql prints where
+    it would have started one.
+
+    >>> running_message(SparkSession.builder.getOrCreate())  # doctest: +SKIP
+    'using the running Spark session (local mode, 2 cores)'
+    """
+    if is_remote(spark):
+        urls = [url for url, session in _remotes.items() if session is spark]
+        where = f"Spark Connect at {urls[0]}" if urls else "a Spark Connect server"
+    else:
+        where = _where(str(spark.conf.get("spark.master", DEFAULT_MASTER)))
+    return f"using the running Spark session ({where})"
+
+
+def _starts_here(master: str) -> bool:
+    """Whether a session of `master` runs in this process's own JVM (and its workers)."""
+    return _local_cores(master) is not None or master.startswith("local-cluster[")
+
+
+def _where(master: str) -> str:
+    """What master URL `master` runs: local mode and its cores, a local cluster, or the
+    cluster manager it connects to."""
     cores = _local_cores(master)
-    if cores is None:
-        return f"connecting to Spark master {master}"
-    return f"starting Spark (local mode, {cores} core{'s' if cores != 1 else ''})"
+    if cores is not None:
+        return f"local mode, {cores} core{'s' if cores != 1 else ''}"
+    cluster = re.fullmatch(r"local-cluster\[(\d+),\s*(\d+),\s*\d+\]", master.strip())
+    if cluster is not None:
+        workers, cores = int(cluster.group(1)), int(cluster.group(2))
+        return (
+            f"a local cluster: {workers} worker{'s' if workers != 1 else ''} "
+            f"of {cores} core{'s' if cores != 1 else ''}"
+        )
+    return f"Spark master {master}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -652,20 +691,29 @@ class SparkStart:
     def __call__(self) -> SparkSession:
         return get_spark(master=self.master, conf=self.conf, remote=self.remote)
 
-    def notice(self) -> str | None:
-        """What calling this is about to do (`start_message`); None when it returns a
-        session already running."""
+    def running(self) -> SparkSession | None:
+        """The session calling this would return without starting one, if one runs."""
         with _lock:
-            remote = self.remote
-            if remote is None and self.master is None:
-                remote = os.environ.get(REMOTE_ENV) or None
+            remote = self._remote()
             if remote is not None:
                 running = [_remotes.get(remote)]
             else:
                 running = [_session, SparkSession.getActiveSession()]
-            if any(s is not None and not _is_stopped(s) for s in running):
-                return None
-        return start_message(self.master, remote, self.conf)
+            return next((s for s in running if s is not None and not _is_stopped(s)), None)
+
+    def notice(self) -> str | None:
+        """What calling this is about to do (`start_message`); None when it returns a
+        session already running (`running`, `running_message`)."""
+        if self.running() is not None:
+            return None
+        return start_message(self.master, self._remote(), self.conf)
+
+    def _remote(self) -> str | None:
+        """The Spark Connect URL this reaches: `remote`, else `$DSQL_REMOTE` when no master
+        is given."""
+        if self.remote is None and self.master is None:
+            return os.environ.get(REMOTE_ENV) or None
+        return self.remote
 
 
 def stop_spark() -> None:

@@ -12,8 +12,11 @@ private names.
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,7 @@ from dsql.runtime.kernel.auto import AutoKernel
 from dsql.runtime.kernel.base import Capability, Kernel, Placement
 from dsql.runtime.kernel.local import LocalKernel
 from dsql.runtime.kernel.spark import SparkKernel
+from dsql.runtime.spark_session import SparkStart, running_message, start_message
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -176,7 +180,56 @@ def test_dsql_reaches_no_private_name_of_a_kernel() -> None:
     assert found == []
 
 
+# --- what the start of Spark says ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("master", "remote", "said"),
+    [
+        ("local", None, "starting Spark (local mode, 1 core)"),
+        ("local[3]", None, "starting Spark (local mode, 3 cores)"),
+        ("local[2,4]", None, "starting Spark (local mode, 2 cores)"),
+        ("local[*]", None, f"starting Spark (local mode, {os.cpu_count()} cores)"),
+        ("local-cluster[2,1,1024]", None, "starting Spark (a local cluster: 2 workers of 1 core)"),
+        ("spark://head:7077", None, "connecting to Spark master spark://head:7077"),
+        ("yarn", None, "connecting to Spark master yarn"),
+        (None, "sc://127.0.0.1:15002", "connecting to Spark Connect at sc://127.0.0.1:15002"),
+    ],
+)
+def test_the_start_message_names_what_runs(
+    master: str | None, remote: str | None, said: str
+) -> None:
+    assert start_message(master, remote) == said
+
+
+def test_the_cli_says_it_starts_spark_in_local_mode_with_its_cores(tmp_path: Path) -> None:
+    """A fresh process with `--kernel spark --master local[1]`: the line before Spark
+    starts names local mode and its one core."""
+    script = tmp_path / "s.sql"
+    script.write_text("SELECT 1 AS one;\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("DSQL_REMOTE", "DSQL_KERNEL")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "dsql.cli", "run", str(script), "--master", "local[1]"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "dsql: starting Spark (local mode, 1 core)..." in proc.stderr.splitlines()
+
+
 # --- Spark ------------------------------------------------------------------------------
+
+
+def test_a_running_session_is_named_as_running(spark: Any) -> None:  # noqa: ANN401
+    """Where a session runs already, nothing starts: the notice is None and the CLI's
+    line says the running session is used, with its master."""
+    start = SparkStart()
+    assert start.running() is spark and start.notice() is None
+    master = spark.conf.get("spark.master")
+    assert master.startswith("local")
+    assert running_message(spark).startswith("using the running Spark session (local mode, ")
 
 
 def test_spark_frames_are_placed_on_spark(spark: Any) -> None:  # noqa: ANN401
