@@ -40,6 +40,11 @@ class SparkKernel(SparkMerge):
     name = "spark"
     capabilities = frozenset(
         {
+            # Rows the driver already holds (frames made from Arrow) stay in the driver.
+            Capability.CONSOLIDATE_SMALL,
+            Capability.JOIN_SMALL,
+            Capability.PROJECT_SMALL,
+            Capability.ROWS_WITH_KEYS,
             Capability.BOUNDS,
             Capability.NULL_FREE,
             Capability.JOIN_APART,
