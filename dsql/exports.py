@@ -64,7 +64,7 @@ def _store(session: Any, rows: Any) -> Any:
     `Session.fetch_rows` rows, in its partitions' order (file names sort so); the frame
     reading them, kept in the session's exports."""
     spark_kernel = _spark_kernel(session)
-    from dsql.runtime.kernel.spark_state import check_written, counted, written_rows
+    from dsql.runtime.kernel.spark.state import check_written, counted, written_rows
 
     path = spark_kernel._new_path()  # noqa: SLF001 - the kernel's storage root
     rows, observation = counted(rows)  # counted in the writing tasks
