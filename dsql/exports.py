@@ -1,21 +1,27 @@
-"""Exports: a table's or view's contents handed out without collecting them in the driver.
+"""Exports: results and relations Spark holds, handed out without collecting them whole.
 
 A relation whose arrangement has a batch on Spark (kernel="spark", or "auto" once it
-outgrew the placement threshold) is read out by Spark's executors: its rows at the
-current time, each repeated by its count, are written by them as Parquet files of at
-most `FILE_ROWS` rows under the kernel's storage (`stored`). That copy is
+outgrew the placement threshold), and a SELECT whose result is on Spark, are written
+out by Spark's executors: the rows at the current time (or the AS OF time), each
+repeated by its count, sorted, offset and limited as a query asks, as Parquet files of
+at most `Session.fetch_rows` rows (`SET fetch_rows`, default `FETCH_ROWS`) under the
+kernel's storage. That copy is
 
 - the DataFrame `to_spark` returns (`con.table(name).to_spark()`): it reads those files,
   so it stays valid while the trace's own batches merge and compact, until the
   connection closes (`release`); the user may write it anywhere with Spark's writers;
-- the source `batches` streams from: one file, at most `FILE_ROWS` rows, in the driver
-  at a time (read by pyarrow where the driver sees the files, else one Spark read per
-  file), so a result of any size reaches the client in bounded memory.
+- the source that `batches` (`con.table(name).batches()`) and a cursor's SELECT
+  (`select`: joins, aggregates, ORDER BY, LIMIT, AS OF alike) stream from: the files in
+  name order, which is the sort's order, at most `fetch_rows` rows in the driver at a
+  time (read by pyarrow where the driver sees the files, else one Spark read per file;
+  the same over Spark Connect), so a result of any size reaches the client in bounded
+  memory. The copy is deleted once read, or when the cursor moves on.
 
 A relation held in the driver (or without an arrangement: a plain view) is read as any
-SELECT is, and handed out from Arrow.
+SELECT is, and handed out from Arrow; so is a result whose updates are all in the driver
+(under "auto", batches of at most the placement threshold's rows).
 
->>> FILE_ROWS
+>>> FETCH_ROWS
 100000
 """
 
