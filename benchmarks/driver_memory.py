@@ -33,6 +33,7 @@ import json
 import os
 import resource
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -136,7 +137,8 @@ def measure(master: str | None, state_uri: str | None, options: dict[str, Any]) 
     spark = get_spark(master=master, conf=conf)
     pid = jvm_pid()
     sampler = HeapSampler(pid) if pid is not None else None
-    root = options["data"] or tempfile.mkdtemp(prefix="dsql-driver-memory-")
+    # Outside /tmp: a cluster's workers each have a private one (tests/cluster.py).
+    root = options["data"] or tempfile.mkdtemp(prefix="dsql-driver-memory-", dir="/var/tmp")
     path = f"{root}/t"
     if not Path(path).exists():
         started = time.perf_counter()
@@ -206,6 +208,8 @@ def measure(master: str | None, state_uri: str | None, options: dict[str, Any]) 
         else f"MISMATCH agg={got_agg == want_agg} flt={(fetched, total)} vs {tuple(want)}"
     )
     con.close()
+    if not options["data"]:
+        shutil.rmtree(root, ignore_errors=True)
     if sampler is not None:
         sampler.stop()
         res["heap_peak_mb"] = sampler.peak / 2**20

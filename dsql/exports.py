@@ -70,11 +70,15 @@ def _store(session: Any, rows: Any) -> Any:
     `Session.fetch_rows` rows, in its partitions' order (file names sort so); the frame
     reading them, kept in the session's exports."""
     spark_kernel = _spark_kernel(session)
+    from dsql.runtime.kernel.spark.frames import _engine_error
     from dsql.runtime.kernel.spark.state import check_written, counted, written_rows
 
     path = spark_kernel._new_path()  # noqa: SLF001 - the kernel's storage root
     rows, observation = counted(rows)  # counted in the writing tasks
-    rows.write.option("maxRecordsPerFile", session.fetch_rows).parquet(path)
+    try:
+        rows.write.option("maxRecordsPerFile", session.fetch_rows).parquet(path)
+    except Exception as error:  # noqa: BLE001 - a failing row (a negative count) is the user's
+        raise _engine_error(error) from error
     stored = spark_kernel._read_back(path, schema=rows.schema)  # noqa: SLF001
     try:  # verified as the kernel's own writes are: a lost file is an error
         check_written(path, written_rows(observation), stored.rows)
