@@ -123,6 +123,8 @@ def peak_rss_mb() -> float:
 
 def measure(master: str | None, state_uri: str | None, options: dict[str, Any]) -> dict[str, Any]:
     """The workload (module docstring) in this process; its figures."""
+    import pyarrow as pa
+
     import dsql
     from dsql.runtime.spark_session import get_spark
 
@@ -147,7 +149,9 @@ def measure(master: str | None, state_uri: str | None, options: dict[str, Any]) 
         ).write.parquet(path)
         res["write_s"] = time.perf_counter() - started
     res["rss_spark_mb"] = rss_mb()
-    con = dsql.connect(spark=spark, kernel="auto", state_uri=state_uri)
+    con = dsql.connect(
+        spark=spark, kernel="auto", placement_threshold=options["threshold"], state_uri=state_uri
+    )
     con.execute(f"SET fetch_rows = {options['fetch_rows']}")
     started = time.perf_counter()
     con.create_table("t", path)
@@ -215,6 +219,7 @@ def measure(master: str | None, state_uri: str | None, options: dict[str, Any]) 
         res["heap_peak_mb"] = sampler.peak / 2**20
         res["heap_capacity_mb"] = sampler.capacity / 2**20
     res["rss_peak_mb"] = peak_rss_mb()
+    res["arrow_pool_peak_mb"] = pa.default_memory_pool().max_memory() / 2**20
     return res
 
 
@@ -222,11 +227,15 @@ def table(args: argparse.Namespace, res: dict[str, Any]) -> list[tuple[str, str,
     rounds = res["rounds_s"]
     heap = res.get("heap_peak_mb")
     return [
-        ("rows", f"{args.rows:,}", f"driver memory {args.driver_memory}"),
+        ("rows", f"{args.rows:,}",
+         f"driver memory {args.driver_memory}; placement threshold {args.threshold:,}; "
+         f"fetch_rows {args.fetch_rows:,}"),
         ("driver JVM heap peak", "n/a" if heap is None else f"{heap:.0f} MB",
          f"of {res.get('heap_capacity_mb', 0):.0f} MB committed; jstat every 0.2 s"),
         ("Python RSS peak", f"{res['rss_peak_mb']:.0f} MB",
          f"{res['rss_spark_mb']:.0f} MB once Spark started"),
+        ("Arrow memory pool peak", f"{res['arrow_pool_peak_mb']:.0f} MB",
+         "every Arrow table the driver built"),
         ("load (executors)", f"{res['load_s']:.1f} s", "create_table of the Parquet path"),
         ("create both views", f"{res['views_s']:.1f} s", "hydration"),
         ("round", f"{sorted(rounds)[len(rounds) // 2]:.1f} s",
@@ -247,6 +256,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--change", type=int, default=1000, help="rows inserted and deleted a round")
     ap.add_argument("--fetch-rows", type=int, default=100_000)
+    ap.add_argument("--threshold", type=int, default=1_000_000, help="placement threshold")
     ap.add_argument("--data", default=None, help="a directory to keep the Parquet data in")
     ap.add_argument("--cluster", action="store_true", help="tests/cluster.py's cluster")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -258,6 +268,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "rounds": args.rounds,
         "driver_memory": args.driver_memory,
         "fetch_rows": args.fetch_rows,
+        "threshold": args.threshold,
         "data": args.data,
     }
     load = os.getloadavg()[0]

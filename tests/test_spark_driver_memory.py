@@ -249,3 +249,23 @@ def test_fetching_results_many_times_fetch_rows_keeps_the_pool_small(tmp_path: P
         assert figures["rows"] == expected_rows[shape], (shape, figures)
         assert figures["ordered"], shape
         assert figures["pool_peak"] < measured["data_bytes"] / 4, (shape, measured)
+
+
+def test_a_2m_row_view_runs_with_a_512m_driver_and_a_small_arrow_pool() -> None:
+    """`benchmarks/driver_memory.py` scaled down: 2,000,000 rows loaded by the executors,
+    a join+aggregate view and a filter view (about 1,000,000 rows) over them, two rounds
+    of inserts and deletes under SUBSCRIBE, the filter view fetched through batches, all
+    with `spark.driver.memory=512m` and a placement threshold of 100,000 rows. Both views
+    must equal Spark SQL's from scratch, and no Arrow table the driver builds may come
+    near the data's size (48MB as Arrow): a batch is at most 100,000 rows."""
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "driver_memory.py"
+    command = [
+        sys.executable, str(bench), "--rows", "2000000", "--driver-memory", "512m",
+        "--rounds", "2", "--threshold", "100000", "--fetch-rows", "50000", "--json",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["check"] == "OK", figures
+    assert figures["fetched_rows"] == 1_000_000 and figures["largest_batch"] <= 50_000
+    assert figures["arrow_pool_peak_mb"] < 12, figures
