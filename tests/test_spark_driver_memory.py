@@ -167,6 +167,19 @@ def test_a_result_abandoned_unread_leaves_no_copy(session: Any) -> None:
     assert session.session.exports == []
 
 
+def test_dsql_run_prints_every_row_of_a_streamed_result(session: Any) -> None:
+    import io
+
+    from dsql.cli import Script
+    from dsql.printer import Printer
+
+    out, err = io.StringIO(), io.StringIO()
+    code = Script(session, Printer(out, err, rich=False)).run("SELECT k FROM v ORDER BY k;")
+    want = duckdb_rows("SELECT k FROM v ORDER BY k")
+    assert code == 0, err.getvalue()
+    assert f"({len(want)} rows)" in out.getvalue()
+
+
 def test_fetch_rows_is_a_setting_with_a_checked_value(session: Any) -> None:
     with pytest.raises(dsql.errors.TypeMismatchError, match="fetch_rows"):
         session.execute("SET fetch_rows = 0")
