@@ -261,7 +261,7 @@ class RelationRef:
             return exports.to_spark(self.connection.session, self.name, spark)
 
     def batches(self) -> Iterator[pa.Table]:
-        """The contents now as Arrow tables of at most `exports.FILE_ROWS` rows; for a
+        """The contents now as Arrow tables of at most `fetch_rows` rows (`SET fetch_rows`); for a
         relation on Spark the driver holds one at a time (`dsql.exports`)."""
         from dsql import exports
 

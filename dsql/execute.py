@@ -25,6 +25,7 @@ from dsql.errors import (
     DsqlError,
     ResourceLimitError,
     SchemaError,
+    TypeMismatchError,
     UnsupportedError,
 )
 from dsql.explain import explain
@@ -261,10 +262,12 @@ class Executor:
                     self.statement_timeout = parse_duration(stmt.value)
                 elif name == "memory_limit":
                     s.set_memory_limit(stmt.value)
+                elif name == "fetch_rows":
+                    s.fetch_rows = _positive_rows(stmt.value)
                 elif name not in _CLIENT_SETTINGS:
                     raise UnsupportedError(
                         f'unrecognized configuration parameter "{stmt.name}"',
-                        hint="dsql's settings are statement_timeout and memory_limit",
+                        hint="dsql's settings are statement_timeout, memory_limit and fetch_rows",
                     )
                 return Result(status="SET")
         raise UnsupportedError(f"{type(stmt).__name__} statements are not supported yet")
@@ -378,11 +381,10 @@ class Executor:
         if as_of is not None and as_of < s.clock.now_ms():  # the query runs at that time
             query = replace_mz_now(query, as_of)
         bound = s.plan(query)
-        stream = exports.select_batches(s, bound) if as_of is None else None
-        if stream is not None:  # a result on Spark, fetched a file at a time
-            return Result(table=next(stream), status="SELECT", batches=stream)
-        table = s.read(bound, as_of)
-        return Result(table=table, status=f"SELECT {table.num_rows}", rowcount=table.num_rows)
+        rows = exports.select(s, bound, as_of)
+        if not isinstance(rows, pa.Table):  # a result on Spark, fetched a file at a time
+            return Result(table=next(rows), status="SELECT", batches=rows)
+        return Result(table=rows, status=f"SELECT {rows.num_rows}", rowcount=rows.num_rows)
 
     def _subscribe(self, stmt: Any) -> Subscription:
         s = self.session
@@ -543,3 +545,16 @@ def _array_literals(
                 [_array_literal(v, t) for v, t in zip(row.expressions, column_types, strict=True)],
             )
     return values
+
+
+def _positive_rows(value: str) -> int:
+    """A number of rows given as `SET fetch_rows` text (`DEFAULT`: `exports.FETCH_ROWS`)."""
+    text = value.strip()
+    if text.lower() == "default":
+        return exports.FETCH_ROWS
+    if not text.isdigit() or int(text) < 1:
+        raise TypeMismatchError(
+            f'invalid value for parameter "fetch_rows": "{value}"',
+            hint="give a number of rows of at least 1",
+        )
+    return int(text)

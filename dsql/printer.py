@@ -211,7 +211,10 @@ class Printer:
         if result.status == "EXPLAIN" and result.table is not None:
             self.plan(None, "\n".join(result.table.column(0).to_pylist()))
         elif result.table is not None:
-            self.table(result.table)
+            rows = result.table
+            if result.batches is not None:  # streamed from Spark: a table shows every row
+                rows = pa.concat_tables([rows, *result.batches])
+            self.table(rows)
         else:
             self._write(result.status)
 

@@ -26,6 +26,7 @@ from sqlglot import exp
 from dsql import fast_path
 from dsql.clock import TICKS_PER_MS, Clock, tick_of
 from dsql.errors import DsqlError, SchemaError, TypeMismatchError
+from dsql.exports import FETCH_ROWS
 from dsql.heal import Healing, is_data_error
 from dsql.history import History
 from dsql.indexes import Indexes
@@ -95,6 +96,9 @@ class Session:
         #: Stored copies of relations handed out as Spark DataFrames (`dsql.exports`),
         #: whose files live until the connection closes.
         self.exports: list[Any] = []
+        #: The most rows of a result Spark holds that the driver reads at a time
+        #: (`dsql.exports`; `SET fetch_rows`).
+        self.fetch_rows = FETCH_ROWS
         self.history = History(self)
         self._unit = self._new_input(pa.schema([("_c0", pa.int32())]))
         self._unit.update_at((0,), self.clock.write_tick(), 1)
@@ -421,6 +425,16 @@ class Session:
             peeked = fast_path.peek(self, bound)
             if peeked is not None:
                 return peeked
+        updates, _, tick = self.read_updates(bound, as_of_ms)
+        table = accumulate(updates, tick, bound.plan.arity, self.memory_limit)
+        return present(table, bound)
+
+    def read_updates(
+        self, bound: Query, as_of_ms: int | None = None, spill: bool = False
+    ) -> tuple[pa.Table, list[Any], int]:
+        """A read's updates by its own short-lived dataflow: those in the driver (Arrow),
+        those stored off it (with `spill`: big Spark batches, owned by the caller, which
+        releases them; `CaptureNode.spilled`), and the tick they accumulate to."""
         tick = self.close_time()
         source = None
         if as_of_ms is not None:
@@ -432,18 +446,21 @@ class Session:
             if as_of_ms < self.clock.now_ms():  # inputs as they were then (`history`)
                 source = self.history.source(as_of_ms)
         start = len(self.worker.nodes)
+        capture = None
         try:
             collection = self._render(bound.plan, source)
-            capture = collection.capture()
+            capture = collection.capture(spill=spill)
             self.worker.wake()
             self.close_time(force=True)
             # A view it reads may have gone into error in this read's own round.
             self.healing.check_plan(bound.plan, None if as_of_ms is None else tick_of(as_of_ms))
             updates = capture.poll()
+            spilled, capture.spilled = capture.spilled, []
         finally:
             self.worker.drop(self.worker.nodes[start:])
-        table = accumulate(updates, tick, bound.plan.arity, self.memory_limit)
-        return present(table, bound)
+            for frame in [] if capture is None else capture.spilled:  # failed: not handed out
+                self.worker.kernel.release(frame)
+        return updates, spilled, tick
 
     def _read_constant(self, bound: Query) -> pa.Table:
         """A read of no relation (`VALUES`, `SELECT 1 + 1`): no write can change it, so it

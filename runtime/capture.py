@@ -2,7 +2,10 @@
 
 A capture keeps every update it receives (one kernel action per round that has
 a batch) and hands out, on `poll`, the consolidated updates at complete times in
-time order; updates at times the frontier has not passed wait.
+time order; updates at times the frontier has not passed wait. A capture made with
+`spill=True` (a one-off read's) keeps a batch the kernel stores off the driver
+(a big Spark batch) where it is, in `spilled`, for its reader to finish there;
+`poll` then holds only the driver's batches.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import pyarrow.compute as pc
 
 from dsql.runtime.dataflow import Batch, Node, Round, batch_schema
 from dsql.runtime.kernel import driver
+from dsql.runtime.kernel.base import Frame
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 
 
@@ -41,20 +45,40 @@ class Probe:
 class CaptureNode(Node):
     """Collects updates (see module docstring)."""
 
-    def __init__(self, source: Node, callback: Callable[[pa.Table], None] | None = None) -> None:
+    def __init__(
+        self,
+        source: Node,
+        callback: Callable[[pa.Table], None] | None = None,
+        spill: bool = False,
+    ) -> None:
         super().__init__(source.worker, (source,), source.schema, source.depth)
         self._callback = callback
+        self._spill = spill
         self._held: list[pa.Table] = []
         #: How many tables `_held` had before the latest step (`rewind` cuts back to it).
         self._mark = 0
+        #: With `spill`: the batches stored off the driver (`Kernel.materialize`), at
+        #: every time; the reader owns them (`release`s each).
+        self.spilled: list[Frame] = []
+        self._spill_mark = 0
         self._ready: list[pa.Table] = []
         self._frontier = Antichain([(0,) * source.depth])
 
     def step(self, rnd: Round) -> Batch | None:
         self._mark = len(self._held)
+        self._spill_mark = len(self.spilled)
         delta = rnd.delta(self.inputs[0])
         if delta is not None:
-            table = self.kernel.to_arrow(delta.frame).select(list(self.all_columns()))
+            table = None
+            if self._spill and self.kernel.placement(delta.frame) != "local":
+                stored = self.kernel.materialize(delta.frame, estimate=delta.rows)
+                if stored.table is None:  # too big for the driver: it stays stored
+                    self.spilled.append(stored.frame)
+                    return None
+                table = stored.table
+            if table is None:
+                table = self.kernel.to_arrow(delta.frame)
+            table = table.select(list(self.all_columns()))
             # Engines differ in nullability from round to round: one schema for all.
             table = table.cast(batch_schema(self.schema, self.depth))
             if table.num_rows:
@@ -65,6 +89,9 @@ class CaptureNode(Node):
 
     def rewind(self) -> None:
         del self._held[self._mark :]
+        for frame in self.spilled[self._spill_mark :]:
+            self.kernel.release(frame)
+        del self.spilled[self._spill_mark :]
 
     def finish(self, rnd: Round) -> None:
         self._frontier = rnd.frontier

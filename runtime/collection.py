@@ -444,9 +444,10 @@ class Collection:
         """A probe reporting which times of this collection may still change."""
         return Probe(self.node)
 
-    def capture(self) -> CaptureNode:
-        """A sink collecting the updates (see `CaptureNode.poll`)."""
-        return CaptureNode(self.node)
+    def capture(self, spill: bool = False) -> CaptureNode:
+        """A sink collecting the updates (see `CaptureNode.poll`); `spill`: batches the
+        kernel stores off the driver stay there (`CaptureNode.spilled`)."""
+        return CaptureNode(self.node, spill=spill)
 
     # --- iteration -----------------------------------------------------------------
     def iterate(

@@ -262,12 +262,10 @@ def test_a_view_on_spark_goes_out_as_a_dataframe_its_executors_wrote(
 
 @pytest.mark.parametrize("kernel", ["auto", "spark"])
 def test_a_view_on_spark_streams_in_bounded_batches(
-    spark: Any, sources: dict[str, Any], kernel: str, monkeypatch: pytest.MonkeyPatch
+    spark: Any, sources: dict[str, Any], kernel: str
 ) -> None:
-    from dsql import exports
-
-    monkeypatch.setattr(exports, "FILE_ROWS", 400)
     reference, con = both(spark, sources["parquet"][0], kernel)
+    con.execute("SET fetch_rows = 400")
     con.execute(CHANGES[0])
     reference.execute(CHANGES[0])
     parts = list(con.table("v").batches())
@@ -352,13 +350,11 @@ def test_the_drivers_memory_is_bounded_by_the_change_not_the_data() -> None:
 
 @pytest.mark.parametrize("kernel", ["auto", "spark"])
 def test_a_select_over_a_view_on_spark_is_fetched_in_bounded_batches(
-    spark: Any, sources: dict[str, Any], kernel: str, monkeypatch: pytest.MonkeyPatch
+    spark: Any, sources: dict[str, Any], kernel: str
 ) -> None:
     """The cursor holds at most what was fetched and one file of the executors' copy."""
-    from dsql import exports
-
-    monkeypatch.setattr(exports, "FILE_ROWS", 300)
     reference, con = both(spark, sources["parquet"][0], kernel)
+    con.execute("SET fetch_rows = 300")
     query = "SELECT m, r + 1 AS h FROM v WHERE r <> 0"
     cur = con.execute(query)
     want = reference.execute(query)

@@ -576,10 +576,19 @@ def test_on_spark_a_result_past_memory_limit_fails_and_the_session_goes_on() -> 
     con.execute("CREATE MATERIALIZED VIEW n AS SELECT count(*) AS n FROM t")
     con.execute("SET memory_limit = '16MB'")
     wide = "SELECT a, repeat('x', 200) AS s FROM t"
-    # Ordered, so collected whole (an unordered read of one relation streams in batches).
+    # A result over `fetch_rows` rows streams from the executors' copy (`dsql.exports`);
+    # under it, a read of one relation is collected whole, within memory_limit.
+    con.execute("SET fetch_rows = 1000000")
     for sql in (f"{wide} ORDER BY a", f"{wide} WHERE a > 0 ORDER BY a"):
         with pytest.raises(dsql.errors.ResourceLimitError, match="memory_limit"):
             con.execute(sql)
+    con.execute("SET fetch_rows = 10000")
+    streamed = con.execute(f"{wide} ORDER BY a")
+    rows = 0
+    while part := streamed.fetchmany(10000):
+        assert part[0][0] == rows + 1
+        rows += len(part)
+    assert rows == 120000
     assert con.execute("SELECT * FROM n").fetchall() == [(120000,)]
     con.execute("INSERT INTO t VALUES (0)")
     assert con.execute("SELECT * FROM n").fetchall() == [(120001,)]

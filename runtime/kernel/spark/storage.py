@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from dsql.errors import DsqlError
 from dsql.runtime.kernel.base import Stored
 from dsql.runtime.kernel.spark.buckets import bucket_ids
-from dsql.runtime.kernel.spark.frames import SparkFrames, _quote
+from dsql.runtime.kernel.spark.frames import SparkFrames, _engine_error, _quote
 from dsql.runtime.kernel.spark.state import StateStore, check_written, counted, written_rows
 
 if TYPE_CHECKING:
@@ -231,8 +231,14 @@ class SparkStorage(SparkFrames):
         """`frame`'s rows written by the executors as Parquet under the storage root, in
         files of at most `file_rows` rows when given, checked against the rows the write
         counted (a lost file is an error, not fewer rows), and read back as a frame with
-        no plan behind it; its files are deleted by `release` of that frame."""
-        return self._write(frame, (), file_rows=file_rows)
+        no plan behind it; its files are deleted by `release` of that frame. A row the
+        write fails on (a negative count a query refuses) is the user's error."""
+        try:
+            return self._write(frame, (), file_rows=file_rows)
+        except DsqlError:
+            raise
+        except Exception as error:  # noqa: BLE001 - Spark's error, as the user reads it
+            raise _engine_error(error) from error
 
     def read(self, frame: DataFrame, batch_rows: int) -> Iterator[pa.Table]:
         """The rows of a stored frame (`store`) in the driver, a file at a time in tables
