@@ -141,14 +141,7 @@ class Cluster:
         if self._driver is None:
             context = multiprocessing.get_context("spawn")
             self._driver = ProcessPoolExecutor(1, mp_context=context)
-        future = self._driver.submit(function, self.master_url, self.state_uri, *args)
-        try:
-            return future.result()
-        except Exception as error:
-            remote = getattr(error.__cause__, "tb", None)  # the driver process's traceback
-            if remote:
-                error.add_note(remote)
-            raise
+        return call_in(self._driver, function, self.master_url, self.state_uri, *args)
 
     def stop(self) -> None:
         """Stop the driver process, then the workers and the master (process groups)."""
@@ -166,6 +159,27 @@ class Cluster:
                 process.wait()
         self._processes.clear()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def call_in(process: ProcessPoolExecutor, function: Callable[..., Any], *args: Any) -> Any:
+    """`function(*args)` called in `process` (a module-level function, pickled by name):
+    its result, or its exception with the child's traceback as a note."""
+    future = process.submit(function, *args)
+    try:
+        return future.result()
+    except Exception as error:
+        remote = getattr(error.__cause__, "tb", None)  # the child process's traceback
+        if remote:
+            error.add_note(remote)
+        raise
+
+
+def in_own_process(function: Callable[..., Any], *args: Any) -> Any:
+    """`function(*args)` called in a fresh Python process (spawned: nothing of this
+    process's Spark state is inherited), which ends with the call."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=context) as process:
+        return call_in(process, function, *args)
 
 
 def _quoted(word: str) -> str:
