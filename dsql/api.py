@@ -37,7 +37,7 @@ from dsql.compiled import CompiledQuery, compile, query_of
 from dsql.errors import InterfaceError, ParseError
 from dsql.execute import Executor
 from dsql.results import Result, python_values
-from dsql.runtime.kernel.spark_state import require_root
+from dsql.runtime.kernel.spark.state import require_root
 from dsql.session import Session, default_kernel
 from dsql.subscribe import Subscription
 from dsql.timeout import parse_duration

@@ -60,7 +60,7 @@ def _store(session: Any, counts: Any, names: list[str]) -> Any:
     session's exports."""
     kernel = session.worker.kernel
     spark_kernel = getattr(kernel, "remote", kernel)
-    from dsql.runtime.kernel.spark_state import check_written, counted, written_rows
+    from dsql.runtime.kernel.spark.state import check_written, counted, written_rows
 
     path = spark_kernel._new_path()  # noqa: SLF001 - the kernel's storage root
     rows, observation = counted(_repeated(counts, names))  # counted in the writing tasks

@@ -64,7 +64,7 @@ class Session:
         `start_spark`: called before Spark's first step under "auto" (starts it);
         `memory_limit`: the budget of one query's state (`runtime.memory`; bytes or text
         such as '2GB', default half the machine's memory); `state_uri`: the storage root
-        of the state Spark holds (`runtime/kernel/spark_state.py`)."""
+        of the state Spark holds (`runtime/kernel/spark/state.py`)."""
         kernel = kernel or default_kernel()
         self.kernel_name = kernel
         self.clock = Clock(clock)

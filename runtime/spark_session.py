@@ -405,7 +405,7 @@ def session_settings() -> dict[str, str]:
         # PostgreSQL's (and DuckDB's) `timestamp` has no time zone: so has Spark's, then.
         "spark.sql.timestampType": "TIMESTAMP_NTZ",
         # A bucketed table whose buckets are one sorted file each (a stored batch, see
-        # kernel/spark.py) is read in key order: its merge joins need no sort.
+        # kernel/spark/) is read in key order: its merge joins need no sort.
         "spark.sql.legacy.bucketedTableScan.outputOrdering": "true",
     }
 

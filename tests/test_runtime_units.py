@@ -33,7 +33,7 @@ times2 = st.tuples(st.integers(0, 5), st.integers(0, 5))
         "linear",
         "operators.join",
         "kernel.driver",
-        "kernel.spark_buckets",
+        "kernel.spark.buckets",
     ],
 )
 def test_doctests(module: str) -> None:

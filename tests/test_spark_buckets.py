@@ -19,7 +19,7 @@ from dsql.runtime import relational as rel
 from dsql.runtime.kernel import driver
 from dsql.runtime.kernel.auto import AutoKernel
 from dsql.runtime.kernel.spark import BUCKETS_PER_PARTITION, SparkKernel
-from dsql.runtime.kernel.spark_buckets import bucket_ids
+from dsql.runtime.kernel.spark.buckets import bucket_ids
 from dsql.runtime.lattice import Antichain
 
 pytestmark = pytest.mark.skipif(

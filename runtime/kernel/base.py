@@ -145,7 +145,7 @@ class Kernel(ABC):
         return None
 
     def set_state_uri(self, uri: str) -> None:
-        """Store the batches that live on Spark under `uri` (`kernel/spark_state.py`);
+        """Store the batches that live on Spark under `uri` (`kernel/spark/state.py`);
         kernels that keep everything in-process ignore it."""
         return None
 
