@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -191,3 +192,36 @@ def cluster_session(master_url: str) -> Any:
     from dsql.runtime.spark_session import get_spark
 
     return get_spark(master=master_url, conf=driver_conf())
+
+
+def _bag(rows: Any) -> Counter[tuple[Any, ...]]:
+    return Counter(tuple(int(x) if isinstance(x, int) else x for x in row) for row in rows)
+
+
+def agree_with_duckdb(
+    con: Any, mirror: Any, views: dict[str, str], history: tuple[str, ...], subscribed: str
+) -> None:
+    """Run `history` (one logical time a change) on the dsql connection `con` and the
+    DuckDB connection `mirror`, which hold the same tables, `con` the `views` created
+    and time 1 reached; after loading and after each change, every view and the
+    updates of a SUBSCRIBE to view `subscribed` must equal DuckDB's answer."""
+    updates = con.subscribe(subscribed)
+    seen: Counter[tuple[Any, ...]] = Counter()
+    for now, change in enumerate(("", *history), start=1):
+        if change:
+            con.execute(change)
+            mirror.execute(change)
+            con.execute(f"ADVANCE TO {now}")
+        for name, query in views.items():
+            got = _bag(con.execute(f"SELECT * FROM {name}").fetchall())
+            want = _bag(mirror.execute(query).fetchall())
+            assert got == want, (
+                f"view {name} after {change or 'loading'}: {got - want} extra, {want - got} missing"
+            )
+        for row in updates.rows():
+            _, diff, *values = row
+            seen[tuple(values)] += diff
+        want = _bag(mirror.execute(views[subscribed]).fetchall())
+        assert +seen == want and all(n >= 0 for n in seen.values()), (
+            f"SUBSCRIBE after {change or 'loading'}: {seen} against {want}"
+        )
