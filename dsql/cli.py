@@ -198,8 +198,19 @@ def _location(where: str | None, error: errors.DsqlError) -> str | None:
 # --- the command line ----------------------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+def _options(after_command: bool) -> argparse.ArgumentParser:
+    """The options that may stand before or after the command: `dsql --master URL run
+    f.sql` and `dsql run f.sql --master URL` mean the same.
+
+    argparse fills a command's options into a namespace of its own and copies every
+    attribute of it over the top-level one, defaults included; so the command's copy
+    (`after_command`) has no defaults (`argparse.SUPPRESS`) and sets only what was
+    written after the command, and its `--conf` items go to `conf_after`, added to those
+    written before it (`parse`).
+    """
+    common = argparse.ArgumentParser(
+        add_help=False, argument_default=argparse.SUPPRESS if after_command else None
+    )
     common.add_argument("--clock", choices=("manual", "wall"), help="how time moves")
     common.add_argument(
         "--kernel",
@@ -228,17 +239,27 @@ def _parser() -> argparse.ArgumentParser:
         "implies --kernel spark)",
     )
     common.add_argument(
-        "--conf", action="append", default=[], metavar="K=V", help="a Spark setting"
+        "--conf",
+        action="append",
+        dest="conf_after" if after_command else "conf",
+        default=argparse.SUPPRESS if after_command else [],
+        metavar="K=V",
+        help="a Spark setting",
     )
+    return common
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dsql",
-        parents=[common],
+        parents=[_options(after_command=False)],
         description="Incremental SQL on Spark. With no command: the interactive shell.",
     )
     parser.add_argument("--version", "-V", action="store_true", help="print the version")
     commands = parser.add_subparsers(dest="command")
-    run = commands.add_parser("run", parents=[common], help="run a .sql script")
-    explain = commands.add_parser("explain", parents=[common], help="print a script's plans")
+    after = _options(after_command=True)
+    run = commands.add_parser("run", parents=[after], help="run a .sql script")
+    explain = commands.add_parser("explain", parents=[after], help="print a script's plans")
     for sub in (run, explain):
         sub.add_argument("file", help="the script (- for stdin)")
     run.add_argument(
@@ -252,6 +273,14 @@ def _parser() -> argparse.ArgumentParser:
         help="which plan to print",
     )
     return parser
+
+
+def parse(args: list[str]) -> argparse.Namespace:
+    """The command line's options, each global one taken from either side of the command
+    (after it wins; `--conf` items from both sides, in order)."""
+    options = _parser().parse_args(args)
+    options.conf = options.conf + vars(options).pop("conf_after", [])
+    return options
 
 
 def connect(options: argparse.Namespace, default_clock: str, err: TextIO) -> Any:
@@ -291,7 +320,7 @@ def connect(options: argparse.Namespace, default_clock: str, err: TextIO) -> Any
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `dsql` console script."""
     args = sys.argv[1:] if argv is None else argv
-    options = _parser().parse_args(args)
+    options = parse(args)
     if not os.environ.get("DSQL_TRACEBACK"):
         warnings.simplefilter("ignore")  # library warnings are not the user's business
     if options.version:

@@ -101,8 +101,11 @@ def create_table(
             count = session.load(name, placed.frame, placed.rows)
             count = count if placed.exact else -1
         session.close_time()
-    except Exception:
+    except Exception as error:
         session.drop(name, cascade=False, kind="table")
+        said = loads.refused(error, source) if isinstance(placed, loads.SparkLoad) else None
+        if said is not None:  # the executors failed to read the source
+            raise said from error
         raise
     return count
 

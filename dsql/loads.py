@@ -18,9 +18,11 @@ A text file is typed the same wherever it is read: by pyarrow's inference over t
 first block of its first file, which Spark is handed as the schema. Both read CSV as
 PostgreSQL's `COPY ... CSV` does: an unquoted empty field is NULL, a quoted one the
 empty string, no other text is NULL. A value that does not parse as its column's type
-fails the driver's read; Spark is asked to fail likewise (FAILFAST mode), but a CSV
-value past pyarrow's first block that does not parse has been seen to load without an
-error there (a known gap: such a file is not refused on Spark).
+(one past pyarrow's first block, which typed the column) fails the load, as COPY
+does: the driver's read raises, and Spark reads in FAILFAST mode, so the executors
+storing the table fail, and the load is refused with a `SourceError` naming the file,
+the record and the value (`refused`; Spark gives no line number); the table is not
+created.
 
 >>> import pyarrow as pa
 >>> from dsql.session import Session
@@ -30,6 +32,7 @@ error there (a known gap: such a file is not refused on Spark).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -288,6 +291,51 @@ def _spark_table(spark: Any, name: str) -> Any:
         raise SourceError(f"no Spark table {name!r}: {_first_line(error)}") from None
 
 
+#: What Spark's FAILFAST error names: the file, the malformed record, and the cause.
+_FILE_SAID = re.compile(r"while reading file (\S+?)\.?\s")
+_RECORD_SAID = re.compile(r"detected in record parsing: (.*?)\.?\s*$", re.MULTILINE)
+_CAUSE_SAID = re.compile(r"^Caused by: [\w.$]+: (.+)$", re.MULTILINE)
+
+
+def refused(error: Exception, source: Any) -> SourceError | None:
+    r"""The error of a load Spark's executors failed while reading `source` (a file they
+    read in FAILFAST mode): the file, the malformed record and the value Spark names;
+    None when `error` is not Spark's failure to read a file.
+
+    >>> said = (
+    ...     "Encountered error while reading file file:///d/a.csv.  SQLSTATE: KD001\n"
+    ...     "Caused by: SparkException: Malformed records are detected in record "
+    ...     "parsing: [7,null].\nCaused by: java.lang.NumberFormatException: x"
+    ... )
+    >>> print(refused(Exception(said), "a.csv").message)
+    cannot load file:///d/a.csv: a value does not fit its column's type: x (record [7,null])
+    """
+    text = "\n".join(str(e) for e in _chain(error))
+    file = _FILE_SAID.search(text)
+    record = _RECORD_SAID.search(text)
+    causes = _CAUSE_SAID.findall(text)
+    if file is None and record is None:
+        return None
+    where = file.group(1) if file else str(source)
+    reason = causes[-1].strip() if causes else "a malformed record"
+    found = f" (record {record.group(1)})" if record else ""
+    return SourceError(
+        f"cannot load {where}: a value does not fit its column's type: {reason}{found}",
+        hint="the column's type is inferred from the file's first rows: "
+        "fix the value, or load the column as text and cast it",
+    )
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """`error` and the exceptions it was raised from."""
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__
+    return chain
+
+
 def _first_line(error: Exception) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
@@ -301,6 +349,7 @@ __all__ = [
     "place",
     "read_in_driver",
     "read_on_spark",
+    "refused",
     "rows_at_most",
     "text_schema",
 ]

@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from dsql import fast_path
 from dsql.clock import TICKS_PER_MS, Clock, tick_of
-from dsql.errors import DsqlError, SchemaError, TypeMismatchError
+from dsql.errors import DsqlError, ExecutionError, SchemaError, TypeMismatchError
 from dsql.exports import FETCH_ROWS
 from dsql.heal import Healing, is_data_error
 from dsql.history import History
@@ -131,6 +131,7 @@ class Session:
     def _sync(self) -> None:
         """Tell every input the clock's tick, flush, and run the worker to quiescence;
         views whose dataflow failed go into error (`dsql.heal`)."""
+        self._check_tables()
         good_until = max((t[0] for t in self.worker.frontier), default=0)
         for s in self._inputs():
             if s.time < self.clock.tick:
@@ -141,6 +142,23 @@ class Session:
         finally:
             self.healing.record(good_until)
         self.history.advance()
+
+    def _check_tables(self) -> None:
+        """Refuse to go on while a table's own nodes have failed (`Worker.vital`): its
+        rows are not all there, so no read or write over it could be right until it is
+        dropped."""
+        if not self.worker.failed:
+            return
+        for rel in self.relations.values():
+            if rel.kind != "table" or rel.input is None or rel.arrangement is None:
+                continue
+            error = self.worker.vital_failure((rel.input.node, rel.arrangement.node))
+            if error is not None:
+                raise ExecutionError(
+                    f"table '{rel.name}' lost rows it was given: {error.message}",
+                    hint=f"DROP TABLE {rel.name} CASCADE and create it again"
+                    + (f"; {error.hint}" if error.hint else ""),
+                )
 
     def close_time(self, force: bool = False) -> int:
         """Make every write so far final; returns the open tick, which reads happen at.
@@ -187,6 +205,9 @@ class Session:
         )
         rel.input = self._new_input(rel.schema)
         rel.arrangement = rel.input.to_collection().arrange_by_self()
+        # A table's rows are its input's and arrangement's alone: their failure (rows
+        # Spark was given and lost) is the statement's error, never a view's to heal.
+        self.worker.vital.update((rel.input.node.id, rel.arrangement.node.id))
         self.relations[name] = rel
         self.history.register(name, rel.arrangement, retain_ms)
 

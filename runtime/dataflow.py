@@ -231,6 +231,11 @@ class Worker:
         #: `failed` (a session: the INSERT that feeds a failing view succeeds, reading the
         #: view reports the error) rather than raised after the round.
         self.isolate_failures = False
+        #: Nodes whose failure is never isolated: the owner has no dataflow to rebuild
+        #: them from (a table's input and arrangement hold its rows), so a failure there
+        #: is raised after the round, and the node, frozen, is refused by its owner until
+        #: dropped (`vital_failure`). Isolating it would leave readers a shorter table.
+        self.vital: set[int] = set()
         #: Called with each node after it steps (a front end's progress display).
         self.on_step: Callable[[Node], None] | None = None
         #: While set, the rank prefix of the nodes being built (`ranked_before`).
@@ -337,6 +342,13 @@ class Worker:
         if self._failure is None:
             self._failure = error
 
+    def vital_failure(self, nodes: Sequence[Node | None]) -> DsqlError | None:
+        """The error of the first of `nodes` that is `vital` and failed; None if none."""
+        for node in nodes:
+            if node is not None and node.id in self.vital and node.id in self.failed:
+                return self.failed[node.id]
+        return None
+
     def check_deadline(self) -> None:
         """Raise `QueryCanceledError` when the running statement's deadline has passed."""
         if self.deadline is not None and time.monotonic() > self.deadline:
@@ -414,7 +426,12 @@ class Worker:
                     # never isolated.
                     self.failed[node.id] = error
                     own = node.id >= self.cancelable_from
-                    if own or not self.isolate_failures or isinstance(error, QueryCanceledError):
+                    if (
+                        own
+                        or not self.isolate_failures
+                        or node.id in self.vital
+                        or isinstance(error, QueryCanceledError)
+                    ):
                         self.abort(error)
                     continue
                 if self.on_step is not None:
@@ -478,6 +495,7 @@ class Worker:
             self._standing.pop(node.id, None)
             self.failed.pop(node.id, None)
             self.interrupted.discard(node.id)
+            self.vital.discard(node.id)
             for source in node.inputs:
                 if node in source.readers:
                     source.readers.remove(node)

@@ -480,12 +480,30 @@ def _quiet_python_logs() -> None:
 
 
 def _is_stopped(spark: SparkSession) -> bool:
-    """Whether `spark` has been stopped (classic or Spark Connect session)."""
+    """Whether `spark` has been stopped (classic or Spark Connect session), through the
+    public API only.
+
+    A Spark Connect session says so (`is_stopped`). A classic one is live while the
+    process's active (or default) session runs the same application (`spark.app.id`):
+    stopping it stops its SparkContext, after which `SparkSession.active()` finds none,
+    or one of a newer context. Where the process is in Connect mode, `active()` answers
+    for Connect; the classic session is then asked for a one-partition job over no rows,
+    which a stopped SparkContext refuses.
+    """
     stopped = getattr(spark, "is_stopped", None)  # Spark Connect sessions
     if isinstance(stopped, bool):
         return stopped
-    context = getattr(spark, "_sc", None)
-    return context is not None and getattr(context, "_jsc", None) is None
+    try:
+        live = SparkSession.active()
+    except Exception:  # noqa: BLE001 - NO_ACTIVE_OR_DEFAULT_SESSION: nothing runs
+        return True
+    if not is_remote(live):
+        return live.conf.get("spark.app.id", None) != spark.conf.get("spark.app.id", None)
+    try:
+        spark.range(0, 0, 1, 1).count()
+    except Exception:  # noqa: BLE001 - "Cannot call methods on a stopped SparkContext"
+        return True
+    return False
 
 
 def _apply(spark: SparkSession, conf: Mapping[str, str]) -> None:

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -141,14 +142,7 @@ class Cluster:
         if self._driver is None:
             context = multiprocessing.get_context("spawn")
             self._driver = ProcessPoolExecutor(1, mp_context=context)
-        future = self._driver.submit(function, self.master_url, self.state_uri, *args)
-        try:
-            return future.result()
-        except Exception as error:
-            remote = getattr(error.__cause__, "tb", None)  # the driver process's traceback
-            if remote:
-                error.add_note(remote)
-            raise
+        return call_in(self._driver, function, self.master_url, self.state_uri, *args)
 
     def stop(self) -> None:
         """Stop the driver process, then the workers and the master (process groups)."""
@@ -168,6 +162,27 @@ class Cluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def call_in(process: ProcessPoolExecutor, function: Callable[..., Any], *args: Any) -> Any:
+    """`function(*args)` called in `process` (a module-level function, pickled by name):
+    its result, or its exception with the child's traceback as a note."""
+    future = process.submit(function, *args)
+    try:
+        return future.result()
+    except Exception as error:
+        remote = getattr(error.__cause__, "tb", None)  # the child process's traceback
+        if remote:
+            error.add_note(remote)
+        raise
+
+
+def in_own_process(function: Callable[..., Any], *args: Any) -> Any:
+    """`function(*args)` called in a fresh Python process (spawned: nothing of this
+    process's Spark state is inherited), which ends with the call."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=context) as process:
+        return call_in(process, function, *args)
+
+
 def _quoted(word: str) -> str:
     return "'" + word.replace("'", "'\\''") + "'"
 
@@ -177,3 +192,36 @@ def cluster_session(master_url: str) -> Any:
     from dsql.runtime.spark_session import get_spark
 
     return get_spark(master=master_url, conf=driver_conf())
+
+
+def _bag(rows: Any) -> Counter[tuple[Any, ...]]:
+    return Counter(tuple(int(x) if isinstance(x, int) else x for x in row) for row in rows)
+
+
+def agree_with_duckdb(
+    con: Any, mirror: Any, views: dict[str, str], history: tuple[str, ...], subscribed: str
+) -> None:
+    """Run `history` (one logical time a change) on the dsql connection `con` and the
+    DuckDB connection `mirror`, which hold the same tables, `con` the `views` created
+    and time 1 reached; after loading and after each change, every view and the
+    updates of a SUBSCRIBE to view `subscribed` must equal DuckDB's answer."""
+    updates = con.subscribe(subscribed)
+    seen: Counter[tuple[Any, ...]] = Counter()
+    for now, change in enumerate(("", *history), start=1):
+        if change:
+            con.execute(change)
+            mirror.execute(change)
+            con.execute(f"ADVANCE TO {now}")
+        for name, query in views.items():
+            got = _bag(con.execute(f"SELECT * FROM {name}").fetchall())
+            want = _bag(mirror.execute(query).fetchall())
+            assert got == want, (
+                f"view {name} after {change or 'loading'}: {got - want} extra, {want - got} missing"
+            )
+        for row in updates.rows():
+            _, diff, *values = row
+            seen[tuple(values)] += diff
+        want = _bag(mirror.execute(views[subscribed]).fetchall())
+        assert +seen == want and all(n >= 0 for n in seen.values()), (
+            f"SUBSCRIBE after {change or 'loading'}: {seen} against {want}"
+        )

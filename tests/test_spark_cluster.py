@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from cluster import cluster_session
+from cluster import agree_with_duckdb, cluster_session
 
 import dsql
 from dsql import errors
@@ -74,26 +74,7 @@ def _on_cluster_views_and_subscribe(master: str, state_uri: str, kernel: str) ->
     for name, query in VIEWS.items():
         con.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
     con.execute("ADVANCE TO 1")
-    updates = con.subscribe("by_group")
-    seen: Counter[tuple[Any, ...]] = Counter()
-    for now, change in enumerate(("",) + HISTORY, start=1):
-        if change:
-            con.execute(change)
-            mirror.execute(change)
-            con.execute(f"ADVANCE TO {now}")
-        for name, query in VIEWS.items():
-            got = _bag(con.execute(f"SELECT * FROM {name}").fetchall())
-            want = _bag(mirror.execute(query).fetchall())
-            assert got == want, (
-                f"view {name} after {change or 'loading'}: {got - want} extra, {want - got} missing"
-            )
-        for row in updates.rows():
-            _, diff, *values = row
-            seen[tuple(values)] += diff
-        want = _bag(mirror.execute(VIEWS["by_group"]).fetchall())
-        assert +seen == want and all(n >= 0 for n in seen.values()), (
-            f"SUBSCRIBE after {change or 'loading'}: {seen} against {want}"
-        )
+    agree_with_duckdb(con, mirror, VIEWS, HISTORY, "by_group")
     kernel_ = con.session.worker.kernel
     remote = getattr(kernel_, "remote", kernel_)
     stored = len(remote._paths)  # noqa: SLF001
@@ -162,8 +143,8 @@ def test_a_cluster_without_a_storage_root_is_refused(cluster, monkeypatch, capsy
 def _on_cluster_lost_write(master: str, state_uri: str) -> None:
     """A root under the driver's /tmp, which no worker sees: the marker check says the
     driver does not see the executors' files, and a batch the executors store raises,
-    not reads as 0. (A table the driver ships to Spark under such a root is not caught
-    yet: issue 38 keeps it open.)"""
+    not reads as 0 (a table shipped through SQL or create_table under such a root:
+    tests/test_spark_store_more.py)."""
     from dsql.runtime.kernel.spark import SparkKernel
 
     session = cluster_session(master)

@@ -242,9 +242,11 @@ class FakeSession:
     def __init__(self) -> None:
         self.conf = FakeConf()
         self.stopped = 0
+        self.is_stopped = False  # the public property dsql reads (a Connect session's)
 
     def stop(self) -> None:
         self.stopped += 1
+        self.is_stopped = True
 
 
 @pytest.fixture

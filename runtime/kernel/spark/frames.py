@@ -187,6 +187,11 @@ class SparkFrames(Kernel):
         return result
 
 
+#: What Spark's error says when a file it listed (a stored batch's) cannot be read: a
+#: read that would otherwise come out short, so an error of its own.
+_FILE_GONE = ("FILE_NOT_EXIST", "FileNotFoundException")
+
+
 def _engine_error(error: Exception, text: str | None = None) -> Exception:
     """Turn a Spark exception into a DsqlError with the first line of Spark's message."""
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
@@ -197,6 +202,13 @@ def _engine_error(error: Exception, text: str | None = None) -> Exception:
         message = raised[-1] if raised else message
         if raised and raised[-1].split(":")[0].endswith("SchemaError"):
             return SchemaError(raised[-1].split(":", 1)[1].strip())
+    gone = [line for line in lines if any(sign in line for sign in _FILE_GONE)]
+    if gone:
+        return ExecutionError(
+            f"a file of dsql's stored state is gone: {gone[0]}",
+            hint="the executors and the driver must share the storage root (state_uri), "
+            "and dsql's state must not be deleted while a session runs",
+        )
     if "UNRESOLVED_COLUMN" in message or "cannot be resolved" in message:
         return SchemaError(
             f"unknown column: {engine_message(message, None)[0]}", hint="check the column names"

@@ -62,7 +62,7 @@ class SparkProbes(SparkStorage):
             return unknown
         known = self._footers.setdefault(path, {})
         if (read, column) not in known:
-            known[(read, column)] = read(self._files(path), column)
+            known[(read, column)] = read(self._stored_files(path), column)
         return known[(read, column)]
 
     def join_apart(self, history: Sequence[DataFrame], delta: DataFrame) -> bool:

@@ -13,7 +13,9 @@ Invariants:
 - A stored batch is never taken for empty because its files went missing: a write
   counts its rows as they are written (`counted`, an observed metric of the write's own
   job) and `check_written` compares that with the rows committed, from the files'
-  footers or a count of the read-back.
+  footers or a count of the read-back. The batch remembers its rows, and a later read
+  that finds fewer (the driver's, from the footers; Spark's, a file gone) is `lost`,
+  an error.
 - The driver reads stored files itself (footers, key probes) only after a check showed
   that it does see what executors write there (`driver_sees`): one job in which
   executors copy a marker the driver wrote, read back by the driver. Not decided by the
@@ -196,11 +198,25 @@ def written_rows(observation: Observation) -> int:
     return int(observation.get["rows"])
 
 
+_SHARED_HINT = (
+    "the executors and the driver must share the storage root: "
+    "set state_uri (or $DSQL_STATE_URI) to a directory every node reaches"
+)
+
+
 def check_written(uri: str, written: int, committed: int) -> None:
     """Raise unless the `committed` rows found at `uri` are the `written` ones."""
     if written != committed:
         raise ExecutionError(
-            f"Spark wrote {written} rows at {uri} but {committed} are there",
-            hint="the executors and the driver must share the storage root: "
-            "set state_uri (or $DSQL_STATE_URI) to a directory every node reaches",
+            f"Spark wrote {written} rows at {uri} but {committed} are there", hint=_SHARED_HINT
         )
+
+
+def lost(uri: str, stored: int, found: int | str) -> ExecutionError:
+    """The error of a read of the batch stored at `uri` (`stored` rows) that finds fewer
+    (`found`: a count, or what went wrong): its files went away or were never seen."""
+    return ExecutionError(
+        f"the batch of {stored} rows stored at {uri} reads as {found}: its files were "
+        "deleted, or written where this node does not see them",
+        hint=_SHARED_HINT + "; dsql's state must not be deleted while a session runs",
+    )

@@ -33,7 +33,13 @@ from dsql.errors import DsqlError
 from dsql.runtime.kernel.base import Stored
 from dsql.runtime.kernel.spark.buckets import bucket_ids
 from dsql.runtime.kernel.spark.frames import SparkFrames, _engine_error, _quote
-from dsql.runtime.kernel.spark.state import StateStore, check_written, counted, written_rows
+from dsql.runtime.kernel.spark.state import (
+    StateStore,
+    check_written,
+    counted,
+    lost,
+    written_rows,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -66,6 +72,8 @@ class SparkStorage(SparkFrames):
         self.state = StateStore(state_uri)
         #: Per stored batch's id, the URI of its files.
         self._paths: dict[int, str] = {}
+        #: Per stored batch's URI, its rows: what every read of all of it must find.
+        self._rows: dict[str, int] = {}
         #: Per stored batch read in the driver: its Parquet dataset and Arrow schema (None:
         #: not readable there).
         self._datasets: dict[str, tuple[Any, pa.Schema] | None] = {}
@@ -292,7 +300,9 @@ class SparkStorage(SparkFrames):
             self._order[stored] = tuple(order)
         if rows is None and self._driver_sees_files():
             rows = self._files(path).count_rows()
-        return Stored(stored, stored.count() if rows is None else rows)
+        stored_rows = stored.count() if rows is None else rows
+        self._rows[path] = stored_rows
+        return Stored(stored, stored_rows)
 
     def _driver_sees_files(self) -> bool:
         """Whether the driver reads the files executors write under the storage root, as
@@ -314,6 +324,7 @@ class SparkStorage(SparkFrames):
                 pass
         if path is not None:
             self._datasets.pop(path, None)
+            self._rows.pop(path, None)
             self._footers.pop(path, None)
             self._bucket_files.pop(path, None)
             self.state.delete(path)
@@ -335,7 +346,7 @@ class SparkStorage(SparkFrames):
         if stored is None:
             return None
         dataset, schema = stored
-        if not dataset.files:  # an empty write leaves no file (its rows were counted)
+        if not dataset.files:  # an empty write leaves no file (`_dataset` checked its rows)
             return schema.empty_table()
         try:
             if column is None or keys is None:
@@ -349,6 +360,8 @@ class SparkStorage(SparkFrames):
             )
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, KeyError):
             return None
+        except OSError as error:  # a file listed when the batch was first read is gone
+            raise lost(path, self._rows.get(path, 0), str(error)) from None
 
     def _buckets_of(
         self, path: str, frame: DataFrame, column: str, keys: pa.Array, dataset: Any
@@ -387,7 +400,21 @@ class SparkStorage(SparkFrames):
         schema = self.schema(frame)
         if not all(_read_alike(f.type) for f in schema):
             return None
-        return self._files(path, schema), schema
+        return self._stored_files(path, schema), schema
+
+    def _stored_files(self, path: str, schema: pa.Schema | None = None) -> Any:
+        """The files of the batch stored at `path` (`_files`), checked to hold its rows by
+        their footers: a read that would find fewer (a file gone since it was written, or
+        never seen here) is `lost`, an error, never a shorter batch."""
+        stored = self._rows.get(path, 0)
+        try:
+            files = self._files(path, schema)
+            found = files.count_rows()
+        except (OSError, pa.ArrowInvalid) as error:
+            raise lost(path, stored, str(error)) from None
+        if found != stored:
+            raise lost(path, stored, f"{found} rows")
+        return files
 
 
 def _fixed_width(kind: Any) -> bool:
