@@ -20,7 +20,7 @@ import sqlglot
 from sqlglot import exp
 
 from dsql import exports, fast_path, grammar
-from dsql.assignment import assign
+from dsql.assignment import assign, float_literals
 from dsql.errors import (
     DsqlError,
     ResourceLimitError,
@@ -294,8 +294,11 @@ class Executor:
     def _insert(self, stmt: Any) -> Result:
         s = self.session
         rel = s._table(stmt.table)
-        bound = s.plan(stmt.query)
         given = stmt.columns or tuple(c.name for c in rel.columns)
+        typed = {c.name: c.type for c in rel.columns}
+        bound = s.plan(
+            float_literals(stmt.query, [typed.get(g, exp.DataType.build("text")) for g in given])
+        )
         unknown = [g for g in given if g not in [c.name for c in rel.columns]]
         if unknown:
             raise SchemaError(f"column '{unknown[0]}' of relation '{rel.name}' does not exist")

@@ -307,6 +307,8 @@ def view_error(name: str, cause: DsqlError, label: str | None = None) -> Executi
         hint = (
             "an internal error (a bug in dsql: please report it); DROP the view and create it again"
         )
+    if cause.hint:  # what the failure says of itself (a limit of dsql's, say) comes first
+        hint = f"{cause.hint}; {hint}"
     label = label or f"materialized view '{name}'"
     return ExecutionError(f"{label} is in error: {cause.message}", hint=hint)
 

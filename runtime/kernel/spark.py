@@ -57,7 +57,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from dsql.errors import DsqlError, ExecutionError, SchemaError
+from dsql.errors import DsqlError, ExecutionError, SchemaError, numeric_overflow
 from dsql.runtime import memory
 from dsql.runtime import relational as rel
 from dsql.runtime.kernel import driver
@@ -1020,10 +1020,7 @@ def _engine_error(error: Exception, text: str | None = None) -> Exception:
             f"unknown column: {engine_message(message, None)[0]}", hint="check the column names"
         )
     if "NUMERIC_VALUE_OUT_OF_RANGE" in message:
-        return ExecutionError(
-            "numeric field overflow",
-            hint="the value has more integer digits than the numeric(p, s) allows",
-        )
+        return numeric_overflow()
     if "division by zero" in message.lower() or "DIVIDE_BY_ZERO" in message:
         return ExecutionError("division by zero")
     if "ARITHMETIC_OVERFLOW" in message:  # Spark's message does not name the type
