@@ -414,3 +414,13 @@ def test_past_the_limit_is_numeric_field_overflow_on_spark(pgdb: Any) -> None:
     ):
         problem = agrees_or_overflows(con, pgdb, sql)
         assert problem is None, f"{sql}\n  {problem}"
+
+
+def test_power_of_a_numeric_is_refused_and_of_floats_agrees(pgdb: Any) -> None:
+    con = dsql.connect(kernel="local")
+    for sql in ("SELECT 10^40::numeric", "SELECT 2.5^2", "SELECT power(3, 40::numeric)"):
+        with pytest.raises(UnsupportedError, match="power of a numeric") as error:
+            con.execute(sql)
+        assert "float8" in (error.value.hint or "")
+    for sql in ("SELECT 2^10 AS a, 2.0::float8^0.5 AS b, power(4, 0.5::float8) AS c",):
+        assert differs(con, pgdb, sql) is None, sql
