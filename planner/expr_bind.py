@@ -429,6 +429,8 @@ class ExprBinder:
                 scale = 0
             elif t.this == types.T.DECIMAL and len(t.expressions) == 2:
                 scale = int(t.expressions[1].this.this)
+            elif t.this in (types.T.DOUBLE, types.T.FLOAT):
+                arg = _float_digits(arg, 15 if t.this == types.T.DOUBLE else 6)
         precision, default = types.DEFAULT_DECIMAL
         scale = default if scale is None else min(scale, precision)
         return exp.Cast(this=arg, to=types.build(f"decimal({precision}, {scale})"))
@@ -566,6 +568,15 @@ class ExprBinder:
     def _scales(self, *operands: exp.Expr) -> list[int]:
         assert self._types is not None
         return [numeric.scale(self._typed(o), self._types) for o in operands]
+
+
+def _float_digits(value: exp.Expr, digits: int) -> exp.Expr:
+    """A float as the text of its first `digits` significant digits, which PostgreSQL
+    casts to numeric (15 for double precision, 6 for real: `7.8::real::numeric` is 7.8,
+    not the 7.8000001907 of the binary value)."""
+    spec = f"'%.{digits}g'"
+    texts = (f"PRINTF({spec}, __0)", f"FORMAT_STRING({spec}, __0)")
+    return spellings.per_kernel(*texts, [as_expression(value)])
 
 
 #: The least bigint, as written.
