@@ -412,6 +412,8 @@ def test_past_the_limit_is_numeric_field_overflow_on_spark(pgdb: Any) -> None:
         "SELECT b / 3 AS v FROM big",
         "SELECT stddev(d) AS v FROM big",
         "SELECT 1e20 * 1e20 AS v",
+        "SELECT 7.8::float4::numeric AS a, 123456789.123456789::float8::numeric AS b, "
+        "0.00001::float8::numeric AS c, stddev(d) AS d FROM big",
     ):
         problem = agrees_or_overflows(con, pgdb, sql)
         assert problem is None, f"{sql}\n  {problem}"

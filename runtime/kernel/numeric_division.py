@@ -135,11 +135,15 @@ def long_division(a: str, b: str, places: int, chunk: int, dialect: str) -> tupl
     """floor(`a`·10^`places` / `b`) of non-negative integers, and the remainder, never
     holding `a`·10^`places`: the integer part `a div b`, then the digits after it
     `chunk` at a time, each from the remainder times 10^chunk (which must stay within
-    38 digits)."""
+    38 digits). Past 38 places only a quotient below 1 fits: its integer part is taken
+    to be 0."""
     integer = _integer(dialect)
     div = "div" if dialect == "spark" else "//"
     remainder = f"({a} % {b})"
-    truncated = f"CAST(({a} {div} {b}) AS {integer}) * {10**places}"
+    if places > _MAX_PRECISION:
+        truncated = f"CAST(0 AS {integer})"
+    else:
+        truncated = f"CAST(({a} {div} {b}) AS {integer}) * {10**places}"
     left = places
     while left > 0:
         step = min(chunk, left)
@@ -150,10 +154,11 @@ def long_division(a: str, b: str, places: int, chunk: int, dialect: str) -> tupl
     return truncated, remainder
 
 
-def _rounded_quotient(dialect: str, sa: int, sb: int) -> tuple[str, str, int]:
+def _rounded_quotient(dialect: str, sa: int, sb: int) -> tuple[str, str, int, str, str]:
     """|`__dsql_a` / `__dsql_b`| (scales `sa`, `sb`) rounded half away from zero at
     PostgreSQL's scale for the row, as an exact integer of scale `big`; that row scale;
-    and `big`, the column's scale (`numeric.quotient_scale`)."""
+    `big`, the column's scale (`numeric.quotient_scale`); and the operands as the
+    integers divided."""
     integer = _integer(dialect)
     s = max(sa, sb)
     big = min(max(_QUOTIENT_SCALE, s), _MAX_PRECISION)
@@ -175,13 +180,14 @@ def _rounded_quotient(dialect: str, sa: int, sb: int) -> tuple[str, str, int]:
     up = (
         f"CASE WHEN {drop} = 1 THEN {remainder} >= {nb} - {remainder} ELSE {tail} * 2 >= {drop} END"
     )
-    return f"(({truncated}) - {tail} + CASE WHEN {up} THEN {drop} ELSE 0 END)", row_scale, big
+    rounded = f"(({truncated}) - {tail} + CASE WHEN {up} THEN {drop} ELSE 0 END)"
+    return rounded, row_scale, big, na, nb
 
 
 @functools.cache
 def _quotient(dialect: str, sa: int, sb: int) -> exp.Expr:
     """The quotient of `__dsql_a` (scale `sa`) by `__dsql_b` (scale `sb`) in `dialect`."""
-    magnitude_value, _, big = _rounded_quotient(dialect, sa, sb)
+    magnitude_value, _, big, _, _ = _rounded_quotient(dialect, sa, sb)
     signed = (
         f"CASE WHEN (__dsql_a < 0) <> (__dsql_b < 0) "
         f"THEN -{magnitude_value} ELSE {magnitude_value} END"
@@ -193,8 +199,9 @@ def _quotient(dialect: str, sa: int, sb: int) -> exp.Expr:
 def _root_of_quotient(dialect: str, sa: int, sb: int) -> exp.Expr:
     """The square root of the quotient `__dsql_a / __dsql_b` rounded at its row scale,
     itself rounded at that scale (`numeric_sqrt.py`), in `dialect`."""
-    magnitude_value, row_scale, big = _rounded_quotient(dialect, sa, sb)
-    root = numeric_sqrt.rounded_root(magnitude_value, row_scale, big, dialect)
+    magnitude_value, row_scale, big, na, nb = _rounded_quotient(dialect, sa, sb)
+    fine, _ = long_division(na, nb, 2 * big, _CHUNK, dialect)
+    root = numeric_sqrt.rounded_root(magnitude_value, row_scale, big, dialect, fine)
     return _guarded(_unscaled(root, big, dialect), big, dialect)
 
 

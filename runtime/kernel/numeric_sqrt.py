@@ -38,19 +38,27 @@ SCALE = 20
 _CHUNK = 8
 
 
-def rounded_root(n: str, r: str, big: int, dialect: str) -> str:
+def rounded_root(n: str, r: str, big: int, dialect: str, fine: str | None = None) -> str:
     """The integer of scale `big` of √(`n`·10^-`big`) rounded half away from zero at `r`
-    digits after the point (`n`: an exact non-negative integer; `r`: at most `big`)."""
+    digits after the point (`n`: an exact non-negative integer; `r`: at most `big`).
+
+    `fine`, the same value to `2·big` places (truncated), is the root's input below
+    10^-4: there `n` has too few digits for a root exact to `big` places (PostgreSQL's
+    value there has more than `big` digits; its root is rounded at `big`)."""
     assert big == SCALE, "the root is exact for values of scale 20 (see SCALE)"
-    root = _root(big, dialect)
-    return _let(n, "__dsql_n", _let(r, "__dsql_r", root, dialect), dialect)
+    body = _root("__dsql_n", big, big, dialect)
+    if fine is not None:
+        small = _let(fine, "__dsql_f", _root("__dsql_f", 2 * big, big, dialect), dialect)
+        body = f"CASE WHEN __dsql_n < {10 ** (big - 4)} THEN {small} ELSE {body} END"
+    return _let(n, "__dsql_n", _let(r, "__dsql_r", body, dialect), dialect)
 
 
-def _root(big: int, dialect: str) -> str:
-    """`rounded_root` of the integer `__dsql_n` at `__dsql_r` digits."""
-    n, r = "__dsql_n", "__dsql_r"
+def _root(n: str, scale: int, big: int, dialect: str) -> str:
+    """`rounded_root` of the integer `n` of scale `scale` (`big` or `2·big`) at
+    `__dsql_r` digits, as an integer of scale `big`."""
+    r = "__dsql_r"
     integer = "DECIMAL(38, 0)" if dialect == "spark" else "HUGEINT"
-    shift = big + 2  # M = n·10^shift, √M = √v·10^(big+1)
+    shift = 2 * (big + 1) - scale  # M = n·10^shift, √M = √v·10^(big+1)
 
     def quotient(d: str) -> str:
         """floor(M / d), `d` a positive integer of at most 30 digits."""
