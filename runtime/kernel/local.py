@@ -452,10 +452,12 @@ _BATCH_ROWS = 131072
 #: DuckDB's integer overflow, and PostgreSQL's name of the type that overflowed.
 _OVERFLOW = re.compile(r"Overflow in \w+ of (INT16|INT32|INT64)")
 #: DuckDB's words for a value past a decimal's digits: a cast (from a number or from
-#: text), or arithmetic on decimals or on the 128-bit integers numerics are computed in.
+#: text), arithmetic on decimals or on the 128-bit integers numerics are computed in,
+#: or a product of more than 38 digits after the point.
 _DECIMAL_OVERFLOW = re.compile(
     r"to (?:type )?DECIMAL\((\d+),\d+\)(?: failed: value is out of range)?"
     r"|Overflow in (?:\w+ of )?(?:DECIMAL|INT128|HUGEINT)|Overflow in HUGEINT"
+    r"|Needed scale \d+ to accurately represent"
 )
 
 
