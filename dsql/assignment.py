@@ -6,7 +6,9 @@ it is used as is; otherwise each value is converted by PostgreSQL's rules:
 - text into a number: surrounding blanks ignored, `'1e3'` is 1000; numeric has no NaN here
   (an error, not a wrong value);
 - into `numeric(p, s)`: rounded half away from zero to `s` digits, "numeric field
-  overflow" past `p - s` integer digits;
+  overflow" past `p - s` integer digits; into `numeric` without precision (stored with
+  10 digits after the point, 38 in all) an error for a value it would round or that
+  needs more digits, where PostgreSQL keeps every digit;
 - into an integer: "integer out of range" (smallint, bigint) past the type's range;
 - into `varchar(n)` / `char(n)`: "value too long for type character varying(n)" past `n`
   characters, except for trailing blanks, which are cut (char(n) is stored without its
@@ -31,7 +33,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dsql.errors import DataError, TypeMismatchError
+from dsql.errors import NUMERIC_LIMIT, NUMERIC_OVERFLOW, DataError, TypeMismatchError
 from dsql.planner import types
 
 _INTEGER_RANGE = {
@@ -69,6 +71,24 @@ def assign(values: pa.ChunkedArray, column_type: exp.DataType, name: str) -> pa.
     return pa.chunked_array([pa.array(out, target)], target)
 
 
+def float_literals(query: exp.Expression, targets: list[exp.DataType]) -> exp.Expression:
+    """`query`, an INSERT's VALUES, with each number literal bound for a float column
+    cast to that column's type: PostgreSQL reads `1e300` as a numeric and assigns it as a
+    double, where dsql's numeric could not hold it on the way."""
+    if not isinstance(query, exp.Values):
+        return query
+    floats = {i for i, t in enumerate(targets) if t.this in (types.T.DOUBLE, types.T.FLOAT)}
+    if not floats:
+        return query
+    query = query.copy()
+    for row in query.expressions:
+        for i, value in enumerate(row.expressions):
+            number = value.this if isinstance(value, exp.Neg) else value
+            if i in floats and isinstance(number, exp.Literal) and not number.is_string:
+                value.replace(exp.Cast(this=value.copy(), to=targets[i].copy()))
+    return query
+
+
 def _exact(source: pa.DataType, target: pa.DataType) -> bool:
     """Whether Arrow's safe cast from `source` to `target` is PostgreSQL's where it
     succeeds: into numbers only from integers and decimals (Arrow neither reads text as
@@ -100,14 +120,29 @@ def _number(value: Any, kind: str = "numeric") -> Decimal:
 
 
 def _to_decimal(value: Any, target: pa.Decimal128Type, column_type: exp.DataType) -> Decimal:
-    """A value rounded to the column's scale; "numeric field overflow" past its precision."""
-    number = _rounded(_number(value), target.scale)
-    if number.adjusted() >= target.precision - target.scale:
+    """A value rounded to the column's scale; "numeric field overflow" past its precision.
+
+    A column declared `numeric` without precision is PostgreSQL's unbounded numeric,
+    which keeps every digit: a value it would round, or one past dsql's 38 digits, is
+    an error rather than a value PostgreSQL would not store."""
+    exact = _number(value)
+    number = _rounded(exact, target.scale)
+    unbounded = not column_type.expressions
+    if unbounded and number != exact:
         raise DataError(
-            "numeric field overflow",
-            hint=f"a field with precision {target.precision}, scale {target.scale} must "
-            f"round to an absolute value less than 10^{target.precision - target.scale}",
+            f"numeric value {exact} has more than {target.scale} digits after the point",
+            hint=f"a numeric column declared without precision keeps {target.scale} digits "
+            "after the point (PostgreSQL's keeps them all): declare it numeric(38, s) to keep "
+            "s of them, or round the value",
         )
+    if number.adjusted() >= target.precision - target.scale:
+        hint = (
+            NUMERIC_LIMIT
+            if unbounded
+            else f"a field with precision {target.precision}, scale {target.scale} must "
+            f"round to an absolute value less than 10^{target.precision - target.scale}"
+        )
+        raise DataError(NUMERIC_OVERFLOW, hint=hint)
     return number
 
 

@@ -172,3 +172,20 @@ class ParameterError(InterfaceError, ProgrammingError):
     """Query parameters that do not fit the statement: too many or too few for its `?`
     placeholders, or a value of a type dsql cannot bind (PEP 249 drivers raise either
     class for this, so it is both)."""
+
+
+#: PostgreSQL's message for a numeric past its type's digits (SQLSTATE 22003).
+NUMERIC_OVERFLOW = "numeric field overflow"
+
+#: The hint of a value past dsql's numeric, which PostgreSQL's unbounded numeric holds.
+NUMERIC_LIMIT = (
+    "dsql's numeric holds at most 38 digits (PostgreSQL's is unbounded): a quotient, avg, "
+    "variance and stddev keep 20 of them after the point, so at most 18 before it; "
+    "variance and stddev square values of at most 19 digits; a numeric column declared "
+    "without precision keeps 10 after the point; use double precision for larger values"
+)
+
+
+def numeric_overflow() -> ExecutionError:
+    """The error of a value past dsql's 38-digit numeric (`NUMERIC_LIMIT`)."""
+    return ExecutionError(NUMERIC_OVERFLOW, hint=NUMERIC_LIMIT)

@@ -20,7 +20,7 @@ import sqlglot
 from sqlglot import exp
 
 from dsql import exports, fast_path, grammar
-from dsql.assignment import assign
+from dsql.assignment import assign, float_literals
 from dsql.errors import (
     DsqlError,
     ResourceLimitError,
@@ -298,8 +298,11 @@ class Executor:
         s = self.session
         rel = s._table(stmt.table)
         given = stmt.columns or tuple(c.name for c in rel.columns)
-        column_types = {c.name: c.type for c in rel.columns}
-        bound = s.plan(_array_literals(stmt.query, [column_types.get(g) for g in given]))
+        typed = {c.name: c.type for c in rel.columns}
+        query = _array_literals(stmt.query, [typed.get(g) for g in given])
+        bound = s.plan(
+            float_literals(query, [typed.get(g, exp.DataType.build("text")) for g in given])
+        )
         unknown = [g for g in given if g not in [c.name for c in rel.columns]]
         if unknown:
             raise SchemaError(f"column '{unknown[0]}' of relation '{rel.name}' does not exist")

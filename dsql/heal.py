@@ -45,8 +45,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dsql.errors import DataError, DsqlError, ExecutionError
-from dsql.planner.plan import Get, Plan, walk
-from dsql.planner.stateful import expressions_of
+from dsql.planner.plan import Get, Plan
+from dsql.planner.stateful import expressions_of, walk_deep
 from dsql.planner.temporal import mentions_mz_now
 from dsql.relation import Relation
 
@@ -113,7 +113,7 @@ class Healing:
     def check_plan(self, plan: Plan, tick: int | None = None) -> None:
         """`check` of every relation `plan` reads."""
         s = self.session
-        for name in sorted({n.name for n in walk(plan) if isinstance(n, Get)}):
+        for name in sorted({n.name for n in walk_deep(plan) if isinstance(n, Get)}):
             if name in s.relations:
                 self.check(s.relations[name], tick)
 
@@ -276,7 +276,7 @@ class Healing:
         relation it reads moved to the period's end."""
         s = self.session
         names: set[str] = set()
-        todo = [n.name for n in walk(plan) if isinstance(n, Get)]
+        todo = [n.name for n in walk_deep(plan) if isinstance(n, Get)]
         while todo:
             name = todo.pop()
             if name not in names and name in s.relations:
@@ -292,7 +292,7 @@ class Healing:
 
 
 def _mentions_mz_now(plan: Plan) -> bool:
-    return any(mentions_mz_now(e) for node in walk(plan) for e in expressions_of(node))
+    return any(mentions_mz_now(e) for node in walk_deep(plan) for e in expressions_of(node))
 
 
 def view_error(name: str, cause: DsqlError, label: str | None = None) -> ExecutionError:
@@ -307,6 +307,8 @@ def view_error(name: str, cause: DsqlError, label: str | None = None) -> Executi
         hint = (
             "an internal error (a bug in dsql: please report it); DROP the view and create it again"
         )
+    if cause.hint:  # what the failure says of itself (a limit of dsql's, say) comes first
+        hint = f"{cause.hint}; {hint}"
     label = label or f"materialized view '{name}'"
     return ExecutionError(f"{label} is in error: {cause.message}", hint=hint)
 

@@ -32,8 +32,8 @@ from sqlglot import exp
 
 from dsql.clock import TICKS_PER_MS, tick_of
 from dsql.errors import TimeError, TypeMismatchError, UnsupportedError
-from dsql.planner.plan import Plan, walk
-from dsql.planner.stateful import LetRec, expressions_of
+from dsql.planner.plan import Plan
+from dsql.planner.stateful import LetRec, expressions_of, walk_deep
 from dsql.planner.temporal import is_mz_now, mentions_mz_now
 from dsql.runtime import relational as rel
 from dsql.runtime.arrangement import ImportNode, TraceHandle
@@ -155,7 +155,7 @@ class History:
         frontier = Antichain([(tick_of(as_of_ms),)])
 
         def refuse_loops(plan: Plan) -> None:
-            if any(isinstance(node, LetRec) for node in walk(plan)):
+            if any(isinstance(node, LetRec) for node in walk_deep(plan)):
                 raise UnsupportedError(
                     "SUBSCRIBE AS OF a past time of a recursive query is not supported",
                     hint="subscribe AS OF the current time, or materialize the recursive "
@@ -240,7 +240,7 @@ class AsOfImport(ImportNode):
 def at_time(session: Session, relation: Any, ms: int) -> Plan:
     """A plain view's plan with `mz_now()` read as the time `ms` (for a read AS OF it)."""
     plan: Plan = relation.plan
-    if not any(mentions_mz_now(e) for node in walk(plan) for e in expressions_of(node)):
+    if not any(mentions_mz_now(e) for node in walk_deep(plan) for e in expressions_of(node)):
         return plan
     from dsql import grammar
     from dsql.relation import _view_plan

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any
 
 import numpy as np
@@ -144,8 +144,14 @@ def shortest_text(value: float, single: bool = False) -> str:
 
 def _without_trailing_zeros(value: Decimal) -> Decimal:
     """A decimal with no zeros ending its fraction, never in exponent form (1000, not 1E+3)."""
-    normal = value.normalize()
-    return normal if normal.as_tuple().exponent <= 0 else normal.quantize(Decimal(1))  # type: ignore[operator]
+    normal = value.normalize(_EXACT)  # the default context would round to 28 digits
+    if normal.as_tuple().exponent <= 0:  # type: ignore[operator]
+        return normal
+    return normal.quantize(Decimal(1), context=_EXACT)
+
+
+#: A context that holds every digit of a 38-digit numeric (the default rounds to 28).
+_EXACT = Context(prec=80)
 
 
 def _duckdb() -> Any:

@@ -34,7 +34,8 @@ from dsql.planner.bind import bind
 from dsql.planner.catalog import unknown_relation
 from dsql.planner.decorrelate import decorrelate
 from dsql.planner.optimize import optimize
-from dsql.planner.plan import Column, Get, Plan, Query, walk
+from dsql.planner.plan import Column, Get, Plan, Query
+from dsql.planner.stateful import walk_deep
 from dsql.planner.volatile import refuse_volatile
 from dsql.relation import Relation, _view_plan, typed_columns
 from dsql.render import Renderer
@@ -307,7 +308,7 @@ class Session:
                 f"column '{repeated}' specified more than once",
                 hint=f"name the view's columns apart: AS in its query, or {name} (a, b, ...)",
             )
-        deps = tuple(sorted({n.name for n in walk(plan) if isinstance(n, Get)}))
+        deps = tuple(sorted({n.name for n in walk_deep(plan) if isinstance(n, Get)}))
         rel = Relation(
             name,
             "materialized view" if materialized else "view",
@@ -396,7 +397,7 @@ class Session:
         """An error if `plan`, to be maintained as `what`, calls a volatile function,
         itself or in a plain view it reads (rendered with it)."""
         refuse_volatile(plan, what)
-        for node in walk(plan):
+        for node in walk_deep(plan):
             if isinstance(node, Get) and node.name in self.relations:
                 rel = self.relations[node.name]
                 if rel.plan is not None and rel.arrangement is None:

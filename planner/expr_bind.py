@@ -19,7 +19,7 @@ from typing import Any
 import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
-from dsql.errors import DsqlError, SchemaError
+from dsql.errors import NUMERIC_LIMIT, NUMERIC_OVERFLOW, DsqlError, ExecutionError, SchemaError
 from dsql.planner import array_literal, functions, numeric, regex_spellings, spellings, types
 from dsql.planner.bind_shape import visible_plan
 from dsql.planner.expr import (
@@ -274,11 +274,32 @@ class ExprBinder:
                 return self._div(e)
             case exp.Mod():
                 return self._mod(e)
+            case exp.Cast() if _float_of_literal(e):
+                # PostgreSQL's numeric literal cast to a float: the digits as text, which
+                # both engines read as a double however many they are (1e300::float8).
+                return exp.Cast(this=exp.Literal.string(_number_text(e.this)), to=e.to)
+            case exp.Literal() if numeric.is_overflowing_literal(e):
+                raise ExecutionError(
+                    NUMERIC_OVERFLOW,
+                    position=position_of(e),
+                    hint=f"{NUMERIC_LIMIT} ({e.this}::float8)",
+                )
+            case exp.Neg() if isinstance(e.this, exp.Literal) and e.this.this == _BIGINT_MIN[1:]:
+                # PostgreSQL folds the sign into the literal: the least bigint is a bigint.
+                return exp.Cast(this=exp.Literal.number(_BIGINT_MIN), to=types.build("bigint"))
+            case exp.Literal() if numeric.is_wide_integer_literal(e):
+                return exp.Cast(this=e, to=numeric.numeric_type(0))
             case exp.Literal() if numeric.is_numeric_literal(e) and "e" in e.this.lower():
                 return numeric.exact_literal(e)
             case exp.Avg() if not isinstance(e.this, exp.Distinct):
                 return self._avg(e)
-            case exp.Variance() | exp.VariancePop() if not isinstance(e.this, exp.Distinct):
+            case (
+                exp.Variance()
+                | exp.VariancePop()
+                | exp.Stddev()
+                | exp.StddevSamp()
+                | exp.StddevPop()
+            ) if not isinstance(e.this, exp.Distinct):
                 return self._variance(e)
             case exp.Sum() if not isinstance(e.this, exp.Distinct):
                 return self._sum(e)
@@ -421,11 +442,18 @@ class ExprBinder:
         e.set("this", arg)
         if self._types is None:
             return e
-        t = types.infer(arg.copy(), self._types)
-        if types.is_integer(t):
-            wide = "decimal(38, 0)" if t.this == types.T.BIGINT else "bigint"
-            e.set("this", exp.Cast(this=arg, to=types.build(wide)))
+        e.set("this", self._widened(arg))
         return e
+
+    def _widened(self, arg: exp.Expr) -> exp.Expr:
+        """A bound integer `arg` in the type PostgreSQL sums it in (bigint for smallint
+        and int, numeric for bigint); any other `arg` as it is."""
+        assert self._types is not None
+        t = types.infer(arg.copy(), self._types)
+        if not types.is_integer(t):
+            return arg
+        wide = "decimal(38, 0)" if t.this == types.T.BIGINT else "bigint"
+        return exp.Cast(this=arg, to=types.build(wide))
 
     def _to_numeric(self, e: exp.Cast) -> exp.Expression:
         """`x::numeric` keeps x's digits, as PostgreSQL's unbounded numeric does: the scale
@@ -438,6 +466,8 @@ class ExprBinder:
                 scale = 0
             elif t.this == types.T.DECIMAL and len(t.expressions) == 2:
                 scale = int(t.expressions[1].this.this)
+            elif t.this in (types.T.DOUBLE, types.T.FLOAT):
+                arg = _float_digits(arg, 15 if t.this == types.T.DOUBLE else 6)
         precision, default = types.DEFAULT_DECIMAL
         scale = default if scale is None else min(scale, precision)
         return exp.Cast(this=arg, to=types.build(f"decimal({precision}, {scale})"))
@@ -535,14 +565,16 @@ class ExprBinder:
             "numeric",
         ):
             return e
-        total = exp.Sum(this=arg.copy())
+        total = exp.Sum(this=self._widened(arg.copy()))
         count = exp.Count(this=arg.copy())
         return numeric.divide(total, count, *self._scales(total, count))
 
-    def _variance(self, e: exp.Variance | exp.VariancePop) -> exp.Expr:
+    def _variance(self, e: _Spread) -> exp.Expr:
         """`var_samp(x)` (`variance`) and `var_pop(x)` of integers or numerics: numeric,
         as PostgreSQL computes it, `(n·Σx² − (Σx)²) / (n·(n − 1))` (or `n·n`) divided
-        exactly, 0 where rounding would make it negative, NULL for too few rows."""
+        exactly, 0 where rounding would make it negative, NULL for too few rows;
+        `stddev_samp(x)` (`stddev`) and `stddev_pop(x)`: that quotient's square root,
+        rounded at the quotient's scale (`numeric.root_of_quotient`)."""
         arg = self._bind(e.this)
         e.set("this", arg)
         if self._types is None:
@@ -555,16 +587,34 @@ class ExprBinder:
         narrow = exp.DataType.build(f"decimal({19 if s == 0 else 18}, {s})")
         x = exp.Cast(this=arg, to=narrow)
         n = exp.Count(this=arg.copy())
-        squares = exp.Sum(this=exp.Mul(this=x, expression=x.copy()))
+        product: exp.Expr = exp.Mul(this=x, expression=x.copy())
+        if s > 0:  # DuckDB multiplies decimals of at most 18 digits in 64 bits: 19 for it
+            wide = exp.DataType.build(f"decimal(19, {s})")
+            duck = exp.Mul(
+                this=exp.Cast(this=x.copy(), to=wide), expression=exp.Cast(this=x.copy(), to=wide)
+            )
+            product = exp.Cast(
+                this=exp.Anonymous(this=spellings.PER_KERNEL, expressions=[duck, product]),
+                to=numeric.numeric_type(2 * s),
+            )
+        squares = exp.Sum(this=product)
         total = exp.Sum(this=exp.Cast(this=arg.copy(), to=numeric.numeric_type(s)))
         spread = exp.Sub(
             this=exp.Mul(this=n.copy(), expression=squares),
             expression=exp.Mul(this=total, expression=total.copy()),
         )
-        sample = isinstance(e, exp.Variance)
+        sample = isinstance(e, exp.Variance | exp.Stddev | exp.StddevSamp)
         other = exp.Sub(this=n.copy(), expression=exp.Literal.number(1)) if sample else n.copy()
         pairs = exp.Mul(this=n.copy(), expression=exp.paren(other))
-        quotient = numeric.divide(spread.copy(), pairs, 2 * s, 0)
+        if isinstance(e, exp.Variance | exp.VariancePop):
+            quotient = numeric.divide(spread.copy(), pairs, 2 * s, 0)
+        elif numeric.quotient_scale(2 * s, 0) == numeric.QUOTIENT_SCALE:
+            quotient = numeric.root_of_quotient(spread.copy(), pairs, 2 * s, 0)
+        else:
+            raise unsupported(
+                f"{e.sql_name().lower()} of a numeric with more than 10 digits after the point",
+                "cast the argument to numeric(p, 10) or to double precision",
+            )
         stored = numeric.numeric_type(numeric.quotient_scale(2 * s, 0))
         zero = exp.Cast(this=exp.Literal.number(0), to=stored)
         too_few = exp.LTE(this=n.copy(), expression=exp.Literal.number(1 if sample else 0))
@@ -583,6 +633,39 @@ class ExprBinder:
     def _scales(self, *operands: exp.Expr) -> list[int]:
         assert self._types is not None
         return [numeric.scale(self._typed(o), self._types) for o in operands]
+
+
+def _float_digits(value: exp.Expr, digits: int) -> exp.Expr:
+    """A float as the text of its first `digits` significant digits, which PostgreSQL
+    casts to numeric (15 for double precision, 6 for real: `7.8::real::numeric` is 7.8,
+    not the 7.8000001907 of the binary value)."""
+    spec = f"'%.{digits}g'"
+    texts = (f"PRINTF({spec}, __0)", f"FORMAT_STRING({spec}, __0)")
+    return spellings.per_kernel(*texts, [as_expression(value)])
+
+
+#: The least bigint, as written.
+_BIGINT_MIN = str(-numeric.BIGINT_MAX - 1)
+
+
+def _float_of_literal(e: exp.Cast) -> bool:
+    """Whether `e` casts a number literal (or its negation) to a float type
+    (`1e400::float8`)."""
+    literal = e.this.this if isinstance(e.this, exp.Neg) else e.this
+    return (
+        isinstance(literal, exp.Literal)
+        and not literal.is_string
+        and e.to.this in (exp.DType.DOUBLE, exp.DType.FLOAT)
+    )
+
+
+def _number_text(e: exp.Expr) -> str:
+    """The text of a number literal or of its negation."""
+    return f"-{e.this.this}" if isinstance(e, exp.Neg) else e.this
+
+
+#: The aggregates of a spread: variance and standard deviation, sample and population.
+_Spread = exp.Variance | exp.VariancePop | exp.Stddev | exp.StddevSamp | exp.StddevPop
 
 
 def _call_position(call: exp.Func) -> tuple[int, int] | None:

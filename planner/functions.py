@@ -42,7 +42,7 @@ from typing import Literal
 import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
-from dsql.errors import SchemaError
+from dsql.errors import SchemaError, UnsupportedError
 from dsql.planner import numeric, regex_spellings, spellings, types
 
 #: A rewrite of a bound call (its argument types given) into every kernel's spelling.
@@ -111,6 +111,19 @@ def _log10(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     explicit."""
     if call.args.get("expression") is None:
         return exp.Log(this=exp.Literal.number(10), expression=call.this)
+    return call
+
+
+def _power(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """`power(a, b)` and `a ^ b`: double precision unless an operand is numeric and none
+    a float, where PostgreSQL computes an exact numeric (`3 ^ 40::numeric` has 20
+    digits a double cannot hold): refused there."""
+    kinds = {numeric.kind_of_type(t) for t in arg_types}
+    if "numeric" in kinds and "float" not in kinds:
+        raise UnsupportedError(
+            "power of a numeric is not supported (PostgreSQL computes it as an exact numeric)",
+            hint="cast an operand to double precision: power(x::float8, y)",
+        )
     return call
 
 
@@ -197,7 +210,7 @@ _MATH = (
     _F(("exp",), exp.Exp, (1, 1), "float8", "exp(y)"),
     _F(("ln",), exp.Ln, (1, 1), "float8", "ln(x)"),
     _F(("log", "log10"), exp.Log, (1, 2), "float8", "log(x) + log(2.0, x) + log10(x)", _log10),
-    _F(("power", "pow"), exp.Pow, (2, 2), "float8", "power(i, 2) + pow(x, 2)"),
+    _F(("power", "pow"), exp.Pow, (2, 2), "float8", "power(i, 2) + pow(x, 2)", _power),
     _F(("mod",), exp.Mod, (2, 2), "arg", "mod(i, 3)"),
     _F(("gcd",), exp.Anonymous, (2, 2), "common", "gcd(i, 21) + gcd(j, -12)", spellings.gcd),
     _F(("lcm",), exp.Anonymous, (2, 2), "common", "lcm(i, 21) + lcm(j, -12)", spellings.lcm),

@@ -11,7 +11,10 @@ computed here as PostgreSQL would (PostgreSQL keeps a scale per value: for a col
 and an operator over columns both agree). A quotient of numerics is
 `NUMERIC_DIV(a, b, scale_a, scale_b)`, evaluated exactly by each kernel
 (`runtime/kernel/numeric_division.py`) and rounded per row to PostgreSQL's scale; a
-remainder is `NUMERIC_MOD(a, b, scale_a, scale_b)`, likewise exact.
+remainder is `NUMERIC_MOD(a, b, scale_a, scale_b)`, likewise exact; the square root of a
+quotient (stddev's) is `NUMERIC_SQRT_DIV(a, b, scale_a, scale_b)`: the quotient rounded
+at its scale for the row, then its square root rounded at that scale, as PostgreSQL's
+`sqrt` of a numeric rounds it.
 
 >>> import sqlglot
 >>> kind(sqlglot.parse_one("1.5 + _c0"), [exp.DataType.build("int")])
@@ -36,6 +39,7 @@ T = exp.DType
 #: (`runtime/kernel/numeric_division.py`).
 NUMERIC_DIV = "NUMERIC_DIV"
 NUMERIC_MOD = "NUMERIC_MOD"
+NUMERIC_SQRT_DIV = "NUMERIC_SQRT_DIV"
 
 #: The most digits a stored numeric has (DuckDB's and Spark's widest decimal).
 MAX_PRECISION = 38
@@ -89,12 +93,32 @@ def _fits(text: str) -> bool:
     return number.is_finite() and number.adjusted() < MAX_PRECISION - written
 
 
+#: The largest integer literal that is a bigint; a larger one is numeric, as in PostgreSQL.
+BIGINT_MAX = 2**63 - 1
+
+
+def is_wide_integer_literal(e: exp.Expr) -> bool:
+    """Whether `e` is an integer literal past bigint, which PostgreSQL reads as numeric."""
+    return (
+        isinstance(e, exp.Literal)
+        and not e.is_string
+        and e.this.isdigit()
+        and (int(e.this) > BIGINT_MAX)
+    )
+
+
+def is_overflowing_literal(e: exp.Expr) -> bool:
+    """Whether `e` is a number literal whose digits, written out, exceed dsql's 38-digit
+    numeric (PostgreSQL's numeric holds it)."""
+    return isinstance(e, exp.Literal) and not e.is_string and not _fits(e.this)
+
+
 def kind(e: exp.Expr, inputs: Sequence[exp.DataType]) -> Kind | None:
     """The kind of number `e` is over columns `_c0.._cN` of types `inputs` (None: not a
     number, or not known here)."""
     match e:
         case exp.Literal() if not e.is_string:
-            if e.this.isdigit():
+            if e.this.isdigit() and int(e.this) <= BIGINT_MAX:
                 return "integer"
             return "numeric" if _fits(e.this) else "float"
         case exp.Column() if e.name.startswith("_c") and e.name[2:].isdigit():
@@ -113,7 +137,7 @@ def kind(e: exp.Expr, inputs: Sequence[exp.DataType]) -> Kind | None:
             return "float" if kind(e.this, inputs) == "float" else "numeric"
         case exp.Add() | exp.Sub() | exp.Mul() | exp.Div() | exp.Mod() | exp.IntDiv():
             return _widest(kind(e.this, inputs), kind(e.expression, inputs))
-        case exp.Anonymous() if e.name.upper() in (NUMERIC_DIV, NUMERIC_MOD):
+        case exp.Anonymous() if e.name.upper() in (NUMERIC_DIV, NUMERIC_MOD, NUMERIC_SQRT_DIV):
             return "numeric"
         case exp.Coalesce() | exp.Greatest() | exp.Least() | exp.Case() | exp.Nullif():
             found = {kind(b, inputs) for b in _branches(e) if not isinstance(b, exp.Null)}
@@ -162,7 +186,7 @@ def scale(e: exp.Expr, inputs: Sequence[exp.DataType], default: int = 10) -> int
         case exp.Mul():
             both = scale(e.this, inputs, default) + scale(e.expression, inputs, default)
             return min(both, MAX_PRECISION)
-        case exp.Anonymous() if e.name.upper() == NUMERIC_DIV:
+        case exp.Anonymous() if e.name.upper() in (NUMERIC_DIV, NUMERIC_SQRT_DIV):
             return quotient_scale(int(e.expressions[2].this), int(e.expressions[3].this))
         case exp.Anonymous() if e.name.upper() == NUMERIC_MOD:
             return max(int(e.expressions[2].this), int(e.expressions[3].this))
@@ -201,6 +225,15 @@ def divide(a: exp.Expr, b: exp.Expr, scale_a: int, scale_b: int) -> exp.Expr:
     PostgreSQL's scale, an error for a zero `b`."""
     scales = [exp.Literal.number(scale_a), exp.Literal.number(scale_b)]
     return exp.Anonymous(this=NUMERIC_DIV, expressions=[a, b, *scales])
+
+
+def root_of_quotient(a: exp.Expr, b: exp.Expr, scale_a: int, scale_b: int) -> exp.Expr:
+    """√(a / b) of non-negative numerics (or integers) of these scales, as PostgreSQL's
+    stddev computes it: the quotient rounded at its scale for the row, then its root
+    rounded at that scale. Exact where the quotient column's scale is `QUOTIENT_SCALE`
+    (operands of at most 20 digits after the point)."""
+    scales = [exp.Literal.number(scale_a), exp.Literal.number(scale_b)]
+    return exp.Anonymous(this=NUMERIC_SQRT_DIV, expressions=[a, b, *scales])
 
 
 def remainder(a: exp.Expr, b: exp.Expr, scale_a: int, scale_b: int) -> exp.Expr:
@@ -246,19 +279,24 @@ DIVISION_BY_ZERO = "division by zero"
 
 
 __all__ = [
+    "BIGINT_MAX",
     "DIVISION_BY_ZERO",
     "NUMERIC_DIV",
     "NUMERIC_MOD",
+    "NUMERIC_SQRT_DIV",
     "ZERO_GUARD",
     "divide",
     "exact_literal",
     "is_numeric_literal",
+    "is_overflowing_literal",
+    "is_wide_integer_literal",
     "kind",
     "kind_of_type",
     "literal_scale",
     "numeric_type",
     "quotient_scale",
     "remainder",
+    "root_of_quotient",
     "scale",
     "type_scale",
     "zero_guard",

@@ -24,7 +24,7 @@ from functools import cached_property
 from sqlglot import exp
 
 from dsql.errors import SchemaError
-from dsql.planner.expr import check_refs, infer_type
+from dsql.planner.expr import SubqueryExpr, check_refs, infer_type, nodes
 from dsql.planner.plan import (
     Column,
     Constant,
@@ -34,6 +34,7 @@ from dsql.planner.plan import (
     Order,
     Plan,
     _SameColumns,
+    walk,
 )
 
 JOIN_KINDS = ("inner", "left", "right", "full")
@@ -205,6 +206,35 @@ def expressions_of(plan: Plan) -> tuple[exp.Expression, ...]:
     return ()
 
 
+def walk_deep(plan: Plan) -> list[Plan]:
+    """Every node of `plan` and of the plans of the subqueries its expressions hold (a
+    bound plan keeps `SELECT (SELECT y FROM c)`'s read of `c` inside an expression until
+    decorrelation), parents before children, shared nodes once.
+
+    >>> from dsql.planner import types
+    >>> from dsql.planner.plan import Column, Get
+    >>> c = Get("c", (Column("y", types.build("int")),))
+    >>> one = Constant(((),), ())
+    >>> view = Map(one, (SubqueryExpr(this=c, kind="scalar"),), ("s",))
+    >>> [type(n).__name__ for n in walk(view)], [type(n).__name__ for n in walk_deep(view)]
+    (['Map', 'Constant'], ['Map', 'Constant', 'Get'])
+    """
+    found: dict[int, Plan] = {}
+    todo = [plan]
+    while todo:
+        for node in walk(todo.pop()):
+            if id(node) in found:
+                continue
+            found[id(node)] = node
+            todo.extend(
+                n.plan
+                for e in expressions_of(node)
+                for n in nodes(e)
+                if isinstance(n, SubqueryExpr)
+            )
+    return list(found.values())
+
+
 __all__ = [
     "JOIN_KINDS",
     "Distinct",
@@ -214,4 +244,5 @@ __all__ = [
     "Threshold",
     "TopK",
     "expressions_of",
+    "walk_deep",
 ]

@@ -14,6 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from dsql.errors import DsqlError, ExecutionError, SchemaError
+from dsql.errors import (
+    NUMERIC_LIMIT,
+    NUMERIC_OVERFLOW,
+    DsqlError,
+    ExecutionError,
+    SchemaError,
+    numeric_overflow,
+)
 from dsql.runtime import memory
 from dsql.runtime.dataflow import canceled
 from dsql.runtime.kernel import chain_reduce, driver, duckdb_sandbox
@@ -175,11 +183,9 @@ class LocalKernel(Kernel):
                 ) from None
             if "division by zero" in message.lower():  # planned (RAISE_ERROR) or DuckDB's
                 raise ExecutionError("division by zero") from None
-            if _DECIMAL_OVERFLOW.search(message):
-                raise ExecutionError(
-                    "numeric field overflow",
-                    hint="the value has more integer digits than the numeric(p, s) allows",
-                ) from None
+            numeric = _numeric_overflow(message)
+            if numeric is not None:
+                raise numeric from None
             if "Referenced column" in message or "not found in FROM clause" in message:
                 raise SchemaError(f"unknown column: {engine_message(message, None)[0]}") from error
             # The statement is dsql's, over internal names: the user's is shown instead.
@@ -481,7 +487,45 @@ _BATCH_ROWS = 131072
 
 #: DuckDB's integer overflow, and PostgreSQL's name of the type that overflowed.
 _OVERFLOW = re.compile(r"Overflow in \w+ of (INT16|INT32|INT64)")
-_DECIMAL_OVERFLOW = re.compile(r"to type DECIMAL\(\d+,\d+\) failed: value is out of range")
+#: DuckDB's words for a value past a decimal's digits: a cast (from a number or from
+#: text), arithmetic on decimals or on the 128-bit integers numerics are computed in,
+#: or a product of more than 38 digits after the point.
+_DECIMAL_OVERFLOW = re.compile(
+    r"to (?:type )?DECIMAL\((\d+),\d+\)(?: failed: value is out of range)?"
+    r"|Overflow in (?:\w+ of )?(?:DECIMAL|INT128|HUGEINT)|Overflow in HUGEINT"
+    r"|Needed scale \d+ to accurately represent"
+)
+
+
+def _numeric_overflow(message: str) -> ExecutionError | None:
+    """PostgreSQL's "numeric field overflow" for DuckDB's decimal overflow in `message`
+    (None for another error, or for text that is no number at all): past a
+    numeric(p, s) of the user's, or past dsql's 38 digits (`errors.NUMERIC_LIMIT`)."""
+    found = _DECIMAL_OVERFLOW.search(message)
+    if found is None:
+        return None
+    text = re.search(r'Could not convert string "([^"]*)"', message)
+    if text is not None and not _is_number(text.group(1)):
+        return None
+    if found.group(1) is not None and int(found.group(1)) < MAX_DIGITS:
+        # A cast of the query's, or the narrower type variance squares its argument in.
+        return ExecutionError(
+            NUMERIC_OVERFLOW,
+            hint=f"the value has more digits than numeric({found.group(1)}, s) allows; "
+            + NUMERIC_LIMIT,
+        )
+    return numeric_overflow()
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return Decimal(text.strip()).is_finite()
+    except InvalidOperation:
+        return False
+
+
+#: The digits of DuckDB's widest decimal, dsql's numeric.
+MAX_DIGITS = 38
 _OUT_OF_RANGE = {"INT16": "smallint", "INT32": "integer", "INT64": "bigint"}
 
 

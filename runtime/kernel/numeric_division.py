@@ -19,6 +19,9 @@ integers (DuckDB's HUGEINT, Spark's decimal(38, 0)):
 `NUMERIC_MOD(a, b, sa, sb)`, a remainder of numerics, is the remainder of the same
 integers, of scale `s` (DuckDB's remainder of 38-digit decimals goes through a double).
 
+`NUMERIC_SQRT_DIV(a, b, sa, sb)` (stddev: `a` the spread, `b` the pairs) is the square
+root of the same rounded quotient, rounded at the row's scale (`numeric_sqrt.py`).
+
 The operands' weights are estimated in double precision: an operand within a few units
 in the 16th digit of a power of 10000 may get the scale of its neighbour.
 
@@ -35,9 +38,13 @@ import functools
 import sqlglot
 from sqlglot import exp
 
+from dsql.runtime.kernel import numeric_sqrt
+
 #: The functions the planner writes for a numeric quotient and remainder (`planner/numeric.py`).
 NAME = "NUMERIC_DIV"
 REMAINDER = "NUMERIC_MOD"
+#: The square root of a quotient (stddev's: `planner/numeric.py`).
+ROOT = "NUMERIC_SQRT_DIV"
 
 #: Digits after the point a quotient column holds at least (`planner/numeric.py`).
 _QUOTIENT_SCALE = 20
@@ -58,7 +65,7 @@ def expand(tree: exp.Expr, dialect: str) -> exp.Expr:
         a, b = (expand(operand, dialect) for operand in node.expressions[:2])  # nested calls
         assert isinstance(a, exp.Expression) and isinstance(b, exp.Expression)
         sa, sb = node.expressions[2:]
-        build = _quotient if str(node.name).upper() == NAME else _remainder
+        build = _BUILDERS[str(node.name).upper()]
         template = build(dialect, int(sa.this), int(sb.this))
 
         def fill(n: exp.Expression) -> exp.Expression:
@@ -74,7 +81,7 @@ def expand(tree: exp.Expr, dialect: str) -> exp.Expr:
 
 
 def _is_call(node: exp.Expression) -> bool:
-    return isinstance(node, exp.Anonymous) and str(node.name).upper() in (NAME, REMAINDER)
+    return isinstance(node, exp.Anonymous) and str(node.name).upper() in _BUILDERS
 
 
 def _integer(dialect: str) -> str:
@@ -124,24 +131,39 @@ def _remainder(dialect: str, sa: int, sb: int) -> exp.Expr:
     return _guarded(_unscaled(f"({na} % {nb})", s, dialect), s, dialect)
 
 
-@functools.cache
-def _quotient(dialect: str, sa: int, sb: int) -> exp.Expr:
-    """The quotient of `__dsql_a` (scale `sa`) by `__dsql_b` (scale `sb`) in `dialect`."""
+def long_division(a: str, b: str, places: int, chunk: int, dialect: str) -> tuple[str, str]:
+    """floor(`a`·10^`places` / `b`) of non-negative integers, and the remainder, never
+    holding `a`·10^`places`: the integer part `a div b`, then the digits after it
+    `chunk` at a time, each from the remainder times 10^chunk (which must stay within
+    38 digits). Past 38 places only a quotient below 1 fits: its integer part is taken
+    to be 0."""
     integer = _integer(dialect)
     div = "div" if dialect == "spark" else "//"
+    remainder = f"({a} % {b})"
+    if places > _MAX_PRECISION:
+        truncated = f"CAST(0 AS {integer})"
+    else:
+        truncated = f"CAST(({a} {div} {b}) AS {integer}) * {10**places}"
+    left = places
+    while left > 0:
+        step = min(chunk, left)
+        shifted = f"({remainder} * {10**step})"
+        left -= step
+        truncated += f" + CAST(({shifted} {div} {b}) AS {integer}) * {10**left}"
+        remainder = f"({shifted} % {b})"
+    return truncated, remainder
+
+
+def _rounded_quotient(dialect: str, sa: int, sb: int) -> tuple[str, str, int, str, str]:
+    """|`__dsql_a` / `__dsql_b`| (scales `sa`, `sb`) rounded half away from zero at
+    PostgreSQL's scale for the row, as an exact integer of scale `big`; that row scale;
+    `big`, the column's scale (`numeric.quotient_scale`); and the operands as the
+    integers divided."""
+    integer = _integer(dialect)
     s = max(sa, sb)
     big = min(max(_QUOTIENT_SCALE, s), _MAX_PRECISION)
     na, nb = (_scaled(name, own, s, dialect) for name, own in (("__dsql_a", sa), ("__dsql_b", sb)))
-    # Long division: the integer part, then `big` digits after the point in chunks.
-    remainder = f"({na} % {nb})"
-    truncated = f"CAST(({na} {div} {nb}) AS {integer}) * {10**big}"
-    left = big
-    while left > 0:
-        step = min(_CHUNK, left)
-        shifted = f"({remainder} * {10**step})"
-        left -= step
-        truncated += f" + CAST(({shifted} {div} {nb}) AS {integer}) * {10**left}"
-        remainder = f"({shifted} % {nb})"
+    truncated, remainder = long_division(na, nb, big, _CHUNK, dialect)
     # PostgreSQL's scale for the row, from the operands' base-10000 weights and leading
     # digits; `m` digits of the `big` computed are rounded away.
     weights = []
@@ -158,7 +180,14 @@ def _quotient(dialect: str, sa: int, sb: int) -> exp.Expr:
     up = (
         f"CASE WHEN {drop} = 1 THEN {remainder} >= {nb} - {remainder} ELSE {tail} * 2 >= {drop} END"
     )
-    magnitude_value = f"(({truncated}) - {tail} + CASE WHEN {up} THEN {drop} ELSE 0 END)"
+    rounded = f"(({truncated}) - {tail} + CASE WHEN {up} THEN {drop} ELSE 0 END)"
+    return rounded, row_scale, big, na, nb
+
+
+@functools.cache
+def _quotient(dialect: str, sa: int, sb: int) -> exp.Expr:
+    """The quotient of `__dsql_a` (scale `sa`) by `__dsql_b` (scale `sb`) in `dialect`."""
+    magnitude_value, _, big, _, _ = _rounded_quotient(dialect, sa, sb)
     signed = (
         f"CASE WHEN (__dsql_a < 0) <> (__dsql_b < 0) "
         f"THEN -{magnitude_value} ELSE {magnitude_value} END"
@@ -166,4 +195,18 @@ def _quotient(dialect: str, sa: int, sb: int) -> exp.Expr:
     return _guarded(_unscaled(signed, big, dialect), big, dialect)
 
 
-__all__ = ["NAME", "REMAINDER", "expand"]
+@functools.cache
+def _root_of_quotient(dialect: str, sa: int, sb: int) -> exp.Expr:
+    """The square root of the quotient `__dsql_a / __dsql_b` rounded at its row scale,
+    itself rounded at that scale (`numeric_sqrt.py`), in `dialect`."""
+    magnitude_value, row_scale, big, na, nb = _rounded_quotient(dialect, sa, sb)
+    fine, _ = long_division(na, nb, 2 * big, _CHUNK, dialect)
+    root = numeric_sqrt.rounded_root(magnitude_value, row_scale, big, dialect, fine)
+    return _guarded(_unscaled(root, big, dialect), big, dialect)
+
+
+#: Each function's template builder: (dialect, scale_a, scale_b) -> expression.
+_BUILDERS = {NAME: _quotient, REMAINDER: _remainder, ROOT: _root_of_quotient}
+
+
+__all__ = ["NAME", "REMAINDER", "ROOT", "expand"]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dsql.errors import ExecutionError, SchemaError
+from dsql.errors import ExecutionError, SchemaError, numeric_overflow
 from dsql.runtime import memory
 from dsql.runtime.kernel.base import Frame, Kernel, Placement, Prepared, engine_message
 
@@ -214,10 +214,7 @@ def _engine_error(error: Exception, text: str | None = None) -> Exception:
             f"unknown column: {engine_message(message, None)[0]}", hint="check the column names"
         )
     if "NUMERIC_VALUE_OUT_OF_RANGE" in message:
-        return ExecutionError(
-            "numeric field overflow",
-            hint="the value has more integer digits than the numeric(p, s) allows",
-        )
+        return numeric_overflow()
     if "division by zero" in message.lower() or "DIVIDE_BY_ZERO" in message:
         return ExecutionError("division by zero")
     if "ARITHMETIC_OVERFLOW" in message:  # Spark's message does not name the type
