@@ -34,7 +34,7 @@ from dsql.planner.bind_shape import (
     types_of,
 )
 from dsql.planner.bind_table_function import bound_table_function
-from dsql.planner.expr import Position, SubqueryExpr, col
+from dsql.planner.expr import Outer, Position, SubqueryExpr, col
 from dsql.planner.expr_bind import ExprBinder, aggregate_calls, is_aggregate
 from dsql.planner.plan import (
     Filter,
@@ -314,6 +314,12 @@ def _aggregate(plan: Plan, group: list[exp.Expression], uses: list[Any]):  # typ
     for c in calls:
         if any(is_aggregate(a) for a in c.iter_expressions() if isinstance(a, exp.Expression)):
             raise _located(SchemaError("aggregate function calls cannot be nested"), c)
+        if _of_outer_rows(c):
+            raise unsupported(
+                "an aggregate in a subquery whose arguments are all columns of an outer query",
+                "aggregate in the outer query and pass the result in (PostgreSQL evaluates "
+                "such an aggregate as part of the outer query)",
+            )
     reduce = Reduce(mapped, tuple(range(n, n + len(group))), tuple(calls), names)
     g = len(group)
 
@@ -337,6 +343,16 @@ def _aggregate(plan: Plan, group: list[exp.Expression], uses: list[Any]):  # typ
         return e.copy().transform(replace)
 
     return reduce, rewrite
+
+
+def _of_outer_rows(call: exp.Expression) -> bool:
+    """Whether a bound aggregate call reads an outer query's columns and none of its own
+    query's: PostgreSQL makes it an aggregate of the outer query (over the outer rows),
+    not of the subquery's rows."""
+    nodes = list(call.walk())
+    outer = any(isinstance(n, Outer) for n in nodes)
+    own = any(isinstance(n, exp.Column) and n.name.startswith("_c") for n in nodes)
+    return outer and not own
 
 
 __all__ = [

@@ -203,7 +203,8 @@ def test_round_limit_error_leaves_the_session_usable() -> None:
 @pytest.mark.parametrize(
     "statement",
     [
-        "SELECT a * 9223372036854775808 FROM t",  # an engine overflow inside a round
+        "SELECT a * 9223372036854775807 FROM t",  # an engine overflow inside a round
+        "SELECT a * 99999999999999999999999999999999999999 FROM t",  # past numeric's 38 digits
         "SELECT a FROM t ORDER BY 0.0001",  # a non-integer ORDER BY constant
         "SELECT (*) FROM t",  # a star as a value (it reached DuckDB, which expanded it)
         "SELECT (SELECT (*) FROM t AS x), a FROM t",

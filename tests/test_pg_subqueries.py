@@ -247,6 +247,41 @@ def test_a_reference_two_levels_out_reads_that_levels_row(sql: str, want: list) 
     assert _rows(_connect(), sql) == Counter(want)
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT (SELECT count(*) FILTER (WHERE o <> 0) FROM (VALUES (1)) t0) "
+        "FROM (VALUES (2), (3)) t1(o)",
+        "SELECT (SELECT sum(o) FROM (VALUES (1)) t0) FROM (VALUES (2), (3)) t1(o)",
+        "SELECT (SELECT max(a.x) FROM c) FROM a",
+    ],
+)
+def test_an_aggregate_of_outer_columns_alone_is_refused(sql: str) -> None:
+    # PostgreSQL evaluates it as an aggregate of the outer query (one row: 2, for the
+    # first); evaluated over the subquery's rows it would give one value per outer row.
+    with pytest.raises(dsql.Error, match="columns of an outer query"):
+        _connect().execute(sql).fetchall()
+
+
+@pytest.mark.parametrize(
+    ("sql", "want"),
+    [
+        (
+            "SELECT (SELECT sum(o + x) FROM (VALUES (1)) t0(x)) FROM (VALUES (2), (3)) t1(o)",
+            [(3,), (4,)],
+        ),
+        (
+            "SELECT (SELECT count(*) FROM (VALUES (1)) t0) FROM (VALUES (2), (3)) t1(o)",
+            [(1,), (1,)],
+        ),
+    ],
+)
+def test_an_aggregate_reading_its_own_rows_may_also_read_outer_columns(
+    sql: str, want: list
+) -> None:
+    assert _rows(_connect(), sql) == Counter(want)
+
+
 def test_a_view_with_a_reference_two_levels_out_follows_its_inputs() -> None:
     con = _connect()
     oracle = duckdb.connect()
