@@ -90,6 +90,34 @@ def aggregate_calls(e: exp.Expression) -> list[exp.Expression]:
     return found
 
 
+#: Aggregates whose value depends on the order of their input: their ORDER BY is kept.
+_ORDERED_AGGREGATES = (exp.ArrayAgg, exp.GroupConcat)
+
+
+def _drop_needless_order(call: exp.AggFunc) -> None:
+    """`call(... ORDER BY ...)` without its ORDER BY where the order cannot change the
+    value (`min(x ORDER BY y)` is `min(x)`), in place. With DISTINCT, each ORDER BY key
+    must be one of the arguments, as PostgreSQL requires.
+
+    >>> e = sqlglot.parse_one("min(x ORDER BY y)", read="postgres")
+    >>> _drop_needless_order(e); e.sql("postgres")
+    'MIN(x)'
+    """
+    order = call.this
+    assert isinstance(order, exp.Order)
+    if isinstance(order.this, exp.Distinct):
+        arguments = order.this.expressions
+        for key in order.expressions:
+            if not any(key.this == argument for argument in arguments):
+                raise SchemaError(
+                    "in an aggregate with DISTINCT, ORDER BY expressions must appear in "
+                    "argument list",
+                    position=position_of(key.this),
+                )
+    if not isinstance(call, _ORDERED_AGGREGATES):
+        call.set("this", order.this)
+
+
 def _is_every(e: exp.Expression) -> bool:
     return isinstance(e, exp.Anonymous) and e.name.lower() == "every"
 
@@ -223,6 +251,8 @@ class ExprBinder:
         return as_expression(bound)
 
     def _bind(self, e: exp.Expr) -> exp.Expr:
+        if isinstance(e, exp.AggFunc) and isinstance(e.this, exp.Order):
+            _drop_needless_order(e)
         match e:
             case exp.Column() if isinstance(e.this, exp.Star):
                 raise SchemaError("'*' is only allowed in a select list or count(*)")
@@ -341,6 +371,9 @@ class ExprBinder:
                 pass  # a WHEN branch; a call `if(...)` is DuckDB's and Spark's, not SQL's
             case exp.Window():
                 raise unsupported("window functions", "use GROUP BY, or a join with an aggregate")
+            case exp.Expression() if "JSON" in type(e).__name__:
+                # `->`, `->>`, `#>`, `?`, `@>` of json: DuckDB would read text as its JSON.
+                raise unsupported("a json or jsonb operator", types.JSON_HINT)
             case exp.Func() if functions.is_listed_call(e):
                 return self._function(e)
         self._bind_children(e)

@@ -20,7 +20,7 @@ import pyarrow as pa
 from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 
-from dsql.errors import TypeMismatchError
+from dsql.errors import TypeMismatchError, UnsupportedError
 from dsql.planner import numeric
 
 T = exp.DType  # `exp.DataType.Type`, under the name type checkers take as a type
@@ -79,7 +79,13 @@ def to_arrow(dtype: exp.DataType) -> pa.DataType:
 
 
 #: Types a value may be cast to beyond those stored (`_TO_ARROW`, numeric, arrays).
-_CAST_ONLY = frozenset({T.INTERVAL, T.TIME, T.JSON, T.JSONB, T.UUID})
+_CAST_ONLY = frozenset({T.INTERVAL, T.TIME, T.UUID})
+
+#: JSON types: PostgreSQL's jsonb normalizes its text (key order, spacing, numbers) and
+#: has its own operators; dsql has neither, so a cast to one is refused.
+JSON_TYPES = frozenset({T.JSON, T.JSONB})
+
+JSON_HINT = "keep JSON as text; dsql has no json or jsonb type, operators or functions"
 
 
 def check_cast_target(dtype: exp.DataType) -> None:
@@ -91,6 +97,8 @@ def check_cast_target(dtype: exp.DataType) -> None:
         return
     if kind in _TO_ARROW or kind in _CAST_ONLY or kind in (T.DECIMAL, T.BIGDECIMAL):
         return
+    if kind in JSON_TYPES:
+        raise UnsupportedError(f"type {kind.value.lower()} is not supported", hint=JSON_HINT)
     raise TypeMismatchError(
         f"type {dtype.sql('postgres').lower()} does not exist",
         hint="use integer, bigint, double precision, numeric(p,s), text, boolean, date, "

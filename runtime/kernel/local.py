@@ -32,7 +32,7 @@ from dsql.errors import (
 )
 from dsql.runtime import memory
 from dsql.runtime.dataflow import canceled
-from dsql.runtime.kernel import chain_reduce, driver, duckdb_sandbox
+from dsql.runtime.kernel import chain_reduce, driver, duckdb_errors, duckdb_sandbox
 from dsql.runtime.kernel import key_index as _index
 from dsql.runtime.kernel.base import (
     Capability,
@@ -190,7 +190,11 @@ class LocalKernel(Kernel):
                 raise SchemaError(f"unknown column: {engine_message(message, None)[0]}") from error
             # The statement is dsql's, over internal names: the user's is shown instead.
             said, raised = engine_message(message, prepared.text)
-            raise ExecutionError(said if raised else f"DuckDB failed: {said}") from error
+            if raised:
+                raise ExecutionError(said) from error
+            raise duckdb_errors.translated(said) or ExecutionError(
+                f"DuckDB failed: {said}"
+            ) from error
         finally:
             if timer is not None:
                 timer.cancel()
