@@ -179,7 +179,7 @@ class _Builder(Transformer):
 
     # ---- statements ---------------------------------------------------------------------
     def create_table(
-        self, meta, _c, _t, if_not_exists, name, group, _with, options
+        self, meta, _c, _temp, _t, if_not_exists, name, group, _with, options
     ) -> ast.CreateTable:
         table = parse_table_elements(self.fragment, self._text(group), self._at(group))
         return ast.CreateTable(
@@ -193,7 +193,7 @@ class _Builder(Transformer):
         )
 
     def create_table_as(
-        self, meta, _c, _t, if_not_exists, name, columns, _as, query
+        self, meta, _c, _temp, _t, if_not_exists, name, columns, _as, query
     ) -> ast.CreateTableAs:
         return ast.CreateTableAs(
             name=name,
@@ -208,6 +208,7 @@ class _Builder(Transformer):
         meta,
         _c,
         or_replace,
+        _temp,
         materialized,
         _v,
         if_not_exists,

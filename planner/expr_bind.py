@@ -90,6 +90,34 @@ def aggregate_calls(e: exp.Expression) -> list[exp.Expression]:
     return found
 
 
+def _float_spread(call: exp.Expression, arg: exp.Expression) -> exp.Expression:
+    """A float variance or standard deviation as PostgreSQL's: NaN once an input is
+    infinite or NaN (NaN sorts above every float in all the engines, infinity next), NULL
+    below the rows it needs; else the engine's own."""
+    sample = isinstance(call, exp.Variance | exp.Stddev | exp.StddevSamp)
+    special = exp.or_(
+        exp.In(
+            this=exp.Max(this=arg.copy()),
+            expressions=[_float_literal("Infinity"), _float_literal("NaN")],
+        ),
+        exp.EQ(this=exp.Min(this=arg.copy()), expression=_float_literal("-Infinity")),
+    )
+    too_few = exp.LT(
+        this=exp.Count(this=arg.copy()), expression=exp.Literal.number(2 if sample else 1)
+    )
+    return exp.Case(
+        ifs=[
+            exp.If(this=too_few, true=exp.Null()),
+            exp.If(this=special, true=_float_literal("NaN")),
+        ],
+        default=call,
+    )
+
+
+def _float_literal(text: str) -> exp.Expression:
+    return exp.Cast(this=exp.Literal.string(text), to=types.build("double precision"))
+
+
 #: Aggregates whose value depends on the order of their input: their ORDER BY is kept.
 _ORDERED_AGGREGATES = (exp.ArrayAgg, exp.GroupConcat)
 
@@ -244,11 +272,51 @@ class ExprBinder:
         """The expression over positional references (a copy; `e` is unchanged)."""
         try:
             bound = self._bind(e.copy())
+            self._one_dimensional(as_expression(bound))
         except DsqlError as error:
             if error.position is None:
                 error.position = position_of(e)
             raise
         return as_expression(bound)
+
+    def _array_and_element(self, e: exp.DPipe) -> exp.Func | None:
+        """`||` with an array operand as PostgreSQL picks it by the operands' types:
+        `array_append(a, x)`, `array_prepend(x, a)`, or `array_cat(a, b)` (an untyped
+        NULL is an array there, and a NULL array counts as empty); None for text `||`."""
+        if self._types is None:
+            return None
+        kinds = [self._concat_kind(side) for side in (e.this, e.expression)]
+        if "array" not in kinds:
+            return None
+        name = (
+            "array_append" if kinds == ["array", "element"]
+            else "array_prepend" if kinds == ["element", "array"]
+            else "array_cat"
+        )  # fmt: skip
+        return exp.func(name, e.this, e.expression, dialect="postgres")
+
+    def _concat_kind(self, side: exp.Expression) -> str | None:
+        """Whether an operand of `||` is an array, another value, or of no type (NULL)."""
+        if isinstance(side, exp.DPipe):
+            return "array" if self._array_and_element(side) is not None else "element"
+        t = types.infer(self._typed(self._bind(side.copy())), self.input_types())
+        if t.is_type(exp.DataType.Type.ARRAY):
+            return "array"
+        return None if t.is_type(exp.DataType.Type.UNKNOWN, exp.DataType.Type.NULL) else "element"
+
+    def _one_dimensional(self, bound: exp.Expression) -> None:
+        """Refuse an array of arrays (`ARRAY[[1, 2], [3, 4]]`, `array_agg` of arrays):
+        PostgreSQL makes a multidimensional array of them, dsql's arrays have one
+        dimension."""
+        for node in bound.find_all(exp.Array, exp.ArrayAgg):
+            t = types.infer(self._typed(node), self.input_types())
+            if t.is_type(exp.DataType.Type.ARRAY) and any(
+                inner.is_type(exp.DataType.Type.ARRAY) for inner in t.expressions
+            ):
+                raise unsupported(
+                    "an array of arrays (a multidimensional array)",
+                    "dsql's arrays have one dimension; concatenate them with || or array_cat",
+                )
 
     def _bind(self, e: exp.Expr) -> exp.Expr:
         if isinstance(e, exp.AggFunc) and isinstance(e.this, exp.Order):
@@ -300,6 +368,13 @@ class ExprBinder:
                 )
             case exp.Placeholder() | exp.Parameter():
                 raise SchemaError("a parameter placeholder reached the planner unbound")
+            case exp.DPipe() if (call := self._array_and_element(e)) is not None:
+                return self._bind(call)
+            case exp.Array() if not e.expressions and not isinstance(e.parent, exp.Cast):
+                raise SchemaError(
+                    "cannot determine type of empty array",
+                    hint="cast it to the array type wanted: ARRAY[]::integer[]",
+                )
             case exp.Div():
                 return self._div(e)
             case exp.Mod():
@@ -520,6 +595,13 @@ class ExprBinder:
         found = _quantified_array(e.expression)
         assert found is not None
         array, every = found
+        if isinstance(array, exp.Literal) and array.is_string and self._types is not None:
+            # An untyped literal takes the array type of the other operand's type.
+            element = types.infer(self._typed(self._bind(e.this.copy())), self.input_types())
+            if element.is_type(exp.DataType.Type.UNKNOWN, exp.DataType.Type.NULL):
+                element = types.build("text")
+            to = exp.DataType(this=exp.DataType.Type.ARRAY, expressions=[element], nested=True)
+            array = exp.Cast(this=array, to=to)
         bound_array = as_expression(self._bind(array.copy()))
         comparison = type(e)(this=self._bind(e.this), expression=exp.column("__e"))
         return spellings.quantified(as_expression(comparison), bound_array, every)
@@ -528,6 +610,7 @@ class ExprBinder:
         """`x::t[]`; text (a literal, or a text value) read as PostgreSQL's array text
         (`array_literal`)."""
         types.check_cast_target(e.to)
+        e.set("to", types.one_dimensional(e.to))
         if isinstance(e.this, exp.Literal) and e.this.is_string:
             try:
                 parsed = array_literal.literal(e.this.this, e.to)
@@ -613,6 +696,8 @@ class ExprBinder:
         if self._types is None:
             return e
         typed = self._typed(arg)
+        if numeric.kind(typed, self._types) == "float":
+            return _float_spread(e, as_expression(arg))
         if numeric.kind(typed, self._types) not in ("integer", "numeric"):
             return e
         s = numeric.scale(typed, self._types)

@@ -58,6 +58,21 @@ def build(text: str | exp.DataType) -> exp.DataType:
     return exp.DataType.build(text, dialect="postgres")
 
 
+def one_dimensional(dtype: exp.DataType) -> exp.DataType:
+    """An array type without its declared extra dimensions: PostgreSQL reads `int[][]`
+    as `int[]` (a declared number of dimensions is documentation only).
+
+    >>> one_dimensional(exp.DataType.build("int[][]", dialect="postgres")).sql("postgres")
+    'INT[]'
+    """
+    element = dtype
+    while element.this == T.ARRAY and element.expressions:
+        element = element.expressions[0]
+    if element is dtype:
+        return dtype
+    return exp.DataType(this=T.ARRAY, expressions=[element.copy()], nested=True)
+
+
 def to_arrow(dtype: exp.DataType) -> pa.DataType:
     """The Arrow type dsql stores a SQL type as; a TypeMismatchError if there is none."""
     kind = dtype.this
@@ -70,7 +85,7 @@ def to_arrow(dtype: exp.DataType) -> pa.DataType:
             precision, scale = DEFAULT_DECIMAL
         return pa.decimal128(precision, scale)
     if kind == T.ARRAY and dtype.expressions:
-        return pa.list_(to_arrow(dtype.expressions[0]))
+        return pa.list_(to_arrow(one_dimensional(dtype).expressions[0]))
     raise TypeMismatchError(
         f"type {dtype.sql('postgres')} is not supported",
         hint="use integer, bigint, double precision, numeric(p,s), text, boolean, date "

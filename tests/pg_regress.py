@@ -559,7 +559,12 @@ def _family(arrow_type: Any) -> str | None:
 
 
 def canonical(text: str | None, pg_type: str) -> Any:
-    """A value's text as compared: floats rounded, numerics by value, the rest as is."""
+    """A value's text as compared: floats rounded, numerics (and numeric arrays) by
+    value, the rest as is.
+
+    >>> canonical("{1.10,2,NULL}", "_numeric") == canonical("{1.1,2.0,NULL}", "_numeric")
+    True
+    """
     if text is None:
         return None
     if pg_type in ("float4", "float8"):
@@ -576,6 +581,9 @@ def canonical(text: str | None, pg_type: str) -> Any:
             return decimal.Decimal(text).normalize()
         except decimal.InvalidOperation:
             return text
+    if pg_type == "_numeric" and re.fullmatch(r"\{[-+0-9.eE,NUL]*\}", text):
+        elements = text[1:-1].split(",") if text != "{}" else []
+        return tuple(canonical(None if v == "NULL" else v, "numeric") for v in elements)
     return text
 
 
