@@ -379,6 +379,8 @@ class ExprBinder:
                 return self._div(e)
             case exp.Mod():
                 return self._mod(e)
+            case exp.Mul():
+                return self._mul(e)
             case exp.Cast() if _float_of_literal(e):
                 # PostgreSQL's numeric literal cast to a float: the digits as text, which
                 # both engines read as a double however many they are (1e300::float8).
@@ -396,7 +398,7 @@ class ExprBinder:
                 return exp.Cast(this=e, to=numeric.numeric_type(0))
             case exp.Literal() if numeric.is_numeric_literal(e) and "e" in e.this.lower():
                 return numeric.exact_literal(e)
-            case exp.Avg() if not isinstance(e.this, exp.Distinct):
+            case exp.Avg():
                 return self._avg(e)
             case (
                 exp.Variance()
@@ -404,10 +406,14 @@ class ExprBinder:
                 | exp.Stddev()
                 | exp.StddevSamp()
                 | exp.StddevPop()
-            ) if not isinstance(e.this, exp.Distinct):
+            ):
                 return self._variance(e)
-            case exp.Sum() if not isinstance(e.this, exp.Distinct):
+            case exp.Sum():
                 return self._sum(e)
+            case exp.Min() | exp.Max() | exp.LogicalAnd() | exp.LogicalOr():
+                self._bind_children(e)
+                self._check_argument(e, _inner(e.this))
+                return e
             case exp.Cast() if _bytea_literal(e) is not None:
                 return exp.Cast(this=_bytea_literal(e), to=e.to)
             case exp.Filter() if isinstance(e.this, _AGGREGATES) or _is_every(e.this):
@@ -543,14 +549,48 @@ class ExprBinder:
             return spellings.array_agg_filtered(bound_call, bound, t)
         return as_expression(self._bind(filtered(call, condition)))
 
-    def _sum(self, e: exp.Sum) -> exp.Expression:
-        """`sum(x)` over an integer `x` summed in PostgreSQL's wider type: bigint for
-        smallint and int, numeric for bigint (so a sum of bigints never overflows)."""
-        arg = self._bind(e.this)
-        e.set("this", arg)
+    def _argument(self, e: exp.AggFunc) -> tuple[exp.Expr, bool]:
+        """An aggregate's argument bound and checked (`_check_argument`), and whether it
+        is DISTINCT."""
+        distinct = isinstance(e.this, exp.Distinct)
+        arg = self._bind(_inner(e.this))
+        self._check_argument(e, arg)
+        return arg, distinct
+
+    def _check_argument(self, e: exp.AggFunc, arg: exp.Expr) -> None:
+        """Refuse an aggregate over a type PostgreSQL has no such aggregate for: `sum`,
+        `avg`, `variance` and `stddev` take numbers, `bool_and` and `bool_or` booleans,
+        and `min` and `max` anything but booleans."""
         if self._types is None:
+            return
+        t = types.infer(self._typed(arg), self._types)
+        if types.is_unknown(t):
+            return
+        if isinstance(e, exp.LogicalAnd | exp.LogicalOr):
+            fits, hint = t.this == types.T.BOOLEAN, "compare the value: bool_and(x <> 0)"
+        elif isinstance(e, exp.Min | exp.Max):
+            fits, hint = t.this != types.T.BOOLEAN, "use bool_and or bool_or for booleans"
+        else:
+            fits, hint = numeric.kind_of_type(t) is not None, "cast the argument to a number"
+        if not fits:
+            name = "bool_and" if isinstance(e, exp.LogicalAnd) else e.sql_name().lower()
+            name = "bool_or" if isinstance(e, exp.LogicalOr) else name
+            raise SchemaError(
+                f"function {name}({t.sql('postgres').lower()}) does not exist", hint=hint
+            )
+
+    def _sum(self, e: exp.Sum) -> exp.Expr:
+        """`sum(x)` in PostgreSQL's type: over an integer `x` summed in a wider type
+        (bigint for smallint and int, numeric for bigint, so a sum of bigints never
+        overflows); of reals, real (the engines sum floats as doubles)."""
+        arg, distinct = self._argument(e)
+        if self._types is None:
+            e.set("this", exp.Distinct(expressions=[arg]) if distinct else arg)
             return e
-        e.set("this", self._widened(arg))
+        widened = self._widened(arg)
+        e.set("this", exp.Distinct(expressions=[widened]) if distinct else widened)
+        if types.infer(self._typed(arg), self._types).this == types.T.FLOAT:
+            return exp.Cast(this=e, to=types.build("real"))
         return e
 
     def _widened(self, arg: exp.Expr) -> exp.Expr:
@@ -671,18 +711,31 @@ class ExprBinder:
             return e
         return numeric.remainder(a, b, *self._scales(a, b))
 
+    def _mul(self, e: exp.Mul) -> exp.Expr:
+        """`a * b`: of numerics (or a numeric and an integer) exact on both kernels
+        (`numeric.product`); of integers and floats the engines' own."""
+        self._bind_children(e)
+        a, b = e.this, e.expression
+        if self._types is None or self._kinds(a, b) not in ({"numeric"}, {"numeric", "integer"}):
+            return e
+        sa, sb = self._scales(a, b)
+        if sa + sb > numeric.MAX_PRECISION:  # no decimal holds it: the engines' error
+            return e
+        return numeric.product(a, b, sa, sb)
+
     def _avg(self, e: exp.Avg) -> exp.Expr:
         """`avg(x)` of integers or numerics: numeric, `sum(x) / count(x)` divided as
         PostgreSQL divides numerics; of floats: the engines' float average."""
-        arg = self._bind(e.this)
-        e.set("this", arg)
+        arg, distinct = self._argument(e)
+        e.set("this", exp.Distinct(expressions=[arg]) if distinct else arg)
         if self._types is None or numeric.kind(self._typed(arg), self._types) not in (
             "integer",
             "numeric",
         ):
             return e
-        total = exp.Sum(this=self._widened(arg.copy()))
-        count = exp.Count(this=arg.copy())
+        widened = self._widened(arg.copy())
+        total = exp.Sum(this=exp.Distinct(expressions=[widened]) if distinct else widened)
+        count = exp.Count(this=exp.Distinct(expressions=[arg.copy()]) if distinct else arg.copy())
         return numeric.divide(total, count, *self._scales(total, count))
 
     def _variance(self, e: _Spread) -> exp.Expr:
@@ -691,8 +744,8 @@ class ExprBinder:
         exactly, 0 where rounding would make it negative, NULL for too few rows;
         `stddev_samp(x)` (`stddev`) and `stddev_pop(x)`: that quotient's square root,
         rounded at the quotient's scale (`numeric.root_of_quotient`)."""
-        arg = self._bind(e.this)
-        e.set("this", arg)
+        arg, distinct = self._argument(e)
+        e.set("this", exp.Distinct(expressions=[arg]) if distinct else arg)
         if self._types is None:
             return e
         typed = self._typed(arg)
@@ -700,6 +753,11 @@ class ExprBinder:
             return _float_spread(e, as_expression(arg))
         if numeric.kind(typed, self._types) not in ("integer", "numeric"):
             return e
+        if distinct:  # the sum of squares over distinct values is not a DISTINCT sum
+            raise unsupported(
+                f"{e.sql_name().lower()}(DISTINCT ...) of an integer or numeric",
+                "aggregate over a subquery: SELECT stddev(x) FROM (SELECT DISTINCT x ...) d",
+            )
         s = numeric.scale(typed, self._types)
         # Narrow enough that Spark's product keeps every digit (an overflow is an error).
         narrow = exp.DataType.build(f"decimal({19 if s == 0 else 18}, {s})")
@@ -751,6 +809,11 @@ class ExprBinder:
     def _scales(self, *operands: exp.Expr) -> list[int]:
         assert self._types is not None
         return [numeric.scale(self._typed(o), self._types) for o in operands]
+
+
+def _inner(arg: exp.Expr) -> exp.Expr:
+    """An aggregate's argument without its DISTINCT."""
+    return arg.expressions[0] if isinstance(arg, exp.Distinct) else arg
 
 
 def _float_digits(value: exp.Expr, digits: int) -> exp.Expr:

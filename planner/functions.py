@@ -114,17 +114,83 @@ def _log10(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     return call
 
 
+def _sqrt(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """`sqrt(x)`: of a numeric, PostgreSQL's exact numeric root (`numeric.square_root`);
+    of any other number, double precision."""
+    first = arg_types[0] if arg_types else types.build("unknown")
+    if numeric.kind_of_type(first) != "numeric":
+        return call
+    s = numeric.type_scale(first)
+    if s > numeric.ROOT_SCALE:
+        raise UnsupportedError(
+            f"sqrt of a numeric with more than {numeric.ROOT_SCALE} digits after the point",
+            hint=f"cast the argument to numeric(38, {numeric.ROOT_SCALE}) or to double precision",
+        )
+    return numeric.square_root(call.this, s)
+
+
 def _power(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     """`power(a, b)` and `a ^ b`: double precision unless an operand is numeric and none
-    a float, where PostgreSQL computes an exact numeric (`3 ^ 40::numeric` has 20
-    digits a double cannot hold): refused there."""
+    a float, where PostgreSQL computes a numeric. For a constant whole exponent `n` from
+    0 to `MAX_EXPONENT` that is `a` multiplied by itself, exact, rounded half away from
+    zero at PostgreSQL's scale `max(16, scale of a)` (`power_var_int` in numeric.c);
+    other exponents of a numeric are refused (PostgreSQL goes through its numeric
+    `ln` and `exp`)."""
     kinds = {numeric.kind_of_type(t) for t in arg_types}
-    if "numeric" in kinds and "float" not in kinds:
+    if "numeric" not in kinds or "float" in kinds:
+        return call
+    n = _whole_constant(call.expression)
+    if n is None or not 0 <= n <= MAX_EXPONENT:
         raise UnsupportedError(
-            "power of a numeric is not supported (PostgreSQL computes it as an exact numeric)",
+            "power of a numeric is supported for a constant whole exponent from 0 to "
+            f"{MAX_EXPONENT}",
             hint="cast an operand to double precision: power(x::float8, y)",
         )
-    return call
+    s = numeric.type_scale(arg_types[0], 0)
+    if s * n > numeric.MAX_PRECISION:
+        raise UnsupportedError(
+            f"power of a numeric whose exact value has more than {numeric.MAX_PRECISION} "
+            f"digits after the point ({s} times {n})",
+            hint="cast the base to a numeric of fewer digits after the point, or to float8",
+        )
+    result = max(POWER_SCALE, s)
+    base = call.this
+    if n == 0:  # 1, of a NULL base NULL
+        one = exp.Case(
+            ifs=[exp.If(this=exp.Is(this=base.copy(), expression=exp.Null()), true=exp.Null())],
+            default=exp.Literal.number(1),
+        )
+        return exp.Cast(this=one, to=numeric.numeric_type(result))
+    product = base.copy()
+    for k in range(1, n):
+        product = numeric.product(product, base.copy(), s * k, s)
+    if s * n > result:
+        product = exp.Round(this=product, decimals=exp.Literal.number(result))
+    return exp.Cast(this=product, to=numeric.numeric_type(result))
+
+
+#: The largest whole exponent `power` of a numeric takes.
+MAX_EXPONENT = 38
+#: The fewest digits after the point PostgreSQL gives a numeric power.
+POWER_SCALE = 16
+
+
+def _whole_constant(e: exp.Expr) -> int | None:
+    """The value of a constant number that is whole (`3`, `3.0`, `-2`, `2::numeric`),
+    else None."""
+    if isinstance(e, exp.Cast) and numeric.kind_of_type(e.to) is not None:
+        e = e.this
+    negative = isinstance(e, exp.Neg)
+    literal = e.this if negative else e
+    if not isinstance(literal, exp.Literal) or literal.is_string:
+        return None
+    try:
+        value = Decimal(literal.this)
+    except ArithmeticError:
+        return None
+    if not value.is_finite() or value != value.to_integral_value():
+        return None
+    return -int(value) if negative else int(value)
 
 
 def _text_args(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
@@ -205,12 +271,19 @@ _MATH = (
         ("trunc",), exp.Trunc, (1, 2), "numeric|float8", "trunc(x) + trunc(j) + trunc(n, 1)", _trunc
     ),
     _F(("sign",), exp.Sign, (1, 1), "numeric|float8", "sign(j) + sign(x)", _float8_unless_numeric),
-    _F(("sqrt",), exp.Sqrt, (1, 1), "float8", "sqrt(x)"),
+    _F(("sqrt",), exp.Sqrt, (1, 1), "numeric|float8", "sqrt(x) + sqrt(n)", _sqrt),
     _F(("cbrt",), exp.Cbrt, (1, 1), "float8", "cbrt(x)"),
     _F(("exp",), exp.Exp, (1, 1), "float8", "exp(y)"),
     _F(("ln",), exp.Ln, (1, 1), "float8", "ln(x)"),
     _F(("log", "log10"), exp.Log, (1, 2), "float8", "log(x) + log(2.0, x) + log10(x)", _log10),
-    _F(("power", "pow"), exp.Pow, (2, 2), "float8", "power(i, 2) + pow(x, 2)", _power),
+    _F(
+        ("power", "pow"),
+        exp.Pow,
+        (2, 2),
+        "numeric|float8",
+        "power(i, 2) + pow(x, 2) + power(n, 3) + n ^ 0",
+        _power,
+    ),
     _F(("mod",), exp.Mod, (2, 2), "arg", "mod(i, 3)"),
     _F(("gcd",), exp.Anonymous, (2, 2), "common", "gcd(i, 21) + gcd(j, -12)", spellings.gcd),
     _F(("lcm",), exp.Anonymous, (2, 2), "common", "lcm(i, 21) + lcm(j, -12)", spellings.lcm),

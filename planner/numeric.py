@@ -11,10 +11,12 @@ computed here as PostgreSQL would (PostgreSQL keeps a scale per value: for a col
 and an operator over columns both agree). A quotient of numerics is
 `NUMERIC_DIV(a, b, scale_a, scale_b)`, evaluated exactly by each kernel
 (`runtime/kernel/numeric_division.py`) and rounded per row to PostgreSQL's scale; a
-remainder is `NUMERIC_MOD(a, b, scale_a, scale_b)`, likewise exact; the square root of a
+remainder is `NUMERIC_MOD(a, b, scale_a, scale_b)`, likewise exact, and a product
+`NUMERIC_MUL(a, b, scale_a, scale_b)`; the square root of a
 quotient (stddev's) is `NUMERIC_SQRT_DIV(a, b, scale_a, scale_b)`: the quotient rounded
 at its scale for the row, then its square root rounded at that scale, as PostgreSQL's
-`sqrt` of a numeric rounds it.
+`stddev` rounds it; `sqrt` of a numeric is `NUMERIC_SQRT(a, 1, scale_a, 0)`, exact and
+rounded per row at PostgreSQL's scale for a root.
 
 >>> import sqlglot
 >>> kind(sqlglot.parse_one("1.5 + _c0"), [exp.DataType.build("int")])
@@ -40,6 +42,12 @@ T = exp.DType
 NUMERIC_DIV = "NUMERIC_DIV"
 NUMERIC_MOD = "NUMERIC_MOD"
 NUMERIC_SQRT_DIV = "NUMERIC_SQRT_DIV"
+NUMERIC_SQRT = "NUMERIC_SQRT"
+NUMERIC_MUL = "NUMERIC_MUL"
+
+#: The scale a numeric square root is stored with: every row's PostgreSQL scale (at most
+#: 19 over the values whose roots dsql takes; `runtime/kernel/numeric_sqrt.py`).
+ROOT_SCALE = 20
 
 #: The most digits a stored numeric has (DuckDB's and Spark's widest decimal).
 MAX_PRECISION = 38
@@ -48,6 +56,7 @@ MAX_PRECISION = 38
 #: for quotients from 0.0001 on (its scale for smaller ones is larger).
 QUOTIENT_SCALE = 20
 
+_FUNCTIONS = frozenset({NUMERIC_DIV, NUMERIC_MOD, NUMERIC_SQRT_DIV, NUMERIC_SQRT, NUMERIC_MUL})
 _FLOATS = frozenset({T.FLOAT, T.DOUBLE})
 _DECIMALS = frozenset({T.DECIMAL, T.BIGDECIMAL})
 _RANK: dict[Kind, int] = {"integer": 0, "numeric": 1, "float": 2}
@@ -137,7 +146,7 @@ def kind(e: exp.Expr, inputs: Sequence[exp.DataType]) -> Kind | None:
             return "float" if kind(e.this, inputs) == "float" else "numeric"
         case exp.Add() | exp.Sub() | exp.Mul() | exp.Div() | exp.Mod() | exp.IntDiv():
             return _widest(kind(e.this, inputs), kind(e.expression, inputs))
-        case exp.Anonymous() if e.name.upper() in (NUMERIC_DIV, NUMERIC_MOD, NUMERIC_SQRT_DIV):
+        case exp.Anonymous() if e.name.upper() in _FUNCTIONS:
             return "numeric"
         case exp.Coalesce() | exp.Greatest() | exp.Least() | exp.Case() | exp.Nullif():
             found = {kind(b, inputs) for b in _branches(e) if not isinstance(b, exp.Null)}
@@ -188,6 +197,11 @@ def scale(e: exp.Expr, inputs: Sequence[exp.DataType], default: int = 10) -> int
             return min(both, MAX_PRECISION)
         case exp.Anonymous() if e.name.upper() in (NUMERIC_DIV, NUMERIC_SQRT_DIV):
             return quotient_scale(int(e.expressions[2].this), int(e.expressions[3].this))
+        case exp.Anonymous() if e.name.upper() == NUMERIC_SQRT:
+            return ROOT_SCALE
+        case exp.Anonymous() if e.name.upper() == NUMERIC_MUL:
+            both = int(e.expressions[2].this) + int(e.expressions[3].this)
+            return min(both, MAX_PRECISION)
         case exp.Anonymous() if e.name.upper() == NUMERIC_MOD:
             return max(int(e.expressions[2].this), int(e.expressions[3].this))
         case exp.Count():
@@ -234,6 +248,23 @@ def root_of_quotient(a: exp.Expr, b: exp.Expr, scale_a: int, scale_b: int) -> ex
     (operands of at most 20 digits after the point)."""
     scales = [exp.Literal.number(scale_a), exp.Literal.number(scale_b)]
     return exp.Anonymous(this=NUMERIC_SQRT_DIV, expressions=[a, b, *scales])
+
+
+def product(a: exp.Expr, b: exp.Expr, scale_a: int, scale_b: int) -> exp.Expr:
+    """`a * b` of numerics (or a numeric and an integer) of these scales: exact, of the
+    sum of the scales, an overflow past 38 digits (`NUMERIC_MUL`: DuckDB multiplies
+    decimals of up to 18 digits in 64 bits and overflows past them, so its kernel
+    widens the operands to 38 digits)."""
+    scales = [exp.Literal.number(scale_a), exp.Literal.number(scale_b)]
+    return exp.Anonymous(this=NUMERIC_MUL, expressions=[a, b, *scales])
+
+
+def square_root(a: exp.Expr, scale_a: int) -> exp.Expr:
+    """√a of a numeric of scale `scale_a` (at most `ROOT_SCALE`) as PostgreSQL's
+    `sqrt(numeric)`: exact, rounded half away from zero at its scale for the row, an
+    error for a negative `a` (and, dsql's, for one outside 0 and [1e-8, 1e18))."""
+    scales = [exp.Literal.number(scale_a), exp.Literal.number(0)]
+    return exp.Anonymous(this=NUMERIC_SQRT, expressions=[a, exp.Literal.number(1), *scales])
 
 
 def remainder(a: exp.Expr, b: exp.Expr, scale_a: int, scale_b: int) -> exp.Expr:
@@ -283,7 +314,10 @@ __all__ = [
     "DIVISION_BY_ZERO",
     "NUMERIC_DIV",
     "NUMERIC_MOD",
+    "NUMERIC_MUL",
+    "NUMERIC_SQRT",
     "NUMERIC_SQRT_DIV",
+    "ROOT_SCALE",
     "ZERO_GUARD",
     "divide",
     "exact_literal",
@@ -294,10 +328,12 @@ __all__ = [
     "kind_of_type",
     "literal_scale",
     "numeric_type",
+    "product",
     "quotient_scale",
     "remainder",
     "root_of_quotient",
     "scale",
+    "square_root",
     "type_scale",
     "zero_guard",
 ]

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 import sqlglot
 from sqlglot import exp
 
-from dsql.errors import SchemaError
+from dsql.errors import SchemaError, UnsupportedError
 from dsql.planner import types
 from dsql.planner.expr import arguments, as_expression
 
@@ -73,7 +73,9 @@ def _element(t: exp.DataType) -> exp.DataType | None:
 
 def gcd(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     """`gcd(a, b)`, never negative (`gcd(-12, 18)` is 6): DuckDB's `gcd`; on Spark,
-    Euclid's algorithm as a fold (92 steps bound it for 64-bit integers)."""
+    Euclid's algorithm as a fold (92 steps bound it for 64-bit integers). Of integers
+    only (PostgreSQL's numeric `gcd` is refused)."""
+    _integers_only(call, arg_types)
     return _as_common(
         call,
         arg_types,
@@ -89,7 +91,8 @@ def gcd(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
 
 
 def lcm(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
-    """`lcm(a, b)`, never negative, 0 where either is 0."""
+    """`lcm(a, b)` of integers, never negative, 0 where either is 0."""
+    _integers_only(call, arg_types)
     a, b = arguments(call)
     divisor = gcd(exp.Anonymous(this="gcd", expressions=[a, b]), arg_types)
     spelled = per_kernel(
@@ -98,6 +101,16 @@ def lcm(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
         [a, b, divisor.this.expressions[1]],
     )
     return _as_common(call, arg_types, spelled)
+
+
+def _integers_only(call: exp.Func, arg_types: Sequence[exp.DataType]) -> None:
+    """Refuse `gcd` or `lcm` of a non-integer argument."""
+    name = call.name.lower() if isinstance(call, exp.Anonymous) else call.sql_name().lower()
+    if any(not types.is_integer(t) and not types.is_unknown(t) for t in arg_types):
+        raise UnsupportedError(
+            f"{name} of a numeric is not supported (dsql's {name} takes integers)",
+            hint=f"cast the arguments to bigint: {name}(a::bigint, b::bigint)",
+        )
 
 
 def _as_common(call: exp.Func, arg_types: Sequence[exp.DataType], value: exp.Expr) -> exp.Expr:

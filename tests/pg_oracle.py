@@ -262,3 +262,31 @@ def differs(
     if got and len(got[0]) != len(types):
         return f"dsql returns {len(got[0])} columns, postgres {len(types)}"
     return compare(normalized(got, types), normalized(want, types), ordered)
+
+
+# --- views in error --------------------------------------------------------------------------
+
+
+def in_error(con: Any, message: str, view: str = "v") -> bool:
+    """Whether reading dsql's view `view` fails, with an error naming `message`."""
+    from dsql.errors import DsqlError
+
+    try:
+        con.execute(f"SELECT * FROM {view}").fetchall()
+    except DsqlError as error:
+        assert f"is in error: {message}" in error.message, error
+        return True
+    return False
+
+
+def no_warning() -> Any:
+    """A context in which a `DsqlWarning` (a view's change of state) is an error."""
+    import contextlib
+    import warnings
+
+    from dsql.errors import DsqlWarning
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("error", DsqlWarning)
+    return stack

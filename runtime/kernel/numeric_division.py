@@ -18,9 +18,13 @@ integers (DuckDB's HUGEINT, Spark's decimal(38, 0)):
 
 `NUMERIC_MOD(a, b, sa, sb)`, a remainder of numerics, is the remainder of the same
 integers, of scale `s` (DuckDB's remainder of 38-digit decimals goes through a double).
+`NUMERIC_MUL(a, b, sa, sb)`, a product, is the engine's product, DuckDB's of the
+operands widened to 38 digits (it multiplies decimals of up to 18 digits in 64 bits,
+which overflow where the product has more).
 
 `NUMERIC_SQRT_DIV(a, b, sa, sb)` (stddev: `a` the spread, `b` the pairs) is the square
-root of the same rounded quotient, rounded at the row's scale (`numeric_sqrt.py`).
+root of the same rounded quotient, rounded at the row's scale (`numeric_sqrt.py`);
+`NUMERIC_SQRT(a, 1, sa, 0)` is `sqrt(a)` of a numeric (`numeric_sqrt.square_root`).
 
 The operands' weights are estimated in double precision: an operand within a few units
 in the 16th digit of a power of 10000 may get the scale of its neighbour.
@@ -45,6 +49,10 @@ NAME = "NUMERIC_DIV"
 REMAINDER = "NUMERIC_MOD"
 #: The square root of a quotient (stddev's: `planner/numeric.py`).
 ROOT = "NUMERIC_SQRT_DIV"
+#: The square root of a numeric (`sqrt`'s: `planner/numeric.py`).
+SQRT = "NUMERIC_SQRT"
+#: A product of numerics (`planner/numeric.py`).
+PRODUCT = "NUMERIC_MUL"
 
 #: Digits after the point a quotient column holds at least (`planner/numeric.py`).
 _QUOTIENT_SCALE = 20
@@ -89,7 +97,7 @@ def _integer(dialect: str) -> str:
     return "DECIMAL(38, 0)" if dialect == "spark" else "HUGEINT"
 
 
-def _scaled(name: str, own: int, scale: int, dialect: str, absolute: bool = True) -> str:
+def scaled(name: str, own: int, scale: int, dialect: str, absolute: bool = True) -> str:
     """The operand `name` (of scale `own`) times 10^scale, as an exact integer.
 
     DuckDB's product would need the digits of both factors in one decimal(38): the
@@ -104,7 +112,7 @@ def _scaled(name: str, own: int, scale: int, dialect: str, absolute: bool = True
     return f"({digits} * {10 ** (scale - own)})"
 
 
-def _unscaled(integer_value: str, scale: int, dialect: str) -> str:
+def unscaled(integer_value: str, scale: int, dialect: str) -> str:
     """An exact integer times 10^-scale, as a decimal(38, scale)."""
     if dialect == "spark":  # Spark's decimal product would cut the scale: the digits are read
         return f"CAST(CONCAT(CAST({integer_value} AS STRING), 'E-{scale}') AS DECIMAL(38, {scale}))"
@@ -126,9 +134,9 @@ def _remainder(dialect: str, sa: int, sb: int) -> exp.Expr:
     """`__dsql_a % __dsql_b` of numerics: exact (DuckDB's remainder of 38-digit decimals
     is a double's), of the larger scale, with the dividend's sign."""
     s = max(sa, sb)
-    na = _scaled("__dsql_a", sa, s, dialect, absolute=False)
-    nb = _scaled("__dsql_b", sb, s, dialect, absolute=False)
-    return _guarded(_unscaled(f"({na} % {nb})", s, dialect), s, dialect)
+    na = scaled("__dsql_a", sa, s, dialect, absolute=False)
+    nb = scaled("__dsql_b", sb, s, dialect, absolute=False)
+    return _guarded(unscaled(f"({na} % {nb})", s, dialect), s, dialect)
 
 
 def long_division(a: str, b: str, places: int, chunk: int, dialect: str) -> tuple[str, str]:
@@ -162,7 +170,7 @@ def _rounded_quotient(dialect: str, sa: int, sb: int) -> tuple[str, str, int, st
     integer = _integer(dialect)
     s = max(sa, sb)
     big = min(max(_QUOTIENT_SCALE, s), _MAX_PRECISION)
-    na, nb = (_scaled(name, own, s, dialect) for name, own in (("__dsql_a", sa), ("__dsql_b", sb)))
+    na, nb = (scaled(name, own, s, dialect) for name, own in (("__dsql_a", sa), ("__dsql_b", sb)))
     truncated, remainder = long_division(na, nb, big, _CHUNK, dialect)
     # PostgreSQL's scale for the row, from the operands' base-10000 weights and leading
     # digits; `m` digits of the `big` computed are rounded away.
@@ -192,7 +200,7 @@ def _quotient(dialect: str, sa: int, sb: int) -> exp.Expr:
         f"CASE WHEN (__dsql_a < 0) <> (__dsql_b < 0) "
         f"THEN -{magnitude_value} ELSE {magnitude_value} END"
     )
-    return _guarded(_unscaled(signed, big, dialect), big, dialect)
+    return _guarded(unscaled(signed, big, dialect), big, dialect)
 
 
 @functools.cache
@@ -202,11 +210,42 @@ def _root_of_quotient(dialect: str, sa: int, sb: int) -> exp.Expr:
     magnitude_value, row_scale, big, na, nb = _rounded_quotient(dialect, sa, sb)
     fine, _ = long_division(na, nb, 2 * big, _CHUNK, dialect)
     root = numeric_sqrt.rounded_root(magnitude_value, row_scale, big, dialect, fine)
-    return _guarded(_unscaled(root, big, dialect), big, dialect)
+    return _guarded(unscaled(root, big, dialect), big, dialect)
 
 
 #: Each function's template builder: (dialect, scale_a, scale_b) -> expression.
-_BUILDERS = {NAME: _quotient, REMAINDER: _remainder, ROOT: _root_of_quotient}
+@functools.cache
+def _product(dialect: str, sa: int, sb: int) -> exp.Expr:
+    """`__dsql_a * __dsql_b` of numerics of scales `sa` and `sb`, in `dialect`."""
+    if dialect == "spark":
+        return sqlglot.parse_one("__dsql_a * __dsql_b", read=dialect)
+    text = f"CAST(__dsql_a AS DECIMAL(38, {sa})) * CAST(__dsql_b AS DECIMAL(38, {sb}))"
+    return sqlglot.parse_one(text, read=dialect)
 
 
-__all__ = ["NAME", "REMAINDER", "ROOT", "expand"]
+@functools.cache
+def _square_root(dialect: str, sa: int, sb: int) -> exp.Expr:
+    """`sqrt(__dsql_a)` of a numeric of scale `sa` (`__dsql_b` is 1), in `dialect`."""
+    return sqlglot.parse_one(numeric_sqrt.square_root(dialect, sa), read=dialect)
+
+
+_BUILDERS = {
+    NAME: _quotient,
+    REMAINDER: _remainder,
+    ROOT: _root_of_quotient,
+    SQRT: _square_root,
+    PRODUCT: _product,
+}
+
+
+__all__ = [
+    "NAME",
+    "PRODUCT",
+    "REMAINDER",
+    "ROOT",
+    "SQRT",
+    "expand",
+    "long_division",
+    "scaled",
+    "unscaled",
+]

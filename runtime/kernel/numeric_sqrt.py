@@ -17,6 +17,12 @@ exact non-negative integer `n < 10^38` (DuckDB's HUGEINT, Spark's decimal(38, 0)
   about `y·ε²/2`); then `y1 - 1` where `y1 > floor(M / y1)` (that is, `y1² > M`);
 - rounded half up at `r` digits (`r ≤ big`), as an integer of scale `big`.
 
+`square_root(dialect, sa)` is PostgreSQL's `sqrt(numeric)` (`numeric_sqrt` in numeric.c):
+the root rounded at `r = max(15 - 2·w, sa)` digits after the point, `w` the value's
+weight in base-10000 digits (0 for 0), read exactly from the scaled integer. Its
+domain is 0 and [10^-8, 10^18): below it PostgreSQL keeps more than `SCALE` digits after
+the point, above it the value times 10^20 passes 38 digits; both are refused per row.
+
 Each value used many times is bound once by a one-element list transformed by a lambda
 (DuckDB's `LIST_TRANSFORM`, Spark's `TRANSFORM`), so the text grows with the steps, not
 with the number of uses.
@@ -51,6 +57,46 @@ def rounded_root(n: str, r: str, big: int, dialect: str, fine: str | None = None
         small = _let(fine, "__dsql_f", _root("__dsql_f", 2 * big, big, dialect), dialect)
         body = f"CASE WHEN __dsql_n < {10 ** (big - 4)} THEN {small} ELSE {body} END"
     return _let(n, "__dsql_n", _let(r, "__dsql_r", body, dialect), dialect)
+
+
+#: PostgreSQL's error for the square root of a negative numeric.
+NEGATIVE = "cannot take square root of a negative number"
+#: dsql's error for a numeric outside `square_root`'s domain.
+OUT_OF_DOMAIN = (
+    "sqrt of a numeric is supported for 0 and values from 1e-8 to below 1e18 "
+    "(cast to double precision for others)"
+)
+
+
+def square_root(dialect: str, sa: int) -> str:
+    """`sqrt(__dsql_a)` of a numeric of scale `sa` (at most `SCALE`) as PostgreSQL
+    computes it, a decimal(38, `SCALE`): rounded half away from zero at PostgreSQL's
+    scale for the row (module docstring); its error for a negative value, dsql's for
+    one outside the domain."""
+    assert sa <= SCALE, "the planner refuses sqrt of a numeric of scale above 20"
+    n = division.scaled("__dsql_a", sa, SCALE, dialect)
+    # The base-10000 weight from n = |a|·10^20 (n ≥ 10^12 in the domain).
+    ladder = " ".join(
+        f"WHEN __dsql_n < {10 ** (SCALE + 4 * (w + 1))} THEN {w}" for w in range(-2, 4)
+    )
+    weight = f"CASE WHEN __dsql_n = 0 THEN 0 {ladder} ELSE 4 END"
+    r = f"GREATEST(15 - 2 * ({weight}), {sa})"
+    root = _let(
+        n,
+        "__dsql_n",
+        _let(r, "__dsql_r", _root("__dsql_n", SCALE, SCALE, dialect), dialect),
+        dialect,
+    )
+    value = division.unscaled(root, SCALE, dialect)
+    decimal = f"DECIMAL(38, {SCALE})"
+    # A value of scale 20 is below 10^18 (and its common type with 10^18 would overflow).
+    large = f"__dsql_a >= {10**18} OR " if sa < SCALE else ""
+    return (
+        f"CASE WHEN __dsql_a IS NULL THEN CAST(NULL AS {decimal}) "
+        f"WHEN __dsql_a < 0 THEN CAST(RAISE_ERROR('{NEGATIVE}') AS {decimal}) "
+        f"WHEN {large}(__dsql_a > 0 AND __dsql_a < 0.00000001) "
+        f"THEN CAST(RAISE_ERROR('{OUT_OF_DOMAIN}') AS {decimal}) ELSE {value} END"
+    )
 
 
 def _root(n: str, scale: int, big: int, dialect: str) -> str:
@@ -106,4 +152,4 @@ def _exact_div(value: str, divisor: str, dialect: str) -> str:
     return f"({value} // {divisor})"
 
 
-__all__ = ["SCALE", "rounded_root"]
+__all__ = ["NEGATIVE", "OUT_OF_DOMAIN", "SCALE", "rounded_root", "square_root"]
