@@ -90,6 +90,15 @@ def aggregate_calls(e: exp.Expression) -> list[exp.Expression]:
     return found
 
 
+def _inside_query(node: exp.Expression, top: exp.Expression) -> bool:
+    """Whether `node` sits in a subquery of `top` (whose names another scope binds)."""
+    while node is not top and node.parent is not None:
+        node = node.parent
+        if isinstance(node, exp.Query | exp.Subquery):
+            return True
+    return False
+
+
 def _float_spread(call: exp.Expression, arg: exp.Expression) -> exp.Expression:
     """A float variance or standard deviation as PostgreSQL's: NaN once an input is
     infinite or NaN (NaN sorts above every float in all the engines, infinity next), NULL
@@ -271,8 +280,8 @@ class ExprBinder:
     def bind(self, e: exp.Expr) -> exp.Expression:
         """The expression over positional references (a copy; `e` is unchanged)."""
         try:
+            self._one_dimensional(e)
             bound = self._bind(e.copy())
-            self._one_dimensional(as_expression(bound))
         except DsqlError as error:
             if error.position is None:
                 error.position = position_of(e)
@@ -304,19 +313,31 @@ class ExprBinder:
             return "array"
         return None if t.is_type(exp.DataType.Type.UNKNOWN, exp.DataType.Type.NULL) else "element"
 
-    def _one_dimensional(self, bound: exp.Expression) -> None:
-        """Refuse an array of arrays (`ARRAY[[1, 2], [3, 4]]`, `array_agg` of arrays):
-        PostgreSQL makes a multidimensional array of them, dsql's arrays have one
-        dimension."""
-        for node in bound.find_all(exp.Array, exp.ArrayAgg):
-            t = types.infer(self._typed(node), self.input_types())
-            if t.is_type(exp.DataType.Type.ARRAY) and any(
-                inner.is_type(exp.DataType.Type.ARRAY) for inner in t.expressions
-            ):
-                raise unsupported(
-                    "an array of arrays (a multidimensional array)",
-                    "dsql's arrays have one dimension; concatenate them with || or array_cat",
-                )
+    def _one_dimensional(self, e: exp.Expr) -> None:
+        """Refuse an array of arrays the user wrote (`ARRAY[[1, 2], [3, 4]]`, `array_agg`
+        of arrays): PostgreSQL makes a multidimensional array of them, dsql's arrays have
+        one dimension. Checked before binding, as dsql's own rewrites build some."""
+        for node in e.find_all(exp.Array, exp.ArrayAgg):
+            if _inside_query(node, e):
+                continue
+            if isinstance(node, exp.ArrayAgg):
+                value = node.this
+                while isinstance(value, exp.Order | exp.Distinct):
+                    value = value.this if isinstance(value, exp.Order) else value.expressions[0]
+                elements = [value]
+            else:
+                elements = list(node.expressions)
+            for element in elements:
+                bound = self._bind(element.copy())
+                if types.infer(self._typed(bound), self.input_types()).is_type(
+                    exp.DataType.Type.ARRAY
+                ):
+                    error = unsupported(
+                        "an array of arrays (a multidimensional array)",
+                        "dsql's arrays have one dimension; concatenate them with || or array_cat",
+                    )
+                    error.position = position_of(node)
+                    raise error
 
     def _bind(self, e: exp.Expr) -> exp.Expr:
         if isinstance(e, exp.AggFunc) and isinstance(e.this, exp.Order):
