@@ -90,11 +90,12 @@ def aggregate_calls(e: exp.Expression) -> list[exp.Expression]:
     return found
 
 
-def _inside_query(node: exp.Expression, top: exp.Expression) -> bool:
+def _inside_query(node: exp.Expr, top: exp.Expr) -> bool:
     """Whether `node` sits in a subquery of `top` (whose names another scope binds)."""
-    while node is not top and node.parent is not None:
-        node = node.parent
-        if isinstance(node, exp.Query | exp.Subquery):
+    at: exp.Expr | None = node
+    while at is not None and at is not top:
+        at = at.parent
+        if isinstance(at, exp.Query | exp.Subquery):
             return True
     return False
 
