@@ -90,6 +90,48 @@ def aggregate_calls(e: exp.Expression) -> list[exp.Expression]:
     return found
 
 
+def _shown_as_is(node: exp.Expr, top: exp.Expr) -> bool:
+    """Whether `node` is a rectangular array constructor of constructors, `top`'s value
+    itself (under aliases, parentheses and the constructors it is part of)."""
+    if not isinstance(node, exp.Array) or not all(
+        isinstance(x, exp.Array) for x in node.expressions
+    ):
+        return False
+    at: exp.Expr | None = node
+    while at is not None and at is not top:
+        at = at.parent
+        if not isinstance(at, exp.Array | exp.Alias | exp.Paren):
+            return False
+    return _rectangular(node) is not None
+
+
+def _rectangular(node: exp.Expr) -> tuple[int, ...] | None:
+    """The dimensions of a constructor whose elements are all constructors of one shape,
+    recursively (`ARRAY[[1, 2], [3, 4]]`: (2, 2)); () for a value; None otherwise."""
+    if not isinstance(node, exp.Array):
+        return ()
+    shapes = {_rectangular(element) for element in node.expressions}
+    if len(shapes) != 1 or None in shapes:
+        return None
+    (inner,) = shapes
+    assert inner is not None
+    if inner == () and any(isinstance(x, exp.Array) for x in node.expressions):
+        return None
+    if inner != () and not all(isinstance(x, exp.Array) for x in node.expressions):
+        return None
+    return (len(node.expressions), *inner)
+
+
+def _inside_query(node: exp.Expr, top: exp.Expr) -> bool:
+    """Whether `node` sits in a subquery of `top` (whose names another scope binds)."""
+    at: exp.Expr | None = node
+    while at is not None and at is not top:
+        at = at.parent
+        if isinstance(at, exp.Query | exp.Subquery):
+            return True
+    return False
+
+
 def _float_spread(call: exp.Expression, arg: exp.Expression) -> exp.Expression:
     """A float variance or standard deviation as PostgreSQL's: NaN once an input is
     infinite or NaN (NaN sorts above every float in all the engines, infinity next), NULL
@@ -271,8 +313,8 @@ class ExprBinder:
     def bind(self, e: exp.Expr) -> exp.Expression:
         """The expression over positional references (a copy; `e` is unchanged)."""
         try:
+            self._one_dimensional(e)
             bound = self._bind(e.copy())
-            self._one_dimensional(as_expression(bound))
         except DsqlError as error:
             if error.position is None:
                 error.position = position_of(e)
@@ -304,19 +346,34 @@ class ExprBinder:
             return "array"
         return None if t.is_type(exp.DataType.Type.UNKNOWN, exp.DataType.Type.NULL) else "element"
 
-    def _one_dimensional(self, bound: exp.Expression) -> None:
-        """Refuse an array of arrays (`ARRAY[[1, 2], [3, 4]]`, `array_agg` of arrays):
-        PostgreSQL makes a multidimensional array of them, dsql's arrays have one
-        dimension."""
-        for node in bound.find_all(exp.Array, exp.ArrayAgg):
-            t = types.infer(self._typed(node), self.input_types())
-            if t.is_type(exp.DataType.Type.ARRAY) and any(
-                inner.is_type(exp.DataType.Type.ARRAY) for inner in t.expressions
-            ):
-                raise unsupported(
-                    "an array of arrays (a multidimensional array)",
-                    "dsql's arrays have one dimension; concatenate them with || or array_cat",
-                )
+    def _one_dimensional(self, e: exp.Expr) -> None:
+        """Refuse an array of arrays the user wrote (`ARRAY[b, b]`, `array_agg` of arrays,
+        `array_length(ARRAY[[1, 2]], 2)`): PostgreSQL makes a multidimensional array of
+        them, whose functions dsql's one-dimensional arrays do not have. A rectangular
+        constructor of literal rows that is only shown (`SELECT ARRAY[[1, 2], [3, 4]]`)
+        prints as PostgreSQL prints it, and is kept. Checked before binding, as dsql's
+        own rewrites build arrays of arrays."""
+        for node in e.find_all(exp.Array, exp.ArrayAgg):
+            if _inside_query(node, e) or _shown_as_is(node, e):
+                continue
+            if isinstance(node, exp.ArrayAgg):
+                value = node.this
+                while isinstance(value, exp.Order | exp.Distinct):
+                    value = value.this if isinstance(value, exp.Order) else value.expressions[0]
+                elements = [value]
+            else:
+                elements = list(node.expressions)
+            for element in elements:
+                bound = self._bind(element.copy())
+                if types.infer(self._typed(bound), self.input_types()).is_type(
+                    exp.DataType.Type.ARRAY
+                ):
+                    error = unsupported(
+                        "an array of arrays (a multidimensional array)",
+                        "dsql's arrays have one dimension; concatenate them with || or array_cat",
+                    )
+                    error.position = position_of(node)
+                    raise error
 
     def _bind(self, e: exp.Expr) -> exp.Expr:
         if isinstance(e, exp.AggFunc) and isinstance(e.this, exp.Order):

@@ -513,8 +513,9 @@ def _pg_table(pg: Any, cur: Any) -> tuple[list[tuple[str | None, ...]], list[str
     info = pg.adapters.types
     types = []
     for d in cur.description:
-        t = info.get(d.type_code)
-        types.append(t.name if t is not None else str(d.type_code))
+        t = info.get(d.type_code)  # an array's oid finds its element's info
+        name = str(d.type_code) if t is None else t.name
+        types.append("_" + name if t is not None and d.type_code == t.array_oid else name)
     rows = [
         tuple(
             None if result.get_value(r, c) is None else bytes(result.get_value(r, c)).decode()
