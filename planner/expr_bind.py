@@ -254,7 +254,13 @@ class ExprBinder:
                     as_expression(self._bind(e.this)),
                     as_expression(self._bind(e.expression)),
                 )
-                return regex_spellings.bound_match(s, pattern, isinstance(e, exp.RegexpILike))
+                flag = e.args.get("flag")
+                return regex_spellings.bound_match(
+                    s,
+                    pattern,
+                    isinstance(e, exp.RegexpILike),
+                    None if flag is None else as_expression(self._bind(flag)),
+                )
             case exp.SimilarTo() | exp.Escape() if isinstance(e, exp.SimilarTo) or isinstance(
                 e.this, exp.SimilarTo
             ):
