@@ -43,7 +43,14 @@ import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import SchemaError, UnsupportedError
-from dsql.planner import numeric, regex_functions, regex_spellings, spellings, types
+from dsql.planner import (
+    numeric,
+    regex_functions,
+    regex_spellings,
+    spellings,
+    text_spellings,
+    types,
+)
 
 #: A rewrite of a bound call (its argument types given) into every kernel's spelling.
 Spelling = Callable[[exp.Func, Sequence[exp.DataType]], exp.Expr]
@@ -315,7 +322,9 @@ _TEXT = (
         exp.Pad,
         (2, 3),
         "text",
-        "lpad(p, 5, 'x') || rpad(p, 5, 'x') || lpad(p, 3) || rpad(p, 3)",
+        "lpad(p, 5, 'x') || rpad(p, 5, 'x') || lpad(p, 3) || rpad(p, 3) || lpad(p, 2, '')"
+        " || rpad(s, -1, '')",
+        text_spellings.pad,
     ),
     _F(
         ("ltrim", "rtrim", "btrim", "trim"),
@@ -329,14 +338,36 @@ _TEXT = (
     _F(("reverse",), exp.Reverse, (1, 1), "text", "reverse(s)"),
     _F(("repeat",), exp.Repeat, (2, 2), "text", "repeat(p, 3)"),
     _F(("strpos", "position"), exp.StrPosition, (2, 2), "int", "strpos(s, p) + position(p in s)"),
-    _F(("split_part",), exp.SplitPart, (3, 3), "text", "split_part(s, ' ', 2)"),
+    _F(
+        ("split_part",),
+        exp.SplitPart,
+        (3, 3),
+        "text",
+        "split_part(s, ' ', 2) || split_part(s, 'l', -1) || split_part(s, '', i)",
+        text_spellings.split_part,
+    ),
+    _F(
+        ("overlay",),
+        exp.Overlay,
+        (3, 4),
+        "text",
+        "overlay(s placing 'XY' from 2 for 1) || overlay(s placing p from i)",
+        text_spellings.overlay,
+    ),
     _F(("initcap",), exp.Initcap, (1, 1), "text", "initcap(s)"),
     _F(("ascii",), exp.Ascii, (1, 1), "int", "ascii(s)"),
     _F(("chr",), exp.Chr, (1, 1), "text", "chr(i + 60)"),
     _F(("md5",), exp.MD5, (1, 1), "text", "md5(s)"),
     _F(("starts_with",), exp.StartsWith, (2, 2), "bool", "starts_with(s, 'He')"),
     _F(("translate",), exp.Translate, (3, 3), "text", "translate(s, 'lo', 'LO')"),
-    _F(("to_hex",), exp.Hex, (1, 1), "text", "to_hex(i)"),
+    _F(
+        ("to_hex",),
+        exp.Hex,
+        (1, 1),
+        "text",
+        "to_hex(i) || to_hex(-i) || to_hex(j - 20)",
+        text_spellings.to_hex,
+    ),
 )
 _OTHER = (
     _F(("coalesce",), exp.Coalesce, (1, None), "common", "coalesce(j, 1)"),

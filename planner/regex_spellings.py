@@ -27,7 +27,7 @@ import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import DsqlError, SchemaError, UnsupportedError
-from dsql.planner import regex, types
+from dsql.planner import regex, text_spellings, types
 from dsql.planner.expr import arguments
 from dsql.planner.spellings import PER_KERNEL
 
@@ -173,9 +173,9 @@ def extract(s: exp.Expression, p: regex.Pattern, flavor: str, group: int) -> exp
 def substring(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     """`substring(s from pattern)`: the part of `s` the pattern's first group matched (the
     whole match where it has none), NULL where it does not match; `substring(s, n [,
-    m])` of positions as it is."""
+    m])` by positions (`text_spellings.substring_positions`)."""
     if len(arg_types) < 2 or not arg_types[1].is_type(*exp.DataType.TEXT_TYPES):
-        return call
+        return text_spellings.substring_positions(call)
     s, pattern = call.this, call.args["start"]
     if call.args.get("length") is not None:
         raise UnsupportedError(

@@ -374,9 +374,11 @@ def string_to_array(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Ex
         args.append(exp.Null())
     return _typed(
         types.build("text[]"),
-        "CASE WHEN __0 = '' THEN CAST([] AS TEXT[]) WHEN __1 = '' THEN [__0] ELSE"
+        "CASE WHEN __0 IS NULL THEN NULL WHEN __0 = '' THEN CAST([] AS TEXT[])"
+        " WHEN __1 = '' THEN [__0] ELSE"
         " LIST_TRANSFORM(STRING_SPLIT(__0, COALESCE(__1, '')), LAMBDA __e: NULLIF(__e, __2)) END",
-        "CASE WHEN __0 = '' THEN CAST(ARRAY() AS ARRAY<STRING>) WHEN __1 = '' THEN ARRAY(__0) ELSE"
+        "CASE WHEN __0 IS NULL THEN NULL WHEN __0 = '' THEN CAST(ARRAY() AS ARRAY<STRING>)"
+        " WHEN __1 = '' THEN ARRAY(__0) ELSE"
         " TRANSFORM(IF(__1 IS NULL, SPLIT(__0, '(?s)(?<=.)(?=.)', -1),"
         " SPLIT(__0, REGEXP_REPLACE(__1, '([^a-zA-Z0-9])', '\\\\\\\\$1'), -1)),"
         " __e -> NULLIF(__e, __2)) END",

@@ -238,3 +238,90 @@ def test_each_function_answers_alike_on_spark(spark: Any, pg: Any) -> None:
                 failures.append(f"view {name} after {step!r}\n{difference}")
     assert not failures, "\n\n".join(failures)
     pgc.close()
+
+
+# --- the text functions beside them ---------------------------------------------------------
+
+_SIBLINGS = [
+    "s LIKE p",
+    "s ILIKE p",
+    "s LIKE p ESCAPE '!'",
+    "s NOT ILIKE p || '%'",
+    "s SIMILAR TO '(a|!)%_'",
+    "substring(s from '[a-z]+')",
+    "substring(s, n)",
+    "substring(s, n, 2)",
+    "substring(s from 2 for n)",
+    "split_part(s, ',', n)",
+    "split_part(s, p, 2)",
+    "split_part(s, p, n)",
+    "string_to_array(s, p)",
+    "string_to_array(s, ',', p)",
+    "translate(s, p, 'xy')",
+    "overlay(s placing p from n)",
+    "overlay(s placing 'XY' from 2 for n)",
+    "position(p in s)",
+    "strpos(s, p)",
+    "starts_with(s, p)",
+    "concat_ws(p, s, n, s)",
+    "left(s, n)",
+    "right(s, n)",
+    "lpad(s, n, p)",
+    "rpad(s, n, p)",
+    "lpad(s, n + 6, 'xyz')",
+    "initcap(translate(s, 'é', 'e'))",  # é: the oracle runs in the C locale
+    "repeat(s, n)",
+    "ascii(s)",
+    "chr(n + 64)",
+    "md5(s)",
+    "to_hex(n)",
+    "to_hex(n * 100000 - 7)",
+    "to_hex(n::bigint - 10)",
+    "btrim(s, p)",
+    "replace(s, p, 'Z')",
+]
+_TEXTS = st.text(alphabet="ab_%!\\ ,.A1é", max_size=7)
+
+
+@pytest.fixture(scope="module")
+def siblings_pg(pg: Any) -> Any:
+    conn = seeded(pg.database("regex_funcs_siblings"), {"w": "id int, s text, p text, n int"}, {})
+    yield conn
+    conn.close()
+
+
+@pytest.mark.parametrize("expression", _SIBLINGS)
+def test_text_functions_answer_as_postgres_on_random_inputs(
+    siblings_pg: Any, expression: str
+) -> None:
+    """Each function on random texts, patterns, delimiters and counts (empty, negative,
+    zero, NULL): PostgreSQL's answer, or an error where PostgreSQL raises one."""
+    con = seeded(dsql.connect(kernel="local"), {"w": "id int, s text, p text, n int"}, {})
+    rows = st.lists(
+        st.tuples(st.none() | _TEXTS, st.none() | _TEXTS, st.none() | st.integers(-4, 8)),
+        min_size=1,
+        max_size=6,
+    )
+
+    @settings(
+        max_examples=25,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(rows=rows)
+    def check(rows: list[tuple[str | None, str | None, int | None]]) -> None:
+        def value(v: str | int | None) -> str:
+            return "NULL" if v is None else str(v) if isinstance(v, int) else _sql_text(v)
+
+        values = ", ".join(
+            f"({i}, {value(s)}, {value(p)}, {value(n)})" for i, (s, p, n) in enumerate(rows)
+        )
+        for target in (con, siblings_pg):
+            target.execute("DELETE FROM w")
+            target.execute(f"INSERT INTO w VALUES {values}")
+        sql = f"SELECT id, {expression} FROM w"
+        difference = differs(con, siblings_pg, sql)
+        assert difference is None, f"{sql} on {rows!r}\n{difference}"
+
+    check()
