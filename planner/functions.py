@@ -538,6 +538,10 @@ _NOT_SUPPORTED = {
     "to_timestamp": "to_timestamp(seconds) is supported; to_timestamp(text, format) is not: "
     "cast ISO text with ::timestamp",
     "to_date": "cast ISO text with ::date, or build one with make_date(y, m, d)",
+    "format": "build the text with || or concat(...)",
+    "quote_literal": "pass values as query parameters (?) rather than quoting them",
+    "quote_ident": "write identifiers in the query, in double quotes where needed",
+    "quote_nullable": "pass values as query parameters (?) rather than quoting them",
 }
 
 

@@ -30,7 +30,14 @@ from sqlglot import exp
 from dsql.errors import SchemaError, UnsupportedError
 from dsql.planner import regex, types
 from dsql.planner.expr import arguments, as_expression
-from dsql.planner.regex_spellings import is_null, literal_flags, literal_text, null_of, spelled
+from dsql.planner.regex_spellings import (
+    NON_LITERAL_HINT,
+    is_null,
+    literal_flags,
+    literal_text,
+    null_of,
+    spelled,
+)
 from dsql.planner.spellings import fill
 
 #: The most matches `regexp_instr` may skip (`N - 1`): RE2 repeats a group at most 1000
@@ -44,8 +51,7 @@ def _pattern(name: str, pattern: exp.Expression) -> str:
     if text is None:
         raise UnsupportedError(
             f"{name}() needs a literal pattern",
-            hint="write the pattern in the query: dsql translates PostgreSQL's regular "
-            "expressions for each engine when it plans the query",
+            hint=NON_LITERAL_HINT,
         )
     return text
 

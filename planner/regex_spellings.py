@@ -10,9 +10,9 @@ when it renders the query (`runtime/kernel/base.py`); the other kernel runs it.
 Functions whose value depends on a match's extent refuse a pattern whose extent RE2 or
 Java could choose differently from PostgreSQL (`regex.Pattern.extent_safe`).
 
-A pattern that is not a literal is passed to the engines as it is (RE2's or Java's
-syntax; a difference the README lists), and refused where its meaning would change
-more than the syntax (`SIMILAR TO`, `regexp_match`, `substring`).
+A pattern must be a literal (a text, `||` of texts, or a parameter, which the parser
+binds as one): a pattern computed from the rows is refused, since the engines would
+read it with their own syntax.
 
 >>> call = sqlglot.parse_one("s ~ 'a\\d+'", read="postgres")
 >>> bound_match(call.this, call.expression, False).sql("postgres")
@@ -34,14 +34,25 @@ from dsql.planner.spellings import PER_KERNEL
 #: The name of a kernel's spelling that refuses the call (`runtime.kernel.base`).
 UNSUPPORTED = "DSQL_UNSUPPORTED"
 
+#: Why a pattern must be a literal, and what may stand for one.
+NON_LITERAL_HINT = (
+    "write the pattern in the query, as text, || of texts or a parameter (?): dsql reads "
+    "PostgreSQL's regular expressions for each engine when it plans the query"
+)
+
 #: The option letters a function's flags may hold (`g` where the function allows it).
 _FLAG_LETTERS = set("icnmpswxqt")
 
 
 def literal_text(e: exp.Expression | None) -> str | None:
-    """The text of a string literal (also `'...'::text`), else None."""
-    while isinstance(e, exp.Cast) and e.to.is_type(*exp.DataType.TEXT_TYPES):
+    """The text of a string literal (also `'...'::text`, and `||` of such), else None."""
+    while isinstance(e, exp.Paren) or (
+        isinstance(e, exp.Cast) and e.to.is_type(*exp.DataType.TEXT_TYPES)
+    ):
         e = e.this
+    if isinstance(e, exp.DPipe):
+        left, right = literal_text(e.this), literal_text(e.expression)
+        return None if left is None or right is None else left + right
     return e.this if isinstance(e, exp.Literal) and e.is_string else None
 
 
@@ -131,14 +142,11 @@ def bound_match(
     if is_null(pattern) or is_null(flag_arg):
         return null_of("boolean")
     flags = ("i" if insensitive else "") + literal_flags(flag_arg, "regexp_like", global_ok=False)
-    if text is None and flags:
-        raise UnsupportedError(
-            "regexp_like() with flags needs a literal pattern",
-            hint="write the pattern in the query",
-        )
     if text is None:
-        node = exp.RegexpILike if insensitive else exp.RegexpLike
-        return node(this=s, expression=pattern)
+        raise UnsupportedError(
+            "a regular expression match needs a literal pattern",
+            hint=NON_LITERAL_HINT,
+        )
     return spelled(text, flags, False, lambda p, f: matches(s, p, f))
 
 
@@ -188,7 +196,7 @@ def substring(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     if text is None:
         raise UnsupportedError(
             "substring(s from pattern) needs a literal pattern",
-            hint="write the pattern in the query",
+            hint=NON_LITERAL_HINT,
         )
 
     def spell(p: regex.Pattern, flavor: str) -> exp.Expression:
@@ -208,9 +216,7 @@ def regexp_match(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     if is_null(pattern):
         return null_of("text[]")
     if text is None:
-        raise UnsupportedError(
-            "regexp_match() needs a literal pattern", hint="write the pattern in the query"
-        )
+        raise UnsupportedError("regexp_match() needs a literal pattern", hint=NON_LITERAL_HINT)
 
     def spell(p: regex.Pattern, flavor: str) -> exp.Expression:
         groups = range(1, p.groups + 1) if p.groups else [0]
@@ -242,9 +248,7 @@ def regexp_replace(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Exp
     flags = literal_flags(flag_arg, "regexp_replace", global_ok=True)
     text = literal_text(pattern)
     if text is None:
-        raise UnsupportedError(
-            "regexp_replace() needs a literal pattern", hint="write the pattern in the query"
-        )
+        raise UnsupportedError("regexp_replace() needs a literal pattern", hint=NON_LITERAL_HINT)
     parts = _replacement_parts(replacement.name)
 
     def spell(p: regex.Pattern, flavor: str) -> exp.Expression:

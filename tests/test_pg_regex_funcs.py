@@ -94,6 +94,10 @@ def test_regex_functions_answer_as_postgres(con: dsql.Connection, pgc: Any, sql:
         ("SELECT regexp_matches(s, '(a|ab)c', 'g') FROM t", "longest match"),
         ("SELECT regexp_count(s, '(ab)+') FROM t", "longest match"),
         ("SELECT regexp_like(s, s, 'i') FROM t", "needs a literal pattern"),
+        ("SELECT s ~ s FROM t", "needs a literal pattern"),
+        ("SELECT s !~* (s || 'a') FROM t", "needs a literal pattern"),
+        ("SELECT regexp_replace(s, s, 'z') FROM t", "needs a literal pattern"),
+        ("SELECT regexp_split_to_table(s, s) FROM t", "needs a literal pattern"),
     ],
 )
 def test_what_cannot_be_exact_is_refused(con: dsql.Connection, sql: str, words: str) -> None:
@@ -325,3 +329,31 @@ def test_text_functions_answer_as_postgres_on_random_inputs(
         assert difference is None, f"{sql} on {rows!r}\n{difference}"
 
     check()
+
+
+def test_a_query_parameter_is_a_literal_pattern(con: dsql.Connection, pgc: Any) -> None:
+    """A pattern passed as a parameter is read with PostgreSQL's syntax, as a literal."""
+    for sql, pattern in [
+        ("SELECT id, regexp_matches(s, ?, 'g') FROM t", "\\y\\w"),
+        ("SELECT id, s ~ ? FROM t", "[[:digit:]]{2}"),
+        ("SELECT id, regexp_replace(s, ?, '#', 'g'), regexp_count(s, ?) FROM t", "\\d"),
+    ]:
+        got = con.execute(sql, (pattern,) * sql.count("?")).fetchall()
+        literal = sql.replace("?", "'" + pattern + "'")
+        assert _bag(got) == _bag(pgc.execute(literal).fetchall()), sql
+
+
+def test_format_and_quoting_are_refused_by_name(con: dsql.Connection) -> None:
+    for call in ("format('%s', s)", "quote_literal(s)", "quote_ident(s)"):
+        with pytest.raises(dsql.ProgrammingError, match="is not supported") as info:
+            con.execute(f"SELECT {call} FROM t")
+        assert info.value.hint
+
+
+def test_a_concatenation_of_literals_is_a_literal_pattern(con: dsql.Connection, pgc: Any) -> None:
+    assert_same(
+        con,
+        pgc,
+        "SELECT id, s ~ ('\\y' || 'b'), regexp_count(s, '[0-9]' || '+'),"
+        " regexp_replace(s, '\\' || 'd', '#', 'g') FROM t",
+    )
