@@ -222,11 +222,15 @@ def test_random_patterns_and_strings_answer_as_postgres(strings_pg: Any, call: s
 
 
 def test_each_function_answers_alike_on_spark(spark: Any, pg: Any) -> None:
-    """A case of each function, and a view of the set-returning ones under a short
-    history, on Spark."""
+    """A case of each function (and of the text functions' edges), and a view of the
+    set-returning ones under a short history, on Spark."""
     pgc = seeded(pg.database("regex_funcs_spark"), {"t": TABLE}, {"t": ROWS})
     con = seeded(dsql.connect(kernel="spark", spark=spark), {"t": TABLE}, {"t": ROWS})
-    queries = [QUERIES[i] for i in (1, 2, 6, 9, 15, 16, 18, 20, 23, 24, 25, 26)]
+    queries = [QUERIES[i] for i in (1, 2, 6, 9, 15, 16, 18, 20, 23, 24, 25, 26)] + [
+        "SELECT id, substring(s, id - 4, 3), split_part(s, ',', id - 9), split_part(s, '', 1),"
+        " lpad(s, id, ''), overlay(s placing 'XY' from 2 for 1), to_hex(id - 6) FROM t",
+        "SELECT id, s ~ ('\\y' || 'b') FROM t",
+    ]
     failures = [
         f"{sql}\n{difference}"
         for sql in queries
