@@ -18,9 +18,10 @@ from collections.abc import Sequence
 import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
-from dsql.errors import SchemaError
+from dsql.errors import SchemaError, UnsupportedError
 from dsql.planner import types
 from dsql.planner.expr import RaiseError
+from dsql.planner.spellings import PER_KERNEL
 
 _NEGATIVE_LENGTH = "negative substring length not allowed"
 
@@ -147,4 +148,98 @@ def to_hex(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     return exp.Lower(this=exp.Hex(this=n))
 
 
-__all__ = ["overlay", "pad", "split_part", "substring_positions", "to_hex"]
+#: PostgreSQL raises "LIKE pattern must not end with escape character" only where
+#: matching reaches that end with text left over, and otherwise answers: dsql refuses.
+_ESCAPE_AT_END = "a LIKE pattern that ends with its escape character is not supported"
+_ESCAPE_HINT = "escape the escape character (\\\\ for a backslash)"
+
+
+def _like_pattern(pattern: str, escape: str) -> str:
+    """A LIKE pattern with escape character `escape` ('' for none) as the same pattern
+    with escape `\\`, which both engines read alike: only `%`, `_` and `\\` escaped.
+
+    >>> _like_pattern("a!%b!c_", "!")
+    'a\\\\%bc_'
+    """
+    out: list[str] = []
+    k = 0
+    while k < len(pattern):
+        c = pattern[k]
+        if escape and c == escape:
+            if k + 1 >= len(pattern):
+                raise UnsupportedError(_ESCAPE_AT_END, hint=_ESCAPE_HINT)
+            nxt = pattern[k + 1]
+            out.append("\\" + nxt if nxt in "%_\\" else nxt)
+            k += 2
+            continue
+        out.append("\\\\" if c == "\\" else c)
+        k += 1
+    return "".join(out)
+
+
+def like(
+    s: exp.Expression, pattern: exp.Expression, escape: exp.Expression | None, insensitive: bool
+) -> exp.Expression:
+    """`s LIKE pattern [ESCAPE escape]` (`insensitive`: ILIKE) with PostgreSQL's escapes:
+    `\\` unless ESCAPE says otherwise (DuckDB has none by default; Spark refuses an
+    escape before an ordinary character, which PostgreSQL reads as that character).
+
+    A literal pattern is rewritten here; another is rewritten where it is evaluated,
+    for the default escape only.
+    """
+    from dsql.planner.regex_spellings import literal_text
+
+    node = exp.ILike if insensitive else exp.Like
+    escape_text = "\\" if escape is None else literal_text(escape)
+    if escape_text is None or len(escape_text) > 1:
+        if escape_text is not None:
+            raise SchemaError(
+                "invalid escape string", hint="Escape string must be empty or one character."
+            )
+        raise UnsupportedError(
+            "LIKE needs a literal ESCAPE", hint="write the escape character in the query"
+        )
+    text = literal_text(pattern)
+    backslash = exp.Literal.string("\\")
+    if text is not None:
+        written = exp.Literal.string(_like_pattern(text, escape_text))
+        return exp.paren(exp.Escape(this=node(this=s, expression=written), expression=backslash))
+    if escape_text != "\\":
+        raise UnsupportedError(
+            "LIKE with an ESCAPE other than \\ needs a literal pattern",
+            hint="write the pattern in the query",
+        )
+    # Backslash pairs kept, a backslash before another character dropped: the engines
+    # read the rest alike; an odd backslash at the end is refused (`_ESCAPE_AT_END`).
+    pairs, at_end = exp.Literal.string(r"(\\\\)|\\([^%_\\])"), r"(^|[^\\])(\\\\)*\\\z"
+    duck = _case(
+        (
+            exp.Anonymous(
+                this="REGEXP_MATCHES", expressions=[pattern.copy(), exp.Literal.string(at_end)]
+            ),
+            exp.Cast(this=_raise(_ESCAPE_AT_END), to=types.build("text")),
+        ),
+        default=exp.Anonymous(
+            this="REGEXP_REPLACE",
+            expressions=[
+                pattern.copy(),
+                pairs.copy(),
+                exp.Literal.string("\\1\\2"),
+                exp.Literal.string("g"),
+            ],
+        ),
+    )
+    spark = _case(
+        (
+            exp.RegexpLike(this=pattern.copy(), expression=exp.Literal.string(at_end)),
+            exp.Cast(this=_raise(_ESCAPE_AT_END), to=types.build("text")),
+        ),
+        default=exp.RegexpReplace(
+            this=pattern.copy(), expression=pairs.copy(), replacement=exp.Literal.string("$1$2")
+        ),
+    )
+    checked = exp.Anonymous(this=PER_KERNEL, expressions=[duck, spark])
+    return exp.paren(exp.Escape(this=node(this=s, expression=checked), expression=backslash))
+
+
+__all__ = ["like", "overlay", "pad", "split_part", "substring_positions", "to_hex"]

@@ -63,6 +63,9 @@ QUERIES = [
     " regexp_like(s, '^b', 'n') FROM t",
     "SELECT id, regexp_substr(s, 'b', 1, 1, '', 1), regexp_substr(s, 'b', 1, 1, '', 2),"
     " regexp_instr(s, 'b', 1, 1, 0, '', 1), regexp_instr(s, '(b)', 1, 1, 0, '', 2) FROM t",
+    "SELECT s LIKE 'a\\_b', 'a_b' LIKE 'a\\_b', 'a\\b' LIKE 'a\\\\b', 'ab' LIKE '\\ab',"
+    " 'a!b' LIKE 'a!!b' ESCAPE '!', 'a\\b' LIKE 'a\\b' ESCAPE '', 'A_' ILIKE 'a#_' ESCAPE '#'"
+    " FROM t",
     "SELECT regexp_substr('abc', 'b', 1, 0)",
     "SELECT regexp_count('abc', 'b', 0)",
     "SELECT regexp_instr('abc', 'b', 1, 1, 2)",
@@ -98,6 +101,9 @@ def test_regex_functions_answer_as_postgres(con: dsql.Connection, pgc: Any, sql:
         ("SELECT s !~* (s || 'a') FROM t", "needs a literal pattern"),
         ("SELECT regexp_replace(s, s, 'z') FROM t", "needs a literal pattern"),
         ("SELECT regexp_split_to_table(s, s) FROM t", "needs a literal pattern"),
+        ("SELECT s LIKE s ESCAPE '!' FROM t", "needs a literal pattern"),
+        ("SELECT s LIKE 'a\\' FROM t", "ends with its escape character"),
+        ("SELECT s LIKE 'a!' ESCAPE '!' FROM t", "ends with its escape character"),
     ],
 )
 def test_what_cannot_be_exact_is_refused(con: dsql.Connection, sql: str, words: str) -> None:
@@ -230,6 +236,8 @@ def test_each_function_answers_alike_on_spark(spark: Any, pg: Any) -> None:
         "SELECT id, substring(s, id - 4, 3), split_part(s, ',', id - 9), split_part(s, '', 1),"
         " lpad(s, id, ''), overlay(s placing 'XY' from 2 for 1), to_hex(id - 6) FROM t",
         "SELECT id, s ~ ('\\y' || 'b') FROM t",
+        "SELECT id, s LIKE 'a\\_b%', s LIKE s, s NOT ILIKE '%!%%' ESCAPE '!', 'ab' LIKE '\\ab'"
+        " FROM t",
     ]
     failures = [
         f"{sql}\n{difference}"
@@ -253,7 +261,8 @@ def test_each_function_answers_alike_on_spark(spark: Any, pg: Any) -> None:
 _SIBLINGS = [
     "s LIKE p",
     "s ILIKE p",
-    "s LIKE p ESCAPE '!'",
+    "s NOT LIKE p",
+    "s LIKE '%!%%' ESCAPE '!' OR s ILIKE '%\\_%' OR s LIKE '%\\\\%' OR s LIKE '%\\a%'",
     "s NOT ILIKE p || '%'",
     "s SIMILAR TO '(a|!)%_'",
     "substring(s from '[a-z]+')",
@@ -319,6 +328,9 @@ def test_text_functions_answer_as_postgres_on_random_inputs(
     )
     @given(rows=rows)
     def check(rows: list[tuple[str | None, str | None, int | None]]) -> None:
+        if "LIKE" in expression:  # a pattern ending with its escape: refused (README)
+            rows = [(s, p + "x" if p and p.endswith("\\") else p, n) for s, p, n in rows]
+
         def value(v: str | int | None) -> str:
             return "NULL" if v is None else str(v) if isinstance(v, int) else _sql_text(v)
 
