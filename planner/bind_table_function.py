@@ -178,8 +178,11 @@ def _by_row_number(
     """A zipped function as (its name, its length, its value at row `n`, its type):
     expressions over the unbound arguments and the row number."""
     name, _, out_type = table_function(call, binder)
-    if name == "unnest":
-        (array,) = call.expressions
+    if isinstance(call, exp.Anonymous) and call.name.lower() == "regexp_split_to_table":
+        split = exp.Anonymous(this="regexp_split_to_array", expressions=call.expressions)
+        call = exp.Unnest(expressions=[split])
+    if name == "unnest" and isinstance(call, exp.Unnest | exp.Explode):
+        (array,) = call.expressions or [call.this]
         length: exp.Expression = exp.Cast(
             this=exp.func("cardinality", array.copy()), to=types.build("bigint")
         )
@@ -205,7 +208,7 @@ def _by_row_number(
         return name, length, value, out_type
     raise unsupported(
         f"{call.sql('postgres')} in ROWS FROM or WITH ORDINALITY",
-        "zip unnest(...) and integer generate_series(...) only",
+        "zip unnest(...), regexp_split_to_table(...) and integer generate_series(...) only",
     )
 
 

@@ -20,7 +20,15 @@ import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import NUMERIC_LIMIT, NUMERIC_OVERFLOW, DsqlError, ExecutionError, SchemaError
-from dsql.planner import array_literal, functions, numeric, regex_spellings, spellings, types
+from dsql.planner import (
+    array_literal,
+    functions,
+    numeric,
+    regex_spellings,
+    spellings,
+    text_spellings,
+    types,
+)
 from dsql.planner.bind_shape import visible_plan
 from dsql.planner.expr import (
     Outer,
@@ -409,7 +417,26 @@ class ExprBinder:
                     as_expression(self._bind(e.this)),
                     as_expression(self._bind(e.expression)),
                 )
-                return regex_spellings.bound_match(s, pattern, isinstance(e, exp.RegexpILike))
+                flag = e.args.get("flag")
+                return regex_spellings.bound_match(
+                    s,
+                    pattern,
+                    isinstance(e, exp.RegexpILike),
+                    None if flag is None else as_expression(self._bind(flag)),
+                )
+            case exp.Like() | exp.ILike() | exp.Escape() if isinstance(
+                e, exp.Like | exp.ILike
+            ) or isinstance(e.this, exp.Like | exp.ILike):
+                matched, escape = (
+                    (e, None) if isinstance(e, exp.Like | exp.ILike) else (e.this, e.expression)
+                )
+                like = text_spellings.like(
+                    as_expression(self._bind(matched.this)),
+                    as_expression(self._bind(matched.expression)),
+                    None if escape is None else as_expression(self._bind(escape)),
+                    isinstance(matched, exp.ILike),
+                )
+                return exp.Not(this=like) if matched.args.get("negate") else like
             case exp.SimilarTo() | exp.Escape() if isinstance(e, exp.SimilarTo) or isinstance(
                 e.this, exp.SimilarTo
             ):

@@ -18,7 +18,7 @@ refused at bind time with a `SchemaError` naming the function. Each entry says:
   tree that DuckDB and Spark both evaluate as PostgreSQL does, or one spelling per kernel
   (`spellings.py`; None: sqlglot's rendering already does).
 
-Functions dsql cannot make agree (`regexp_matches`, `to_char`, ...) are refused by name
+Functions dsql cannot make agree (`to_char`, `to_date`, ...) are refused by name
 with what to write instead (`_NOT_SUPPORTED`).
 
 `tests/test_functions.py` evaluates every scalar entry's `sample` on the in-process and
@@ -43,7 +43,14 @@ import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import SchemaError, UnsupportedError
-from dsql.planner import numeric, regex_spellings, spellings, types
+from dsql.planner import (
+    numeric,
+    regex_functions,
+    regex_spellings,
+    spellings,
+    text_spellings,
+    types,
+)
 
 #: A rewrite of a bound call (its argument types given) into every kernel's spelling.
 Spelling = Callable[[exp.Func, Sequence[exp.DataType]], exp.Expr]
@@ -338,6 +345,38 @@ _TEXT = (
         r"regexp_match(s, '([a-z])[[:space:]]*(\w*)') || regexp_match(s, 'L', 'i')",
         regex_spellings.regexp_match,
     ),
+    _F(
+        ("regexp_split_to_array",),
+        exp.Anonymous,
+        (2, 3),
+        "text[]",
+        r"array_cat(regexp_split_to_array(s, '[lo]+'), regexp_split_to_array(s, 'L', 'i'))",
+        regex_functions.regexp_split_to_array,
+    ),
+    _F(
+        ("regexp_count",),
+        exp.RegexpCount,
+        (2, 4),
+        "int",
+        r"regexp_count(s, 'l') + regexp_count(s, '\w+', 1, 'i')",
+        regex_functions.regexp_count,
+    ),
+    _F(
+        ("regexp_substr",),
+        exp.RegexpSubstr,
+        (2, 6),
+        "text",
+        r"regexp_substr(s, '\w+', 1, 2) || regexp_substr(s, '(l)(o)', 1, 1, 'i', 2)",
+        regex_functions.regexp_substr,
+    ),
+    _F(
+        ("regexp_instr",),
+        exp.RegexpInstr,
+        (2, 7),
+        "int",
+        r"regexp_instr(s, 'o') + regexp_instr(s, 'l+', 1, 2, 1, 'i')",
+        regex_functions.regexp_instr,
+    ),
     _F(("concat",), exp.Concat, (1, None), "text", "concat(s, i, NULL, p)", _text_args),
     _F(("concat_ws",), exp.ConcatWs, (2, None), "text", "concat_ws('-', s, p)"),
     _F(
@@ -356,7 +395,9 @@ _TEXT = (
         exp.Pad,
         (2, 3),
         "text",
-        "lpad(p, 5, 'x') || rpad(p, 5, 'x') || lpad(p, 3) || rpad(p, 3)",
+        "lpad(p, 5, 'x') || rpad(p, 5, 'x') || lpad(p, 3) || rpad(p, 3) || lpad(p, 2, '')"
+        " || rpad(s, -1, '')",
+        text_spellings.pad,
     ),
     _F(
         ("ltrim", "rtrim", "btrim", "trim"),
@@ -370,14 +411,36 @@ _TEXT = (
     _F(("reverse",), exp.Reverse, (1, 1), "text", "reverse(s)"),
     _F(("repeat",), exp.Repeat, (2, 2), "text", "repeat(p, 3)"),
     _F(("strpos", "position"), exp.StrPosition, (2, 2), "int", "strpos(s, p) + position(p in s)"),
-    _F(("split_part",), exp.SplitPart, (3, 3), "text", "split_part(s, ' ', 2)"),
+    _F(
+        ("split_part",),
+        exp.SplitPart,
+        (3, 3),
+        "text",
+        "split_part(s, ' ', 2) || split_part(s, 'l', -1) || split_part(s, '', i)",
+        text_spellings.split_part,
+    ),
+    _F(
+        ("overlay",),
+        exp.Overlay,
+        (3, 4),
+        "text",
+        "overlay(s placing 'XY' from 2 for 1) || overlay(s placing p from i)",
+        text_spellings.overlay,
+    ),
     _F(("initcap",), exp.Initcap, (1, 1), "text", "initcap(s)"),
     _F(("ascii",), exp.Ascii, (1, 1), "int", "ascii(s)"),
     _F(("chr",), exp.Chr, (1, 1), "text", "chr(i + 60)"),
     _F(("md5",), exp.MD5, (1, 1), "text", "md5(s)"),
     _F(("starts_with",), exp.StartsWith, (2, 2), "bool", "starts_with(s, 'He')"),
     _F(("translate",), exp.Translate, (3, 3), "text", "translate(s, 'lo', 'LO')"),
-    _F(("to_hex",), exp.Hex, (1, 1), "text", "to_hex(i)"),
+    _F(
+        ("to_hex",),
+        exp.Hex,
+        (1, 1),
+        "text",
+        "to_hex(i) || to_hex(-i) || to_hex(j - 20)",
+        text_spellings.to_hex,
+    ),
 )
 _OTHER = (
     _F(("coalesce",), exp.Coalesce, (1, None), "common", "coalesce(j, 1)"),
@@ -487,6 +550,22 @@ _TABLE = (
     _F(("generate_series",), exp.GenerateSeries, (2, 3), "arg", kind="table"),
     _F(("unnest",), exp.Unnest, (1, 1), "element", kind="table"),
     _F(("unnest",), exp.Explode, (1, 1), "element", kind="table"),
+    _F(
+        ("regexp_matches",),
+        exp.Anonymous,
+        (2, 3),
+        "text[]",
+        spell=regex_functions.regexp_matches,
+        kind="table",
+    ),
+    _F(
+        ("regexp_split_to_table",),
+        exp.Anonymous,
+        (2, 3),
+        "text",
+        spell=regex_functions.regexp_split_to_table,
+        kind="table",
+    ),
     # dsql's: each input row repeated by a count (`planner/bind_from.py`).
     _F(("repeat_row",), exp.Anonymous, (1, 1), "none", kind="table"),
 )
@@ -528,11 +607,14 @@ _REFUSED: dict[type[exp.Expr], tuple[str, str]] = {
 
 #: PostgreSQL functions dsql refuses by name, each with what to write instead.
 _NOT_SUPPORTED = {
-    "regexp_matches": "test a match with ~ (s ~ 'pattern'), rewrite text with regexp_replace()",
     "to_char": "format with extract(...), date_trunc(...), lpad(...) and casts to text",
     "to_timestamp": "to_timestamp(seconds) is supported; to_timestamp(text, format) is not: "
     "cast ISO text with ::timestamp",
     "to_date": "cast ISO text with ::date, or build one with make_date(y, m, d)",
+    "format": "build the text with || or concat(...)",
+    "quote_literal": "pass values as query parameters (?) rather than quoting them",
+    "quote_ident": "write identifiers in the query, in double quotes where needed",
+    "quote_nullable": "pass values as query parameters (?) rather than quoting them",
 }
 
 

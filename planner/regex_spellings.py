@@ -10,9 +10,9 @@ when it renders the query (`runtime/kernel/base.py`); the other kernel runs it.
 Functions whose value depends on a match's extent refuse a pattern whose extent RE2 or
 Java could choose differently from PostgreSQL (`regex.Pattern.extent_safe`).
 
-A pattern that is not a literal is passed to the engines as it is (RE2's or Java's
-syntax; a difference the README lists), and refused where its meaning would change
-more than the syntax (`SIMILAR TO`, `regexp_match`, `substring`).
+A pattern must be a literal (a text, `||` of texts, or a parameter, which the parser
+binds as one): a pattern computed from the rows is refused, since the engines would
+read it with their own syntax.
 
 >>> call = sqlglot.parse_one("s ~ 'a\\d+'", read="postgres")
 >>> bound_match(call.this, call.expression, False).sql("postgres")
@@ -27,40 +27,51 @@ import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import DsqlError, SchemaError, UnsupportedError
-from dsql.planner import regex, types
+from dsql.planner import regex, text_spellings, types
 from dsql.planner.expr import arguments
 from dsql.planner.spellings import PER_KERNEL
 
 #: The name of a kernel's spelling that refuses the call (`runtime.kernel.base`).
 UNSUPPORTED = "DSQL_UNSUPPORTED"
 
+#: Why a pattern must be a literal, and what may stand for one.
+NON_LITERAL_HINT = (
+    "write the pattern in the query, as text, || of texts or a parameter (?): dsql reads "
+    "PostgreSQL's regular expressions for each engine when it plans the query"
+)
+
 #: The option letters a function's flags may hold (`g` where the function allows it).
 _FLAG_LETTERS = set("icnmpswxqt")
 
 
-def _literal_text(e: exp.Expression | None) -> str | None:
-    """The text of a string literal (also `'...'::text`), else None."""
-    while isinstance(e, exp.Cast) and e.to.is_type(*exp.DataType.TEXT_TYPES):
+def literal_text(e: exp.Expression | None) -> str | None:
+    """The text of a string literal (also `'...'::text`, and `||` of such), else None."""
+    while isinstance(e, exp.Paren) or (
+        isinstance(e, exp.Cast) and e.to.is_type(*exp.DataType.TEXT_TYPES)
+    ):
         e = e.this
+    if isinstance(e, exp.DPipe):
+        left, right = literal_text(e.this), literal_text(e.expression)
+        return None if left is None or right is None else left + right
     return e.this if isinstance(e, exp.Literal) and e.is_string else None
 
 
-def _is_null(e: exp.Expression | None) -> bool:
+def is_null(e: exp.Expression | None) -> bool:
     """Whether `e` is NULL (also cast): the call's value is NULL."""
     while isinstance(e, exp.Cast):
         e = e.this
     return isinstance(e, exp.Null)
 
 
-def _null(type_name: str) -> exp.Expression:
+def null_of(type_name: str) -> exp.Expression:
     return exp.Cast(this=exp.Null(), to=types.build(type_name))
 
 
-def _flags(e: exp.Expression | None, name: str, global_ok: bool) -> str:
+def literal_flags(e: exp.Expression | None, name: str, global_ok: bool) -> str:
     """A function's literal flags, checked ("g" only where `global_ok`)."""
     if e is None:
         return ""
-    text = _literal_text(e)
+    text = literal_text(e)
     if text is None:
         raise SchemaError(
             f"{name}() needs literal flags", hint=f"write the flags in the query: {name}(s, p, 'i')"
@@ -76,14 +87,14 @@ def _flags(e: exp.Expression | None, name: str, global_ok: bool) -> str:
     return text.replace("g", "")
 
 
-def _refusal(error: DsqlError) -> exp.Expression:
+def refusal(error: DsqlError) -> exp.Expression:
     return exp.Anonymous(
         this=UNSUPPORTED,
         expressions=[exp.Literal.string(error.message), exp.Literal.string(error.hint or "")],
     )
 
 
-def _spelled(
+def spelled(
     pattern: str, flags: str, extent: bool, spell: Callable[[regex.Pattern, str], exp.Expression]
 ) -> exp.Expression:
     """`spell(translated, flavor)` for each kernel, as one per-kernel value; a flavor
@@ -95,7 +106,7 @@ def _spelled(
             translated = regex.translate(pattern, flavor, flags)
         except regex.Refusal as error:
             refusals.append(error)
-            spellings.append(_refusal(error))
+            spellings.append(refusal(error))
             continue
         if extent and not translated.extent_safe:
             raise UnsupportedError(
@@ -110,35 +121,43 @@ def _spelled(
     return exp.Anonymous(this=PER_KERNEL, expressions=spellings)
 
 
-def _string(text: str) -> exp.Literal:
+def text_literal(text: str) -> exp.Literal:
     return exp.Literal.string(text)
 
 
-def _matches(s: exp.Expression, p: regex.Pattern, flavor: str) -> exp.Expression:
+def matches(s: exp.Expression, p: regex.Pattern, flavor: str) -> exp.Expression:
     if flavor == "re2":
-        return exp.Anonymous(this="REGEXP_MATCHES", expressions=[s.copy(), _string(p.text)])
-    return exp.RegexpLike(this=s.copy(), expression=_string(p.text))
+        return exp.Anonymous(this="REGEXP_MATCHES", expressions=[s.copy(), text_literal(p.text)])
+    return exp.RegexpLike(this=s.copy(), expression=text_literal(p.text))
 
 
-def bound_match(s: exp.Expression, pattern: exp.Expression, insensitive: bool) -> exp.Expression:
-    """`s ~ pattern` (`insensitive`: `~*`)."""
-    text = _literal_text(pattern)
-    if _is_null(pattern):
-        return _null("boolean")
+def bound_match(
+    s: exp.Expression,
+    pattern: exp.Expression,
+    insensitive: bool,
+    flag_arg: exp.Expression | None = None,
+) -> exp.Expression:
+    """`s ~ pattern` (`insensitive`: `~*`), and `regexp_like(s, pattern [, flag_arg])`."""
+    text = literal_text(pattern)
+    if is_null(pattern) or is_null(flag_arg):
+        return null_of("boolean")
+    flags = ("i" if insensitive else "") + literal_flags(flag_arg, "regexp_like", global_ok=False)
     if text is None:
-        node = exp.RegexpILike if insensitive else exp.RegexpLike
-        return node(this=s, expression=pattern)
-    return _spelled(text, "i" if insensitive else "", False, lambda p, f: _matches(s, p, f))
+        raise UnsupportedError(
+            "a regular expression match needs a literal pattern",
+            hint=NON_LITERAL_HINT,
+        )
+    return spelled(text, flags, False, lambda p, f: matches(s, p, f))
 
 
 def bound_similar(
     s: exp.Expression, pattern: exp.Expression, escape: exp.Expression | None
 ) -> exp.Expression:
     """`s SIMILAR TO pattern [ESCAPE escape]`."""
-    text = _literal_text(pattern)
-    if _is_null(pattern) or _is_null(escape):
-        return _null("boolean")
-    escape_text = "\\" if escape is None else _literal_text(escape)
+    text = literal_text(pattern)
+    if is_null(pattern) or is_null(escape):
+        return null_of("boolean")
+    escape_text = "\\" if escape is None else literal_text(escape)
     if text is None or escape_text is None:
         raise UnsupportedError(
             "SIMILAR TO needs a literal pattern and escape",
@@ -149,42 +168,42 @@ def bound_similar(
             "invalid escape string", hint="Escape string must be empty or one character."
         )
     are = regex.similar_to_are(text, escape_text or None)
-    return _spelled(are, "", False, lambda p, f: _matches(s, p, f))
+    return spelled(are, "", False, lambda p, f: matches(s, p, f))
 
 
-def _extract(s: exp.Expression, p: regex.Pattern, flavor: str, group: int) -> exp.Expression:
+def extract(s: exp.Expression, p: regex.Pattern, flavor: str, group: int) -> exp.Expression:
     name = "REGEXP_EXTRACT"
     return exp.Anonymous(
-        this=name, expressions=[s.copy(), _string(p.text), exp.Literal.number(group)]
+        this=name, expressions=[s.copy(), text_literal(p.text), exp.Literal.number(group)]
     )
 
 
 def substring(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     """`substring(s from pattern)`: the part of `s` the pattern's first group matched (the
     whole match where it has none), NULL where it does not match; `substring(s, n [,
-    m])` of positions as it is."""
+    m])` by positions (`text_spellings.substring_positions`)."""
     if len(arg_types) < 2 or not arg_types[1].is_type(*exp.DataType.TEXT_TYPES):
-        return call
+        return text_spellings.substring_positions(call)
     s, pattern = call.this, call.args["start"]
     if call.args.get("length") is not None:
         raise UnsupportedError(
             "substring(s from pattern for escape) is not supported",
             hint="use substring(s from regular_expression) with a group around the part",
         )
-    text = _literal_text(pattern)
-    if _is_null(pattern):
-        return _null("text")
+    text = literal_text(pattern)
+    if is_null(pattern):
+        return null_of("text")
     if text is None:
         raise UnsupportedError(
             "substring(s from pattern) needs a literal pattern",
-            hint="write the pattern in the query",
+            hint=NON_LITERAL_HINT,
         )
 
     def spell(p: regex.Pattern, flavor: str) -> exp.Expression:
-        found = _extract(s, p, flavor, 1 if p.groups else 0)
-        return exp.Case(ifs=[exp.If(this=_matches(s, p, flavor), true=found)])
+        found = extract(s, p, flavor, 1 if p.groups else 0)
+        return exp.Case(ifs=[exp.If(this=matches(s, p, flavor), true=found)])
 
-    return exp.Cast(this=_spelled(text, "", True, spell), to=types.build("text"))
+    return exp.Cast(this=spelled(text, "", True, spell), to=types.build("text"))
 
 
 def regexp_match(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
@@ -192,21 +211,19 @@ def regexp_match(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     whole match where there are none), NULL where it does not match."""
     args = arguments(call)
     s, pattern = args[0], args[1]
-    flags = _flags(args[2] if len(args) > 2 else None, "regexp_match", global_ok=False)
-    text = _literal_text(pattern)
-    if _is_null(pattern):
-        return _null("text[]")
+    flags = literal_flags(args[2] if len(args) > 2 else None, "regexp_match", global_ok=False)
+    text = literal_text(pattern)
+    if is_null(pattern):
+        return null_of("text[]")
     if text is None:
-        raise UnsupportedError(
-            "regexp_match() needs a literal pattern", hint="write the pattern in the query"
-        )
+        raise UnsupportedError("regexp_match() needs a literal pattern", hint=NON_LITERAL_HINT)
 
     def spell(p: regex.Pattern, flavor: str) -> exp.Expression:
         groups = range(1, p.groups + 1) if p.groups else [0]
-        found = exp.Array(expressions=[_extract(s, p, flavor, g) for g in groups])
-        return exp.Case(ifs=[exp.If(this=_matches(s, p, flavor), true=found)])
+        found = exp.Array(expressions=[extract(s, p, flavor, g) for g in groups])
+        return exp.Case(ifs=[exp.If(this=matches(s, p, flavor), true=found)])
 
-    return exp.Cast(this=_spelled(text, flags, True, spell), to=types.build("text[]"))
+    return exp.Cast(this=spelled(text, flags, True, spell), to=types.build("text[]"))
 
 
 def regexp_replace(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
@@ -225,20 +242,18 @@ def regexp_replace(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Exp
             hint="write the replacement text in the query: regexp_replace(s, 'a(.)', 'b\\1')",
         )
     flag_arg = call.args.get("modifiers")
-    if _is_null(pattern) or _is_null(flag_arg):
-        return _null("text")
-    every = flag_arg is not None and "g" in (_literal_text(flag_arg) or "")
-    flags = _flags(flag_arg, "regexp_replace", global_ok=True)
-    text = _literal_text(pattern)
+    if is_null(pattern) or is_null(flag_arg):
+        return null_of("text")
+    every = flag_arg is not None and "g" in (literal_text(flag_arg) or "")
+    flags = literal_flags(flag_arg, "regexp_replace", global_ok=True)
+    text = literal_text(pattern)
     if text is None:
-        raise UnsupportedError(
-            "regexp_replace() needs a literal pattern", hint="write the pattern in the query"
-        )
+        raise UnsupportedError("regexp_replace() needs a literal pattern", hint=NON_LITERAL_HINT)
     parts = _replacement_parts(replacement.name)
 
     def spell(p: regex.Pattern, flavor: str) -> exp.Expression:
         if flavor == "re2" and every and p.nullable:
-            return _refusal(
+            return refusal(
                 UnsupportedError(
                     "regexp_replace(..., 'g') of a pattern that matches empty text is not "
                     "supported by the in-process kernel (RE2 skips an empty match after a match)",
@@ -247,14 +262,14 @@ def regexp_replace(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Exp
             )
         if flavor == "re2":
             duck = "".join(q if isinstance(q, str) else f"\\{q}" for q in _escaped(parts, "\\"))
-            args = [s.copy(), _string(p.text), _string(duck)]
+            args = [s.copy(), text_literal(p.text), text_literal(duck)]
             return exp.Anonymous(
-                this="REGEXP_REPLACE", expressions=[*args, _string("g")] if every else args
+                this="REGEXP_REPLACE", expressions=[*args, text_literal("g")] if every else args
             )
         if every:
             java = "".join(q if isinstance(q, str) else f"${q}" for q in _escaped(parts, "\\$"))
             return exp.RegexpReplace(
-                this=s.copy(), expression=_string(p.text), replacement=_string(java)
+                this=s.copy(), expression=text_literal(p.text), replacement=text_literal(java)
             )
         # Group 1 is the prefix, group 2 the match: the pattern's own groups come after.
         shifted = [q if isinstance(q, str) else q + 2 for q in parts]
@@ -263,10 +278,10 @@ def regexp_replace(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Exp
         )
         first = f"^((?s:.*?))({p.text})"
         return exp.RegexpReplace(
-            this=s.copy(), expression=_string(first), replacement=_string(java)
+            this=s.copy(), expression=text_literal(first), replacement=text_literal(java)
         )
 
-    return _spelled(text, flags, True, spell)
+    return spelled(text, flags, True, spell)
 
 
 def _replacement_parts(text: str) -> list[str | int]:

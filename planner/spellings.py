@@ -35,7 +35,7 @@ def _parsed(text: str, dialect: str) -> exp.Expression:
     return as_expression(sqlglot.parse_one(text, read=dialect))
 
 
-def _fill(text: str, dialect: str, args: Sequence[exp.Expression]) -> exp.Expression:
+def fill(text: str, dialect: str, args: Sequence[exp.Expression]) -> exp.Expression:
     """`text` (in `dialect`) with `__k` replaced by a copy of `args[k]`."""
 
     def place(node: exp.Expression) -> exp.Expression:
@@ -49,7 +49,7 @@ def _fill(text: str, dialect: str, args: Sequence[exp.Expression]) -> exp.Expres
 def per_kernel(duckdb: str, spark: str, args: Sequence[exp.Expression]) -> exp.Expression:
     """One value spelled for each kernel: `duckdb` and `spark` are SQL texts over `__k`."""
     return exp.Anonymous(
-        this=PER_KERNEL, expressions=[_fill(duckdb, "duckdb", args), _fill(spark, "spark", args)]
+        this=PER_KERNEL, expressions=[fill(duckdb, "duckdb", args), fill(spark, "spark", args)]
     )
 
 
@@ -412,6 +412,7 @@ __all__ = [
     "array_remove",
     "array_text",
     "array_to_string",
+    "fill",
     "bit_length",
     "gcd",
     "lcm",
