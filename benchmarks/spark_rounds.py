@@ -11,7 +11,8 @@ a mount namespace of its own, state under a root every process sees):
   maintained view `SELECT c.region, count(*), sum(o.amount) FROM orders o JOIN customers c
   ON o.customer = c.id GROUP BY c.region` watched by `SUBSCRIBE`, per kernel in `--kernels`
   (`spark`: every step on Spark; `auto` with `--threshold` rows, so the orders'
-  arrangements live on Spark): hydration (load, create, snapshot); one-row rounds
+  arrangements live on Spark; `local`: every step in-process, the floor the others are
+  compared with): hydration (load, create, snapshot); one-row rounds
   (`INSERT` or `DELETE` of an order, `ADVANCE BY 1`, `FETCH ALL`), p50 / p95 and Spark
   jobs per round; `--changes` order inserts, each at its own millisecond, staged as one
   Arrow table with `__time__` and one `ADVANCE`: changes/s, and the subscription's
@@ -258,8 +259,11 @@ def join_baselines(spark: Any, jobs: Jobs, args: argparse.Namespace) -> dict[str
 # --------------------------------------------------------------------------- W1
 def make_kernel(kind: str, spark: Any, threshold: int, state_uri: str | None) -> Any:
     from dsql.runtime.kernel.auto import AutoKernel
+    from dsql.runtime.kernel.local import LocalKernel
     from dsql.runtime.kernel.spark import SparkKernel
 
+    if kind == "local":
+        return LocalKernel()
     if kind == "spark":
         return SparkKernel(spark, state_uri=state_uri)
     return AutoKernel(threshold, spark=spark, notice=None)
@@ -407,7 +411,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--customers", type=int, default=3_000)
     ap.add_argument("--orders", type=int, default=30_000)
     ap.add_argument("--w1-n", type=int, default=100_000, help="rows of the skip-level input")
-    ap.add_argument("--kernels", default="spark,auto", help="comma-separated")
+    ap.add_argument("--kernels", default="spark,auto", help="comma-separated: spark, auto, local")
     ap.add_argument("--threshold", type=int, default=10_000, help="auto: rows kept in-process")
     ap.add_argument("--w1-threshold", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=10)

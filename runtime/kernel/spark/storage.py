@@ -352,12 +352,15 @@ class SparkStorage(SparkFrames):
             if column is None or keys is None:
                 return dataset.to_table().cast(schema)
             wanted = keys.cast(dataset.schema.field(column).type)
-            condition = pc.is_in(pc.field(column), value_set=wanted, skip_nulls=False)
-            return (
-                self._buckets_of(path, frame, column, wanted, dataset)
-                .to_table(filter=condition)
-                .cast(schema)
-            )
+            files = self._buckets_of(path, frame, column, wanted, dataset)
+            groups = _groups_admitting(files, column, wanted)
+            if groups is None:
+                condition = pc.is_in(pc.field(column), value_set=wanted, skip_nulls=False)
+                return files.to_table(filter=condition).cast(schema)
+            # The keys matched once over the groups read: a dataset filter of many keys
+            # builds its set anew for every batch it scans, ten times the read.
+            read = groups.to_table()
+            return read.filter(pc.is_in(read.column(column), value_set=wanted)).cast(schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, KeyError):
             return None
         except OSError as error:  # a file listed when the batch was first read is gone
@@ -415,6 +418,56 @@ class SparkStorage(SparkFrames):
         if found != stored:
             raise lost(path, stored, f"{found} rows")
         return files
+
+
+#: A probe of at least this many keys picks the row groups itself (`_groups_admitting`).
+MANY_KEYS = 32
+
+
+def _groups_admitting(files: Any, column: str, keys: pa.Array) -> Any:
+    """The row groups of the Parquet `files` (a pyarrow dataset) whose footer statistics
+    of integer `column` admit one of the NULL-free `keys`, as a dataset; None for fewer
+    than `MANY_KEYS` keys, a NULL key, a column not of integers or a group without
+    statistics (the caller filters the files by the keys).
+
+    A key admitted by a group's `[min, max]` is found by a binary search of the sorted
+    keys, so many keys cost one pass over the footers; a dataset filter by `is_in`
+    prunes no group by it.
+
+    >>> import pyarrow.dataset as ds, tempfile, pyarrow.parquet as pq
+    >>> d = tempfile.mkdtemp()
+    >>> pq.write_table(pa.table({"k": list(range(100))}), f"{d}/a.parquet", row_group_size=10)
+    >>> picked = _groups_admitting(ds.dataset(d), "k", pa.array(range(40, 72)))
+    >>> picked.to_table().num_rows
+    40
+    """
+    import numpy as np
+    import pyarrow.dataset as ds
+
+    if len(keys) < MANY_KEYS or keys.null_count or not pa.types.is_integer(keys.type):
+        return None
+    probed = np.sort(keys.to_numpy(zero_copy_only=False))
+    picked = []
+    for fragment in files.get_fragments():
+        fragment.ensure_complete_metadata()
+        metadata = fragment.metadata
+        leaves = [metadata.schema.column(j).path for j in range(metadata.num_columns)]
+        if column not in leaves:
+            return None
+        at = leaves.index(column)
+        ids = []
+        for group in range(metadata.num_row_groups):
+            stats = metadata.row_group(group).column(at).statistics
+            if metadata.row_group(group).num_rows == 0:
+                continue
+            if stats is None or not stats.has_min_max:
+                return None
+            low = np.searchsorted(probed, stats.min, "left")
+            if low < len(probed) and probed[low] <= stats.max:
+                ids.append(group)
+        if ids:
+            picked.append(fragment.subset(row_group_ids=ids))
+    return ds.FileSystemDataset(picked, files.schema, files.format, files.filesystem)
 
 
 def _fixed_width(kind: Any) -> bool:
