@@ -411,3 +411,69 @@ def test_a_view_of_sums_of_reals_is_real(pgdb: Any) -> None:
         assert [d[1] for d in cursor.description[1:]] == ["float", "float"]
         problem = differs(con, pgdb, query, dsql_sql="SELECT * FROM v")
         assert problem is None, f"after {step}: {problem}"
+
+
+# --- float spreads ---------------------------------------------------------------------------
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    values=st.lists(
+        st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False, width=32), min_size=2
+    )
+)
+def test_float_spreads_agree_with_postgres_within_the_documented_bound(
+    pgdb: Any, values: list[float]
+) -> None:
+    """Welford's updates (the engines') and Youngs-Cramer's (PostgreSQL's) differ by
+    rounding: within `n · 2^-50 · (1 + mean² / variance)` of each other, relative to
+    the variance (README), the conditioning of a variance computed in doubles."""
+    con = dsql.connect(kernel="local")
+    create_both(con, pgdb, {"w": "x double precision"}, ())
+    _insert_both(con, pgdb, "w", [(v,) for v in values])
+    sql = "SELECT var_pop(x), var_samp(x), stddev_pop(x), stddev_samp(x), avg(x) FROM w"
+    mine = con.execute(sql).fetchone()
+    theirs = pgdb.execute(sql).fetchone()
+    mean = theirs[4]
+    for got, want in zip(mine[:2], theirs[:2], strict=True):
+        bound = len(values) * 2.0**-50 * (want + mean * mean)
+        assert abs(got - want) <= bound, (values, got, want)
+    for got, want in zip(mine[2:4], theirs[2:4], strict=True):
+        # √ halves the relative difference; the variance's bound, over 2·stddev.
+        bound = len(values) * 2.0**-50 * (want * want + mean * mean) / max(2 * want, 1e-300)
+        assert abs(got - want) <= bound + 1e-300, (values, got, want)
+
+
+# --- on Spark --------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("spark")
+def test_numeric_functions_and_aggregates_match_postgres_on_spark(pgdb: Any) -> None:
+    con = dsql.connect(kernel="spark")
+    create_both(con, pgdb, {"q": "k int, a numeric(12, 3), b numeric(38, 20), r real"}, ())
+    rows = [
+        (1, Decimal("2.000"), Decimal("0.00000001"), 0.5),
+        (1, Decimal("123456789.123"), Decimal("2"), 1.25),
+        (2, Decimal("0.125"), Decimal("12345678901234.5678"), None),
+        (2, None, None, 3.0),
+    ]
+    _insert_both(con, pgdb, "q", rows)
+    for sql in (
+        "SELECT k, sqrt(a) AS s, sqrt(b) AS t, a ^ 2 AS p, power(a, 3) AS c FROM q",
+        "SELECT k, sum(r) AS s, sum(a * a) AS m, avg(DISTINCT a) AS d FROM q GROUP BY k",
+    ):
+        problem = differs(con, pgdb, sql)
+        assert problem is None, f"{sql}\n  {problem}"
+    with pytest.raises(SchemaError, match=r"function min\(boolean\) does not exist"):
+        con.execute("SELECT min(r > 1) FROM q")
+    query = "SELECT k, sum(sqrt(a)) AS s, sum(r) AS r FROM q GROUP BY k"
+    con.execute(f"CREATE MATERIALIZED VIEW v AS {query}")
+    for step in ("DELETE FROM q WHERE a = 2", "INSERT INTO q VALUES (2, 7.5, 1, 0.25)"):
+        con.execute(step)
+        pgdb.execute(step)
+        problem = differs(con, pgdb, query, dsql_sql="SELECT * FROM v")
+        assert problem is None, f"after {step}: {problem}"
