@@ -255,6 +255,15 @@ def test_a_power_view_follows_inserts_and_deletes(pgdb: Any) -> None:
         assert problem is None, f"after {step}: {problem}"
 
 
+def test_trim_scale_prints_as_postgres(pg: Any) -> None:
+    con = dsql.connect(kernel="local")
+    for sql in ("SELECT trim_scale(6.2500)", "SELECT trim_scale(1.50::numeric(10, 4) * 2)"):
+        want = pg.psql(sql, "-A", "-t").strip()
+        assert str(con.execute(sql).fetchone()[0]) == want, sql
+    with pytest.raises(SchemaError, match=r"min_scale\(double precision\) does not exist"):
+        con.execute("SELECT min_scale(1.5::float8)")
+
+
 def test_gcd_and_lcm_of_a_numeric_are_refused() -> None:
     con = dsql.connect(kernel="local")
     for sql in ("SELECT gcd(12.0, 8)", "SELECT lcm(1.5, 2)"):
@@ -285,6 +294,11 @@ ROUNDING = (
     "trunc(b, 4)",
     "ceil(b)",
     "sign(b)",
+    "min_scale(a)",
+    "min_scale(b)",
+    "min_scale(a / 8)",
+    "trim_scale(a)",
+    "trim_scale(b)",
 )
 
 
