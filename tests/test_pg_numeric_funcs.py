@@ -488,7 +488,7 @@ def test_numeric_functions_and_aggregates_match_postgres_on_spark(pgdb: Any) -> 
     rows = [
         (1, Decimal("2.000"), Decimal("0.00000001"), 0.5),
         (1, Decimal("123456.123"), Decimal("2"), 1.25),
-        (2, Decimal("0.125"), Decimal("12345678901234.5678"), None),
+        (2, Decimal("0.125"), Decimal("123456789012.5678"), None),
         (2, None, None, 3.0),
     ]
     _insert_both(con, pgdb, "q", rows)
