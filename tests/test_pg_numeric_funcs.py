@@ -500,7 +500,8 @@ def test_numeric_functions_and_aggregates_match_postgres_on_spark(pgdb: Any) -> 
         assert problem is None, f"{sql}\n  {problem}"
     with pytest.raises(SchemaError, match=r"function min\(boolean\) does not exist"):
         con.execute("SELECT min(r > 1) FROM q")
-    query = "SELECT k, sum(sqrt(a)) AS s, sum(r) AS r FROM q GROUP BY k"
+    # max, not sum: Spark adds decimal(38, 20)s at scale 6 in a view's update (README).
+    query = "SELECT k, max(sqrt(a)) AS s, sum(r) AS r, min(a ^ 2) AS p FROM q GROUP BY k"
     con.execute(f"CREATE MATERIALIZED VIEW v AS {query}")
     for step in ("DELETE FROM q WHERE a = 2", "INSERT INTO q VALUES (2, 7.5, 1, 0.25)"):
         con.execute(step)
