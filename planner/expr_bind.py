@@ -465,6 +465,19 @@ class ExprBinder:
                 return self._mod(e)
             case exp.Mul():
                 return self._mul(e)
+            case (
+                exp.Add()
+                | exp.Sub()
+                | exp.EQ()
+                | exp.NEQ()
+                | exp.LT()
+                | exp.LTE()
+                | exp.GT()
+                | (exp.GTE())
+            ):
+                self._bind_children(e)
+                self._real_as_double(e)
+                return e
             case exp.Cast() if _float_of_literal(e):
                 # PostgreSQL's numeric literal cast to a float: the digits as text, which
                 # both engines read as a double however many they are (1e300::float8).
@@ -770,6 +783,20 @@ class ExprBinder:
         )
         return exp.Cast(this=truncated, to=whole)
 
+    def _real_as_double(self, e: exp.Binary) -> None:
+        """A bound operator's `real` operand widened to double precision where the other
+        is an integer or a numeric: PostgreSQL resolves `real op numeric` (and `real op
+        int`) to the double precision operator (`0.2::real = 0.2` is false, `0.2::real
+        + 0.2` a double), where the engines would narrow the other operand to a real."""
+        if self._types is None:
+            return
+        sides = ("this", "expression")
+        found = [types.infer(self._typed(e.args[k]), self._types) for k in sides]
+        kinds = [numeric.kind_of_type(t) for t in found]
+        for key, t, other in ((sides[0], found[0], kinds[1]), (sides[1], found[1], kinds[0])):
+            if t.this == types.T.FLOAT and other in ("integer", "numeric"):
+                e.set(key, exp.Cast(this=e.args[key], to=types.build("double")))
+
     def _div(self, e: exp.Div) -> exp.Expr:
         """`a / b` as PostgreSQL divides: integers truncated, numerics exactly to its
         scale (`numeric.divide`), floats as floats; a zero divisor is an error."""
@@ -779,6 +806,8 @@ class ExprBinder:
         e.set("expression", right)
         if self._types is None:
             return e
+        self._real_as_double(e)
+        left, right = e.this, e.expression
         kinds = self._kinds(left, right)
         if kinds == {"integer"}:  # both engines raise for a zero divisor
             return exp.IntDiv(this=left, expression=right)
@@ -799,6 +828,7 @@ class ExprBinder:
         """`a * b`: of numerics (or a numeric and an integer) exact on both kernels
         (`numeric.product`); of integers and floats the engines' own."""
         self._bind_children(e)
+        self._real_as_double(e)
         a, b = e.this, e.expression
         if self._types is None or self._kinds(a, b) not in ({"numeric"}, {"numeric", "integer"}):
             return e

@@ -136,6 +136,54 @@ def _sqrt(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     return numeric.square_root(call.this, s)
 
 
+def _numeric_argument(call: exp.Func, arg_types: Sequence[exp.DataType]) -> int | None:
+    """The scale of the numeric (or integer) argument of `min_scale` or `trim_scale`
+    (None: unknown); a `SchemaError` for any other type, as PostgreSQL's."""
+    first = arg_types[0] if arg_types else types.build("unknown")
+    if types.is_unknown(first):
+        return None
+    if numeric.kind_of_type(first) not in ("numeric", "integer"):
+        name = call.name.lower()
+        raise SchemaError(
+            f"function {name}({first.sql('postgres').lower()}) does not exist",
+            hint=f"cast the value to numeric: {name}(x::numeric)",
+        )
+    return numeric.type_scale(first)
+
+
+def _min_scale(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """`min_scale(x)`: the fewest digits after the point that represent `x` exactly
+    (`6.2500` has 2): the first `k` with `x = round(x, k)`, exact on both kernels."""
+    s = _numeric_argument(call, arg_types)
+    x = call.expressions[0]
+    ifs = [
+        exp.If(
+            this=exp.EQ(
+                this=x.copy(), expression=exp.Round(this=x.copy(), decimals=exp.Literal.number(k))
+            ),
+            true=exp.Literal.number(k),
+        )
+        for k in range(s if s is not None else numeric.MAX_PRECISION)
+    ]
+    value = exp.Case(ifs=ifs, default=exp.Literal.number(s or 0)) if ifs else exp.Literal.number(0)
+    null = exp.Is(this=x.copy(), expression=exp.Null())
+    guarded = exp.Case(ifs=[exp.If(this=null, true=exp.Null())], default=value)
+    return exp.Cast(this=guarded, to=types.build("int"))
+
+
+def _trim_scale(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """`trim_scale(x)`: `x` without the zeros ending its fraction. A value of at most 10
+    digits after the point becomes a numeric without precision (read back without
+    trailing zeros, `dsql/results.py`); one with more keeps its column's scale (the
+    same number, printed with that scale)."""
+    s = _numeric_argument(call, arg_types)
+    x = call.expressions[0]
+    unbounded = types.DEFAULT_DECIMAL
+    if s is not None and s > unbounded[1]:
+        return x
+    return exp.Cast(this=x, to=types.build(f"decimal({unbounded[0]}, {unbounded[1]})"))
+
+
 def _power(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     """`power(a, b)` and `a ^ b`: double precision unless an operand is numeric and none
     a float, where PostgreSQL computes a numeric. For a constant whole exponent `n` from
@@ -292,6 +340,8 @@ _MATH = (
         _power,
     ),
     _F(("mod",), exp.Mod, (2, 2), "arg", "mod(i, 3)"),
+    _F(("min_scale",), exp.Anonymous, (1, 1), "int", "min_scale(n) + min_scale(i)", _min_scale),
+    _F(("trim_scale",), exp.Anonymous, (1, 1), "numeric", "trim_scale(n * 10)", _trim_scale),
     _F(("gcd",), exp.Anonymous, (2, 2), "common", "gcd(i, 21) + gcd(j, -12)", spellings.gcd),
     _F(("lcm",), exp.Anonymous, (2, 2), "common", "lcm(i, 21) + lcm(j, -12)", spellings.lcm),
     _F(("greatest",), exp.Greatest, (1, None), "common", "greatest(i, j, 3)"),

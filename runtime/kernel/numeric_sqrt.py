@@ -21,7 +21,9 @@ exact non-negative integer `n < 10^38` (DuckDB's HUGEINT, Spark's decimal(38, 0)
 the root rounded at `r = max(15 - 2·w, sa)` digits after the point, `w` the value's
 weight in base-10000 digits (0 for 0), read exactly from the scaled integer. Its
 domain is 0 and [10^-8, 10^18): below it PostgreSQL keeps more than `SCALE` digits after
-the point, above it the value times 10^20 passes 38 digits; both are refused per row.
+the point, above it the value times 10^20 passes 38 digits; both are refused per row. On
+Spark the domain ends at 10^(18 - min(scale, 6)) (Spark's decimal product of |a| and
+10^20 keeps that many digits after the point).
 
 Each value used many times is bound once by a one-element list transformed by a lambda
 (DuckDB's `LIST_TRANSFORM`, Spark's `TRANSFORM`), so the text grows with the steps, not
@@ -61,11 +63,14 @@ def rounded_root(n: str, r: str, big: int, dialect: str, fine: str | None = None
 
 #: PostgreSQL's error for the square root of a negative numeric.
 NEGATIVE = "cannot take square root of a negative number"
-#: dsql's error for a numeric outside `square_root`'s domain.
-OUT_OF_DOMAIN = (
-    "sqrt of a numeric is supported for 0 and values from 1e-8 to below 1e18 "
-    "(cast to double precision for others)"
-)
+
+
+def out_of_domain(upper: int) -> str:
+    """dsql's error for a numeric outside `square_root`'s domain, [1e-8, 10^`upper`)."""
+    return (
+        f"sqrt of a numeric is supported for 0 and values from 1e-8 to below 1e{upper} "
+        "(cast to double precision for others)"
+    )
 
 
 def square_root(dialect: str, sa: int) -> str:
@@ -89,13 +94,16 @@ def square_root(dialect: str, sa: int) -> str:
     )
     value = division.unscaled(root, SCALE, dialect)
     decimal = f"DECIMAL(38, {SCALE})"
+    # Spark's product |a|·10^20 keeps min(sa, 6) digits after the point, so at most
+    # 38 - min(sa, 6) before it.
+    upper = 18 - min(sa, 6) if dialect == "spark" else 18
     # A value of scale 20 is below 10^18 (and its common type with 10^18 would overflow).
-    large = f"__dsql_a >= {10**18} OR " if sa < SCALE else ""
+    large = f"__dsql_a >= {10**upper} OR " if sa < SCALE or upper < 18 else ""
     return (
         f"CASE WHEN __dsql_a IS NULL THEN CAST(NULL AS {decimal}) "
         f"WHEN __dsql_a < 0 THEN CAST(RAISE_ERROR('{NEGATIVE}') AS {decimal}) "
         f"WHEN {large}(__dsql_a > 0 AND __dsql_a < 0.00000001) "
-        f"THEN CAST(RAISE_ERROR('{OUT_OF_DOMAIN}') AS {decimal}) ELSE {value} END"
+        f"THEN CAST(RAISE_ERROR('{out_of_domain(upper)}') AS {decimal}) ELSE {value} END"
     )
 
 
@@ -152,4 +160,4 @@ def _exact_div(value: str, divisor: str, dialect: str) -> str:
     return f"({value} // {divisor})"
 
 
-__all__ = ["NEGATIVE", "OUT_OF_DOMAIN", "SCALE", "rounded_root", "square_root"]
+__all__ = ["NEGATIVE", "SCALE", "out_of_domain", "rounded_root", "square_root"]
