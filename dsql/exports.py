@@ -33,7 +33,7 @@ from typing import Any
 import pyarrow as pa
 
 from dsql import fast_path
-from dsql.runtime.kernel.base import Capability, Placement
+from dsql.runtime.kernel.base import Capability
 from dsql.runtime.lattice import DIFF, TIME
 
 #: The default of `Session.fetch_rows`: rows per file of a stored copy, and so at most
@@ -54,7 +54,7 @@ def stored(session: Any, name: str) -> Any | None:
 
     def write(tick: int) -> Any | None:
         counts = fast_path.count_frame(kernel, arranged, (), tick, [])
-        if kernel.placement(counts) is Placement.LOCAL:  # every batch in the driver
+        if not kernel.takes(Capability.STORAGE, (counts,)):  # every batch in the driver
             return None
         from pyspark.sql import functions as F  # noqa: N812
 
@@ -139,7 +139,7 @@ def select(
 
         def finish(counts: Any, arranged: Any) -> pa.Table | Generator[pa.Table, None, None]:
             if (
-                kernel.placement(counts) is Placement.LOCAL
+                not kernel.takes(Capability.STORAGE, (counts,))
                 or arranged.trace.rows <= session.fetch_rows
             ):
                 table = repeat_rows(kernel.to_arrow(counts), DIFF, session.memory_limit)
