@@ -33,7 +33,7 @@ from typing import Any
 import pyarrow as pa
 
 from dsql import fast_path
-from dsql.runtime.kernel.base import Capability, Placement
+from dsql.runtime.kernel.base import Capability
 from dsql.runtime.lattice import DIFF, TIME
 
 #: The default of `Session.fetch_rows`: rows per file of a stored copy, and so at most
@@ -54,7 +54,7 @@ def stored(session: Any, name: str) -> Any | None:
 
     def write(tick: int) -> Any | None:
         counts = fast_path.count_frame(kernel, arranged, (), tick, [])
-        if kernel.placement(counts) is Placement.LOCAL:  # every batch in the driver
+        if not kernel.takes(Capability.STORAGE, (counts,)):  # every batch in the driver
             return None
         from pyspark.sql import functions as F  # noqa: N812
 
@@ -139,7 +139,7 @@ def select(
 
         def finish(counts: Any, arranged: Any) -> pa.Table | Generator[pa.Table, None, None]:
             if (
-                kernel.placement(counts) is Placement.LOCAL
+                not kernel.takes(Capability.STORAGE, (counts,))
                 or arranged.trace.rows <= session.fetch_rows
             ):
                 table = repeat_rows(kernel.to_arrow(counts), DIFF, session.memory_limit)
@@ -168,6 +168,16 @@ def _accumulated(session: Any, parts: list[Any], tick: int, arity: int) -> Any:
     as `results.accumulate` does in the driver."""
     from pyspark.sql import functions as F  # noqa: N812
 
+    union = on_spark(session, parts)
+    data = [f"_c{i}" for i in range(arity)]
+    total = F.sum(F.col(DIFF)).cast("bigint").alias(DIFF)
+    summed = union.where(F.col(TIME) <= tick).groupBy(*data).agg(total)
+    return summed.where(F.col(DIFF) != 0)
+
+
+def on_spark(session: Any, parts: list[Any]) -> Any:
+    """The union of `parts` (Spark frames, and Arrow tables shipped to Spark) as one Spark
+    frame; at least one part is a Spark frame."""
     spark_kernel = _spark_kernel(session)
     frames = [
         spark_kernel.from_arrow(p) if isinstance(p, pa.Table) else p
@@ -177,10 +187,15 @@ def _accumulated(session: Any, parts: list[Any], tick: int, arity: int) -> Any:
     union = frames[0]
     for frame in frames[1:]:
         union = union.unionByName(frame)
-    data = [f"_c{i}" for i in range(arity)]
-    total = F.sum(F.col(DIFF)).cast("bigint").alias(DIFF)
-    summed = union.where(F.col(TIME) <= tick).groupBy(*data).agg(total)
-    return summed.where(F.col(DIFF) != 0)
+    return union
+
+
+def streamed(session: Any, frame: Any, schema: pa.Schema) -> Generator[pa.Table, None, None]:
+    """A Spark frame's rows in its order (`schema`: their names and types), written out
+    by the executors and read back at most `Session.fetch_rows` at a time (`_files`;
+    first an empty table of the columns). The write happens before this returns (its
+    errors are raised here); the copy is deleted once read or when the generator closes."""
+    return _files(session, _store(session, frame), schema.names, schema)
 
 
 def _presented(counts: Any, bound: Any) -> Any:

@@ -43,7 +43,7 @@ from dsql.runtime import relational as rel
 from dsql.runtime.arrangement import Arranged
 from dsql.runtime.collection import Collection
 from dsql.runtime.dataflow import Batch, Node, Round, _as_schema
-from dsql.runtime.kernel.base import Frame, Stored
+from dsql.runtime.kernel.base import Capability, Frame, Stored
 from dsql.runtime.lattice import DIFF, time_columns
 from dsql.runtime.scope import Scope
 
@@ -145,7 +145,7 @@ class EnterArrangedNode(Arranged):
             if self.source.current is not None:
                 frames = [*frames, self.source.current.frame]
             kernel = self.kernel
-            if frames and all(kernel.placement(f) == "local" for f in frames):
+            if frames and kernel.takes(Capability.KEY_INDEX, frames):
                 rows = sum(kernel.rows(f) or 0 for f in frames)  # a local frame's are known
                 if rows <= WHOLE_ROWS:
                     table = kernel.union(frames) if len(frames) > 1 else frames[0]

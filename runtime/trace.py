@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from dsql.runtime import relational as rel
-from dsql.runtime.kernel.base import Frame, Kernel, Stored
+from dsql.runtime.kernel.base import Capability, Frame, Kernel, Stored
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 
 #: A batch merges with the one before it while that one holds at most this many times
@@ -154,8 +154,8 @@ class Trace:
         for batch in self.batches:
             self._read_rows(batch)
             rows = None
-            if batch.index is not None and kernel.placement(probe) == "local":
-                rows = batch.index.rows(probe, by)  # an index is probed by driver rows
+            if batch.index is not None and kernel.takes(Capability.KEY_INDEX, (probe,)):
+                rows = batch.index.rows(probe, by)  # an index is probed by rows it can read
             if rows is None:
                 rows = kernel.rows_with_keys(batch.frame, self.keys, probe, by)
             if rows is None:
@@ -298,7 +298,9 @@ class Trace:
         may be rare, and a big change (a delete of much of the trace) merges at once, so
         that its compaction is not put off."""
         self._pending.append(TraceBatch(frame, rows))
-        if self._directory is not None and not self._directory.add(frame):
+        if self._directory is not None and not (
+            self.kernel.takes(Capability.KEY_DIRECTORY, (frame,)) and self._directory.add(frame)
+        ):
             self._directory = None  # a key outside its box: tried again once doubled
         waiting = sum(b.rows for b in self._pending)
         big = self.depth == 1 and MERGE_RATIO * waiting >= self.rows - waiting
@@ -357,9 +359,12 @@ class Trace:
         return older.rows <= MERGE_RATIO * newer_rows or self._small(older)
 
     def _small(self, batch: TraceBatch) -> bool:
-        """Whether `batch` merges with the next whatever its size: it is small and in the
-        driver (a Spark batch, however small, would make the merge a Spark job)."""
-        return batch.rows <= SMALL_BATCH_ROWS and self.kernel.placement(batch.frame) == "local"
+        """Whether `batch` merges with the next whatever its size: it is small and not a
+        batch the kernel merges natively (`Capability.MERGE`: a Spark batch, however
+        small, would make the merge a Spark job)."""
+        return batch.rows <= SMALL_BATCH_ROWS and not self.kernel.takes(
+            Capability.MERGE, (batch.frame,)
+        )
 
     def compact_all(self) -> None:
         """Merge every batch into one, advanced to the compaction frontier."""
@@ -376,7 +381,7 @@ class Trace:
         later = (
             not apart
             and estimate * POSTPONE_SHARE < self.rows + estimate
-            and all(self.kernel.placement(b.frame) == "local" for b in batches)
+            and self.kernel.takes(Capability.CONCATENATE, [b.frame for b in batches])
             and self._apart(batches, Antichain())
         )
         apart = apart or later

@@ -173,6 +173,9 @@ class AutoKernel(Kernel):
         """The kernel whose frame `frame` is."""
         return self.local if self._here(frame) else self.remote
 
+    def takes(self, capability: Capability, frames: Sequence[Frame]) -> bool:
+        return self._local_takes(capability, frames) or self._remote_takes(capability, frames)
+
     def _local_takes(self, capability: Capability, frames: Sequence[Frame]) -> bool:
         """Whether the in-process kernel takes optional step `capability` over `frames`:
         it declares it, and every frame is its own."""

@@ -177,6 +177,17 @@ class Kernel(ABC):
         """Whether this kernel implements `capability` itself."""
         return capability in self.capabilities
 
+    def takes(self, capability: Capability, frames: Sequence[Frame]) -> bool:
+        """Whether this kernel does optional step `capability` itself over `frames`: it
+        declares the step and every frame is one it holds for it (by default: its own).
+
+        The runtime asks this before it takes a step's cheap road (an index probe, a
+        driver join, a postponed merge), instead of asking where the frames live; a
+        kernel that routes steps to others (the auto kernel) answers for the kernel
+        holding the frames.
+        """
+        return self.can(capability) and all(self.owns(f) for f in frames)
+
     @abstractmethod
     def owns(self, frame: Frame) -> bool:
         """Whether `frame` is one of this kernel's own frames (the kind it makes)."""

@@ -60,12 +60,12 @@ _SAFE_TOTAL = float(2**61)
 
 
 def chain_step(
-    rows: ReduceRows, logic: Callable[[pa.Table], pa.Table]
+    rows: ReduceRows, logic: Callable[[pa.Table], pa.Table | None]
 ) -> tuple[pa.Table, pa.Table] | None:
     """The step's output and pending candidates (module docstring), or None when the
     times do not form one chain per key, or the rows are not of plain types. `rows`:
     Arrow tables; `logic`: the desired output (keys, outputs, times, diff) of
-    accumulated groups (keys, times, values, diff)."""
+    accumulated groups (keys, times, values, diff), None when it is not in the driver."""
     shape = rows.shape
     keys, vals, outs, d = shape.keys, shape.values, shape.outputs, shape.depth
     if not (driver.plain(shape.source, [*keys, *vals]) and driver.plain(shape.schema, outs)):
@@ -152,7 +152,7 @@ def chain_step(
             desired = _empty_desired(shape, times)
         else:
             desired = logic(acc_table)
-            if not isinstance(desired, pa.Table):
+            if desired is None:
                 return None
 
         # Output codes over the output trace's rows and the desired rows together.

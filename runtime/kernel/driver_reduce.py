@@ -84,12 +84,12 @@ class ReduceRows:
 
 
 def reduce_step(
-    rows: ReduceRows, logic: Callable[[pa.Table], pa.Table]
+    rows: ReduceRows, logic: Callable[[pa.Table], pa.Table | None]
 ) -> tuple[pa.Table, pa.Table] | None:
     """The step's output and pending candidates (module docstring), or None when the
     rows are not few or not of plain types (the general query runs instead). `rows`:
     Arrow tables; `logic`: the desired output (keys, outputs, times, diff) of accumulated
-    groups (keys, times, values, diff)."""
+    groups (keys, times, values, diff), None when it is not in the driver."""
     inputs, delta, pending, outputs = rows.inputs, rows.delta, rows.pending, rows.outputs
     frontier, shape = rows.frontier, rows.shape
     if sum(t.num_rows for t in (*inputs, *outputs)) > SMALL_ROWS:
@@ -134,7 +134,10 @@ def reduce_step(
     )
     desired: list[tuple] = []
     if acc:  # the logic is never called on an empty group
-        desired = _rows(logic(_table(acc, acc_schema)), [*keys, *outs, *times, DIFF])
+        wanted = logic(_table(acc, acc_schema))
+        if wanted is None:
+            return None
+        desired = _rows(wanted, [*keys, *outs, *times, DIFF])
 
     errors: dict[tuple, dict[tuple, int]] = defaultdict(lambda: defaultdict(int))
     for row in desired:

@@ -598,11 +598,10 @@ class KeyDirectory:
     def nbytes(self) -> int:
         return int(self.sums.nbytes)
 
-    def add(self, frame: Any) -> bool:
-        """Add a batch's diffs; False (nothing added) when it is not an Arrow table with
-        the directory's key types, or a key of it is NULL or outside the box."""
-        if not isinstance(frame, pa.Table):
-            return False
+    def add(self, frame: pa.Table) -> bool:
+        """Add a batch's diffs (an Arrow table: the caller asks its kernel, `Kernel.takes`);
+        False (nothing added) when its key types are not the directory's, or a key of it
+        is NULL or outside the box."""
         if not frame.num_rows:
             return True
         if tuple(frame.schema.field(k).type for k in self.keys) != self.types:

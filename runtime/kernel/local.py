@@ -286,12 +286,16 @@ class LocalKernel(Kernel):
     def reduce_small(
         self, rows: ReduceRows, logic: Callable[[pa.Table], pa.Table]
     ) -> tuple[pa.Table, pa.Table] | None:
+        def held(acc: pa.Table) -> pa.Table | None:  # the logic's rows, where they are ours
+            desired = logic(acc)
+            return desired if self.owns(desired) else None
+
         total = sum(t.num_rows for t in (*rows.inputs, *rows.outputs))
         if chain_reduce.MIN_ROWS < total <= chain_reduce.MAX_ROWS:
-            result = chain_reduce.chain_step(rows, logic)
+            result = chain_reduce.chain_step(rows, held)
             if result is not None:
                 return result
-        return reduce_step(rows, logic)
+        return reduce_step(rows, held)
 
     def key_index(
         self, frame: pa.Table, keys: Sequence[str], parts: Sequence[_index.KeyIndex] = ()

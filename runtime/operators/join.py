@@ -26,7 +26,7 @@ from dsql.errors import SchemaError
 from dsql.runtime import relational as rel
 from dsql.runtime.arrangement import Arranged
 from dsql.runtime.dataflow import Batch, Node, Round, schema_key
-from dsql.runtime.kernel.base import Frame, Kernel, Prepared
+from dsql.runtime.kernel.base import Capability, Frame, Kernel, Prepared
 from dsql.runtime.kernel.driver import JoinShape
 from dsql.runtime.linear import STABLE_TYPES
 
@@ -152,7 +152,8 @@ class JoinNode(Node):
         """The delta rule's halves computed without a query (`Kernel.join_small`), or None
         when the kernel cannot do one of them so."""
         kernel, parts = self.kernel, []
-        if any(kernel.placement(f) != "local" for half in halves for side in half for f in side):
+        frames = [f for half in halves for side in half for f in side]
+        if not kernel.takes(Capability.JOIN_SMALL, frames):
             return None
         shape = JoinShape(self.pairs, self.inputs[0].columns, self.right_values, self.depth)
         for lhs, rhs in halves:

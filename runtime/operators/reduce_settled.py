@@ -38,7 +38,7 @@ from sqlglot import exp, parse_one
 
 from dsql.runtime.dataflow import Round
 from dsql.runtime.kernel import driver
-from dsql.runtime.kernel.base import Frame, Pipeline, Prepared, Stage, per_kernel
+from dsql.runtime.kernel.base import Capability, Frame, Pipeline, Prepared, Stage, per_kernel
 from dsql.runtime.lattice import DIFF, bounded, time_columns
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class SettledRows:
         """The step's output by the logic's one-pass form in the driver
         (`ReduceLogic.settled_in_arrow`), or None when it has none or a row is not there
         (then `SettledQueries.run`)."""
-        if not all(isinstance(f, pa.Table) for f in (*self.inp, *self.outp)):
+        if not node.kernel.takes(Capability.REDUCE_SMALL, (*self.inp, *self.outp)):
             return None
         return node.logic.settled_in_arrow(self.inp, self.outp, node.columns, self.stamp)
 
@@ -160,7 +160,9 @@ def settled_by_sums(node: ReduceNode, source: Arranged, rnd: Round) -> pa.Table 
     delta = source.current
     if not node.logic.present_once or node.source_values or not node.keys or node.pending():
         return None
-    if delta is None or not delta.consolidated or not isinstance(delta.frame, pa.Table):
+    if delta is None or not delta.consolidated:
+        return None
+    if not node.kernel.takes(Capability.KEY_SUMS, (delta.frame,)):
         return None
     stamp = _complete_time(node.kernel, delta.frame, time_columns(node.depth), rnd)
     if stamp is None or not all(bounded(a.history_upper(), stamp) for a in (source, node)):

@@ -24,7 +24,7 @@ from sqlglot import exp
 from dsql.errors import SchemaError
 from dsql.runtime.kernel import driver
 from dsql.runtime.kernel.base import Capability, Frame
-from dsql.runtime.kernel.driver import JoinShape, Selection
+from dsql.runtime.kernel.driver import Selection
 from dsql.runtime.kernel.spark.frames import _quote
 from dsql.runtime.kernel.spark.merge import SparkMerge
 from dsql.runtime.lattice import DIFF, TIME, Antichain
@@ -42,7 +42,6 @@ class SparkKernel(SparkMerge):
         {
             # Rows the driver already holds (frames made from Arrow) stay in the driver.
             Capability.CONSOLIDATE_SMALL,
-            Capability.JOIN_SMALL,
             Capability.PROJECT_SMALL,
             Capability.ROWS_WITH_KEYS,
             Capability.BOUNDS,
@@ -107,10 +106,6 @@ class SparkKernel(SparkMerge):
         if tables is None:
             return None
         return self._kept(driver.consolidate(tables, columns, depth, frontier, signs))
-
-    def join_small(self, left: Frame, right: Frame, shape: JoinShape) -> DataFrame | None:
-        tables = self.held([left, right])
-        return None if tables is None else self._kept(driver.join(tables[0], tables[1], shape))
 
     def rows_with_keys(
         self, frame: Frame, keys: Sequence[str], probe: Frame, by: Sequence[str] | None = None
