@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from dsql.errors import SchemaError
@@ -117,8 +118,25 @@ class SparkKernel(SparkMerge):
     ) -> DataFrame | None:
         tables = self.held([frame, probe])
         if tables is None:
-            return None
+            return self._stored_rows_with_keys(frame, keys, probe, by)
         return self._kept(driver.rows_with_keys(tables[0], keys, tables[1], by))
+
+    def _stored_rows_with_keys(
+        self, frame: DataFrame, keys: Sequence[str], probe: Frame, by: Sequence[str] | None
+    ) -> DataFrame | None:
+        """`rows_with_keys` of a stored batch by a probe the driver holds, read by the
+        driver itself (`_read_in_driver`: the row groups, of the buckets, whose first-key
+        statistics admit a probed value) and cut to the probe's whole keys there: no job.
+        None where the driver does not read the batch's files, or more than `small_rows`
+        rows match (they stay Spark's)."""
+        probed = self.held([probe])
+        if probed is None or not keys or id(frame) not in self._paths:
+            return None
+        column = probed[0][(by or keys)[0]]
+        read = self._read_in_driver(frame, keys[0], pc.unique(column.combine_chunks()))
+        if read is None or read.num_rows > self.small_rows:
+            return None
+        return self._kept(driver.rows_with_keys(read, keys, probed[0], by))
 
     def nbytes(self, frame: DataFrame) -> int:
         """Spark's estimate of the frame's size, from its optimized plan's statistics
