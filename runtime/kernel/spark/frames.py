@@ -110,8 +110,8 @@ class SparkFrames(Kernel):
         `memory.exceeded`, as a local query's result is (they are dropped at once)."""
         held = self._arrow.get(frame)
         try:
-            if held is not None:  # the rows the frame was made from: no job
-                table = held
+            if held is not None and _same_types(held.schema, self.schema(frame)):
+                table = held  # the rows the frame was made from, as Spark reads them: no job
             elif not frame.columns:  # Spark's Arrow batches of no columns carry no rows
                 return _no_columns(frame.count())
             else:
@@ -266,6 +266,13 @@ def _engine_error(error: Exception, text: str | None = None) -> Exception:
     # The statement is dsql's, over internal names: the user's is shown instead.
     said, own = engine_message(message, text)
     return ExecutionError(said if own else f"Spark failed ({kind}): {said}")
+
+
+def _same_types(held: pa.Schema, spark: pa.Schema) -> bool:
+    """Whether an Arrow table of schema `held` is what Spark's `toArrow` gives of the
+    frame made from it (schema `spark`): the same names and types (not so for types
+    Spark converts, such as a timestamp without a time zone or a large string)."""
+    return held.names == spark.names and held.types == spark.types
 
 
 def _escaped(node: exp.Expression) -> exp.Expression:
