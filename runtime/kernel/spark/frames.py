@@ -181,8 +181,8 @@ class SparkFrames(Kernel):
             self._order[result] = tuple(kept)
 
     def _one_partition(
-        self, frames: dict[str, DataFrame], joins: bool, scalar: frozenset[str]
-    ) -> dict[str, DataFrame]:
+        self, frames: dict[str, Any], joins: bool, scalar: frozenset[str]
+    ) -> dict[str, Any]:
         """`frames`, each in one partition when all are computed from at most `small_rows`
         of the driver's rows (`_from_driver`), else as they are; but those the query
         reads only by scalar subqueries (`scalar`), which Spark evaluates apart, without
@@ -302,7 +302,8 @@ def _scalar_only(query: exp.Expr) -> set[str]:
     >>> sorted(_scalar_only(exp.maybe_parse("SELECT x FROM a WHERE t <= (SELECT t FROM f)")))
     ['f']
     """
-    scalar, other = set(), set()
+    scalar: set[str] = set()
+    other: set[str] = set()
     for table in query.find_all(exp.Table):
         select = table.find_ancestor(exp.Select)
         holder = select.parent if select is not None else None
