@@ -7,8 +7,9 @@ arguments (Spark binds them as temporary views for the analysis only).
 
 `SparkFrames` holds what is known of each frame while it lives, which the storage,
 probes and merges built on it read: the Arrow table a frame was made from, whether it
-was computed from the driver's rows alone, the columns its rows are sorted by within
-every partition, and the keys it is bucketed by.
+was computed from the driver's rows alone (and from how many: a query over few of them
+runs in one partition, one job with no shuffle), the columns its rows are sorted by
+within every partition, and the keys it is bucketed by.
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ them.
 Rows the driver holds already (a frame made from an Arrow table: an input's batch, a
 small result collected as Arrow) are consolidated, renamed, joined on keys and probed by
 key in the driver (`kernel.driver`, exact as the queries are), where a Spark job would
-ship them to the executors and back: the bookkeeping of a small round costs no job. Every
-expression (a map, a filter, a reduce's logic) is still Spark's.
+ship them to the executors and back: the bookkeeping of a small round costs no job. So
+are a stored batch's rows for such a probe's keys, where the driver reads the batch's
+files. Every expression (a map, a filter, a reduce's logic) is still Spark's, in one job
+with no shuffle when its inputs are small and the driver's (`frames._one_partition`).
 """
 
 from __future__ import annotations
