@@ -7,8 +7,9 @@ arguments (Spark binds them as temporary views for the analysis only).
 
 `SparkFrames` holds what is known of each frame while it lives, which the storage,
 probes and merges built on it read: the Arrow table a frame was made from, whether it
-was computed from the driver's rows alone, the columns its rows are sorted by within
-every partition, and the keys it is bucketed by.
+was computed from the driver's rows alone (and from how many: a query over few of them
+runs in one partition, one job with no shuffle), the columns its rows are sorted by
+within every partition, and the keys it is bucketed by.
 """
 
 from __future__ import annotations
@@ -44,8 +45,14 @@ class SparkFrames(Kernel):
         #: lives: what `bounds` reads without an action.
         self._arrow: weakref.WeakKeyDictionary[DataFrame, pa.Table] = weakref.WeakKeyDictionary()
         #: Frames computed from such frames alone (queries and unions over them, while
-        #: they live): `materialize` reads their head without caching them first.
-        self._from_driver: weakref.WeakSet[DataFrame] = weakref.WeakSet()
+        #: they live), each with the rows of the Arrow tables it reads: `materialize`
+        #: reads their head without caching them first, and a query over small ones runs
+        #: in one partition (`_one_partition`).
+        self._from_driver: weakref.WeakKeyDictionary[DataFrame, int] = weakref.WeakKeyDictionary()
+        #: Per prepared query's text, whether it joins (`_one_partition` hints its inputs),
+        #: and its inputs read only by scalar subqueries (`_scalar_only`), by bound name.
+        self._joins: dict[str, bool] = {}
+        self._scalar: dict[str, frozenset[str]] = {}
         #: The columns each frame's rows are sorted by within every partition, while the
         #: frame lives: a stored batch's keys, carried through queries that keep their
         #: input's rows in order (`_order_map`). `materialize` by a prefix of them writes
@@ -93,7 +100,7 @@ class SparkFrames(Kernel):
         else:
             frame = self.spark.createDataFrame(table)
         self._arrow[frame] = table
-        self._from_driver.add(frame)
+        self._from_driver[frame] = table.num_rows
         return frame
 
     def set_memory_limit(self, limit: int) -> None:
@@ -102,10 +109,14 @@ class SparkFrames(Kernel):
     def to_arrow(self, frame: DataFrame) -> pa.Table:
         """The frame's rows in the driver; more than `memory_limit` bytes of them are
         `memory.exceeded`, as a local query's result is (they are dropped at once)."""
+        held = self._arrow.get(frame)
         try:
-            if not frame.columns:  # Spark's Arrow batches of no columns carry no rows
+            if held is not None and _same_types(held.schema, self.schema(frame)):
+                table = held  # the rows the frame was made from, as Spark reads them: no job
+            elif not frame.columns:  # Spark's Arrow batches of no columns carry no rows
                 return _no_columns(frame.count())
-            table = frame.toArrow()
+            else:
+                table = frame.toArrow()
         except Exception as error:  # noqa: BLE001 - engine errors become DsqlErrors
             raise _engine_error(error) from error
         if self.memory_limit is not None and table.nbytes > self.memory_limit:
@@ -136,12 +147,18 @@ class SparkFrames(Kernel):
         tree = select.transform(rename)
         text = self.sql(tree)
         self._order_maps[text] = _order_map(select)
+        self._joins[text] = select.find(exp.Join) is not None
+        self._scalar[text] = frozenset(renamed[n] for n in _scalar_only(select) if n in renamed)
         return Prepared(text, tuple(sorted(renamed.items())))
 
     def run(self, prepared: Prepared, inputs: Mapping[str, Frame]) -> DataFrame:
         frames = {bound: inputs[name] for name, bound in prepared.tables if name in inputs}
+        text = prepared.text
+        bound = self._one_partition(
+            frames, self._joins.get(text, False), self._scalar.get(text, frozenset())
+        )
         try:
-            result = self.spark.sql(prepared.text, **frames)
+            result = self.spark.sql(prepared.text, **bound)
         except Exception as error:  # noqa: BLE001
             raise _engine_error(error, prepared.text) from error
         self._derived(result, frames.values())
@@ -164,10 +181,36 @@ class SparkFrames(Kernel):
         if kept:
             self._order[result] = tuple(kept)
 
+    def _one_partition(
+        self, frames: dict[str, Any], joins: bool, scalar: frozenset[str]
+    ) -> dict[str, Any]:
+        """`frames`, each in one partition when all are computed from at most `small_rows`
+        of the driver's rows (`_from_driver`), else as they are; but those the query
+        reads only by scalar subqueries (`scalar`), which Spark evaluates apart, without
+        a job for a local relation as it is and with one for a partition of it.
+
+        A query over frames in one partition needs no exchange: one partition satisfies
+        every distribution an aggregate, a window or a sort asks of its input, so the
+        query runs as one job, where adaptive execution runs each shuffle of it as a job
+        of its own (a delta's consolidation with a join and a GROUP BY: 3 jobs against 1).
+        A join of them is hinted a shuffled hash join, which reads both sides in their
+        partition, where a broadcast would collect one side first in a job of its own."""
+        rows = [self._from_driver.get(frame) for frame in frames.values()]
+        if not frames or None in rows or sum(rows) > self.small_rows:  # type: ignore[arg-type]
+            return frames
+        single = dict(frames)
+        for name, frame in frames.items():
+            if name not in scalar:
+                single[name] = (
+                    frame.coalesce(1).hint("shuffle_hash") if joins else frame.coalesce(1)
+                )
+        return single
+
     def _derived(self, result: DataFrame, inputs: Any) -> None:
         """Mark `result` as computed from the driver's rows when all `inputs` are."""
-        if all(frame in self._from_driver for frame in inputs):
-            self._from_driver.add(result)
+        rows = [self._from_driver.get(frame) for frame in inputs]
+        if None not in rows:
+            self._from_driver[result] = sum(rows)  # type: ignore[arg-type]
 
     def schema(self, frame: DataFrame) -> pa.Schema:
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -226,6 +269,13 @@ def _engine_error(error: Exception, text: str | None = None) -> Exception:
     return ExecutionError(said if own else f"Spark failed ({kind}): {said}")
 
 
+def _same_types(held: pa.Schema, spark: pa.Schema) -> bool:
+    """Whether an Arrow table of schema `held` is what Spark's `toArrow` gives of the
+    frame made from it (schema `spark`): the same names and types (not so for types
+    Spark converts, such as a timestamp without a time zone or a large string)."""
+    return held.names == spark.names and held.types == spark.types
+
+
 def _escaped(node: exp.Expression) -> exp.Expression:
     """`node` with the braces of its own text doubled (a string literal, a name, a
     keyword), so `spark.sql`'s formatting gives them back unchanged."""
@@ -243,6 +293,29 @@ def _quote(name: str) -> str:
 def _no_columns(rows: int) -> pa.Table:
     """An Arrow table of `rows` rows and no columns."""
     return pa.table({"_": pa.nulls(rows)}).drop(["_"])
+
+
+def _scalar_only(query: exp.Expr) -> set[str]:
+    """The tables `query` reads only inside scalar subqueries (a subquery that is an
+    expression's operand, not a FROM or JOIN item, an IN or an EXISTS: Spark makes those
+    joins).
+
+    >>> sorted(_scalar_only(exp.maybe_parse("SELECT x FROM a WHERE t <= (SELECT t FROM f)")))
+    ['f']
+    """
+    scalar: set[str] = set()
+    other: set[str] = set()
+    for table in query.find_all(exp.Table):
+        select = table.find_ancestor(exp.Select)
+        holder = select.parent if select is not None else None
+        outer = holder.parent if isinstance(holder, exp.Subquery) else None
+        operand = outer is not None and not isinstance(outer, _NOT_SCALAR)
+        (scalar if operand else other).add(table.name)
+    return scalar - other
+
+
+#: Where a subquery is read as rows rather than as a value.
+_NOT_SCALAR = (exp.From, exp.Join, exp.In, exp.Exists, exp.SetOperation, exp.CTE, exp.Lateral)
 
 
 #: What a SELECT may not have and still keep its input's rows in order.

@@ -8,8 +8,10 @@ them.
 Rows the driver holds already (a frame made from an Arrow table: an input's batch, a
 small result collected as Arrow) are consolidated, renamed, joined on keys and probed by
 key in the driver (`kernel.driver`, exact as the queries are), where a Spark job would
-ship them to the executors and back: the bookkeeping of a small round costs no job. Every
-expression (a map, a filter, a reduce's logic) is still Spark's.
+ship them to the executors and back: the bookkeeping of a small round costs no job. So
+are a stored batch's rows for such a probe's keys, where the driver reads the batch's
+files. Every expression (a map, a filter, a reduce's logic) is still Spark's, in one job
+with no shuffle when its inputs are small and the driver's (`frames._one_partition`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from dsql.errors import SchemaError
@@ -112,8 +115,25 @@ class SparkKernel(SparkMerge):
     ) -> DataFrame | None:
         tables = self.held([frame, probe])
         if tables is None:
-            return None
+            return self._stored_rows_with_keys(frame, keys, probe, by)
         return self._kept(driver.rows_with_keys(tables[0], keys, tables[1], by))
+
+    def _stored_rows_with_keys(
+        self, frame: DataFrame, keys: Sequence[str], probe: Frame, by: Sequence[str] | None
+    ) -> DataFrame | None:
+        """`rows_with_keys` of a stored batch by a probe the driver holds, read by the
+        driver itself (`_read_in_driver`: the row groups, of the buckets, whose first-key
+        statistics admit a probed value) and cut to the probe's whole keys there: no job.
+        None where the driver does not read the batch's files, or more than `small_rows`
+        rows match (they stay Spark's)."""
+        probed = self.held([probe])
+        if probed is None or not keys or id(frame) not in self._paths:
+            return None
+        column = probed[0][(by or keys)[0]]
+        read = self._read_in_driver(frame, keys[0], pc.unique(column.combine_chunks()))
+        if read is None or read.num_rows > self.small_rows:
+            return None
+        return self._kept(driver.rows_with_keys(read, keys, probed[0], by))
 
     def nbytes(self, frame: DataFrame) -> int:
         """Spark's estimate of the frame's size, from its optimized plan's statistics
