@@ -31,10 +31,11 @@ from sqlglot.dialects.postgres import Postgres
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.tokens import TokenType
 
-from dsql.errors import ParseError
+from dsql.errors import DataError, ParseError
 from dsql.grammar.ast import ColumnDef
 from dsql.grammar.keywords import is_reserved, reserved_message
 from dsql.grammar.source import Fragment
+from dsql.planner import interval
 
 T = TypeVar("T")
 
@@ -62,14 +63,62 @@ def _placeholder(parser: Any) -> exp.Expression:
     return cast(exp.Expression, node)
 
 
+def _interval_literal(value: str, first: str | None = None, last: str | None = None) -> exp.Cast:
+    """`INTERVAL 'value' [first [TO last]]` as the cast of its canonical text, which
+    every kernel reads back as exactly PostgreSQL's value (`planner/interval.py`)."""
+    parts = interval.parse(value, first, last)
+    return exp.cast(exp.Literal.string(interval.canonical(parts)), exp.DType.INTERVAL)
+
+
+def _interval_casts(tree: exp.Expression) -> exp.Expression:
+    """`tree` with every cast of a string literal to interval read as PostgreSQL reads it."""
+
+    def read(node: exp.Expression) -> exp.Expression:
+        if (
+            isinstance(node, exp.Cast)
+            and node.to.is_type(exp.DType.INTERVAL)
+            and not node.to.expressions
+            and isinstance(node.this, exp.Literal)
+            and node.this.is_string
+        ):
+            return _interval_literal(node.this.this)
+        return node
+
+    return tree.transform(read, copy=False)
+
+
 class _Dialect(Postgres):
-    """PostgreSQL as sqlglot reads it, with `?` placeholders located."""
+    """PostgreSQL as sqlglot reads it, with `?` placeholders located and interval
+    literals read whole (sqlglot keeps only the first field of `'1 day 02:03:04'`)."""
 
     class Parser(Postgres.Parser):  # type: ignore[misc,valid-type]
         PLACEHOLDER_PARSERS = {  # noqa: RUF012 - sqlglot's class-level table
             **Postgres.Parser.PLACEHOLDER_PARSERS,
             TokenType.PLACEHOLDER: _placeholder,
         }
+
+        def _parse_interval(
+            self, require_interval: bool = True, parse_function_unit: bool = True
+        ) -> exp.Expression | None:
+            """`INTERVAL 'text' [qualifier]` read by PostgreSQL's rules; other forms
+            (`INTERVAL 5 DAY`) as sqlglot reads them."""
+            index = self._index
+            if not (require_interval and self._match(TokenType.INTERVAL)):
+                return super()._parse_interval(require_interval, parse_function_unit)
+            if not self._match(TokenType.STRING):
+                self._retreat(index)
+                return super()._parse_interval(require_interval, parse_function_unit)
+            value = self._prev.text
+            first = self._field()
+            last = self._field() if first and self._match_text_seq("TO") else None
+            return _interval_literal(value, first, last)
+
+        def _field(self) -> str | None:
+            """The next token as a qualifier field (`YEAR` ... `SECOND`), consumed, or None."""
+            if self._curr and self._curr.text.lower() in interval.QUALIFIER_FIELDS:
+                self._advance()
+                return self._prev.text.lower()
+            return None
 
 
 _DIALECT = _Dialect()
@@ -401,7 +450,7 @@ def _parse(
         highlight = first.get("highlight")
         hint = f"check the {what} near {highlight!r}" if highlight else f"check the {what}"
         error = fragment.error_at(offset + at, f"syntax error in {what}: {description}", hint)
-    except ParseError:
+    except (ParseError, DataError):
         raise
     except Exception as e:  # noqa: BLE001 -- any sqlglot failure on user text is a parse error
         error = fragment.error_at(offset, f"cannot parse the {what}: {e}", f"check the {what}")
@@ -414,7 +463,7 @@ def _shaped(fragment: Fragment, base: int, what: str, tree: T) -> T:
     text starts)."""
     if not isinstance(tree, exp.Expression):
         return tree
-    tree = cast(T, balance_connectives(tree))
+    tree = cast(T, _interval_casts(balance_connectives(tree)))
     if depth(cast(exp.Expression, tree)) > MAX_DEPTH:
         raise _too_deep(fragment, base, what)
     for node in cast(exp.Expression, tree).find_all(exp.Placeholder):

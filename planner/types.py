@@ -41,6 +41,7 @@ _TO_ARROW: dict[T, pa.DataType] = {
     T.DATE: pa.date32(),
     T.TIMESTAMP: pa.timestamp("us"),
     T.TIMESTAMPTZ: pa.timestamp("us", tz="UTC"),
+    T.INTERVAL: pa.month_day_nano_interval(),  # planner/interval.py
     T.BINARY: pa.binary(),
     T.VARBINARY: pa.binary(),
     T.UNKNOWN: pa.null(),
@@ -73,13 +74,13 @@ def to_arrow(dtype: exp.DataType) -> pa.DataType:
         return pa.list_(to_arrow(dtype.expressions[0]))
     raise TypeMismatchError(
         f"type {dtype.sql('postgres')} is not supported",
-        hint="use integer, bigint, double precision, numeric(p,s), text, boolean, date "
-        "or timestamp",
+        hint="use integer, bigint, double precision, numeric(p,s), text, boolean, date, "
+        "timestamp or interval",
     )
 
 
 #: Types a value may be cast to beyond those stored (`_TO_ARROW`, numeric, arrays).
-_CAST_ONLY = frozenset({T.INTERVAL, T.TIME, T.JSON, T.JSONB, T.UUID})
+_CAST_ONLY = frozenset({T.TIME, T.JSON, T.JSONB, T.UUID})
 
 
 def check_cast_target(dtype: exp.DataType) -> None:
@@ -120,6 +121,8 @@ def from_arrow(dtype: pa.DataType) -> exp.DataType:
         return build("date")
     if pa.types.is_timestamp(dtype):
         return build("timestamptz" if dtype.tz else "timestamp")
+    if pa.types.is_interval(dtype):
+        return build("interval")
     if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
         return build("bytea")
     if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
