@@ -20,7 +20,15 @@ import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
 from dsql.errors import NUMERIC_LIMIT, NUMERIC_OVERFLOW, DsqlError, ExecutionError, SchemaError
-from dsql.planner import array_literal, functions, numeric, regex_spellings, spellings, types
+from dsql.planner import (
+    array_literal,
+    functions,
+    interval_spellings,
+    numeric,
+    regex_spellings,
+    spellings,
+    types,
+)
 from dsql.planner.bind_shape import visible_plan
 from dsql.planner.expr import (
     Outer,
@@ -293,6 +301,14 @@ class ExprBinder:
                 return numeric.exact_literal(e)
             case exp.Avg() if not isinstance(e.this, exp.Distinct):
                 return self._avg(e)
+            case exp.Extract() if isinstance(e.this, exp.Var | exp.Literal):
+                return self._extract(e)
+            case exp.JustifyDays() | exp.JustifyHours() | exp.JustifyInterval():
+                kind = type(e).__name__.removeprefix("Justify").lower()
+                return interval_spellings.justify(kind, self._bind(e.this))
+            case exp.MakeInterval():
+                self._bind_children(e)
+                return interval_spellings.make_interval(e)
             case (
                 exp.Variance()
                 | exp.VariancePop()
@@ -442,7 +458,22 @@ class ExprBinder:
         e.set("this", arg)
         if self._types is None:
             return e
+        if interval_spellings.is_interval(types.infer(self._typed(arg), self._types)):
+            return interval_spellings.sum_of(as_expression(arg))
         e.set("this", self._widened(arg))
+        return e
+
+    def _extract(self, e: exp.Extract) -> exp.Expr:
+        """`extract(field from x)`; of an interval, PostgreSQL's exact numeric where the
+        engine's differs (`interval_spellings.extract`)."""
+        arg = self._bind(e.expression)
+        e.set("expression", arg)
+        if self._types is not None and interval_spellings.is_interval(
+            types.infer(self._typed(arg), self._types)
+        ):
+            exact = interval_spellings.extract(e.this.name, as_expression(arg))
+            if exact is not None:
+                return exact
         return e
 
     def _widened(self, arg: exp.Expr) -> exp.Expr:
@@ -480,6 +511,8 @@ class ExprBinder:
             t = types.infer(self._typed(arg), self._types)
             if t.is_type(exp.DataType.Type.ARRAY):
                 return spellings.array_text(as_expression(arg), t)
+            if interval_spellings.is_interval(t):
+                return interval_spellings.text(as_expression(arg))
         return e
 
     def _quantified(self, e: exp.Binary) -> exp.Expression:
@@ -560,6 +593,10 @@ class ExprBinder:
         PostgreSQL divides numerics; of floats: the engines' float average."""
         arg = self._bind(e.this)
         e.set("this", arg)
+        if self._types is not None and interval_spellings.is_interval(
+            types.infer(self._typed(arg), self._types)
+        ):
+            return interval_spellings.avg_of(as_expression(arg))
         if self._types is None or numeric.kind(self._typed(arg), self._types) not in (
             "integer",
             "numeric",
