@@ -92,7 +92,9 @@ def justify(kind: str, x: exp.Expr) -> exp.Expr:
 _MAKE_PARAMETERS = ("year", "month", "week", "day", "hour", "minute", "second")
 #: PostgreSQL's names of them, for a call by name.
 _MAKE_NAMES = dict(
-    zip(("years", "months", "weeks", "days", "hours", "mins", "secs"), _MAKE_PARAMETERS)
+    zip(
+        ("years", "months", "weeks", "days", "hours", "mins", "secs"), _MAKE_PARAMETERS, strict=True
+    )
 )
 
 
