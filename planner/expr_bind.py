@@ -27,6 +27,7 @@ from dsql.planner import (
     numeric,
     regex_spellings,
     spellings,
+    temporal,
     types,
 )
 from dsql.planner.bind_shape import visible_plan
@@ -257,6 +258,10 @@ class ExprBinder:
                 _quantified_array(e.expression) is not None
             ):
                 return self._quantified(e)
+            case exp.EQ() | exp.NEQ() | exp.LT() | exp.LTE() | exp.GT() | exp.GTE() if any(
+                temporal.is_mz_now(side) for side in (e.this, e.expression)
+            ):
+                return self._against_mz_now(e)
             case exp.RegexpLike() | exp.RegexpILike():
                 s, pattern = (
                     as_expression(self._bind(e.this)),
@@ -461,6 +466,22 @@ class ExprBinder:
         if interval_spellings.is_interval(types.infer(self._typed(arg), self._types)):
             return interval_spellings.sum_of(as_expression(arg))
         e.set("this", self._widened(arg))
+        return e
+
+    def _against_mz_now(self, e: exp.Binary) -> exp.Expr:
+        """A comparison with `mz_now()` (milliseconds since the epoch), a timestamp or
+        date on the other side read as its milliseconds since the epoch: a temporal
+        filter `mz_now() <= ts + interval '1 hour'`."""
+        self._bind_children(e)
+        if self._types is None:
+            return e
+        for key in ("this", "expression"):
+            side = e.args[key]
+            if temporal.is_mz_now(side):
+                continue
+            t = types.infer(self._typed(side), self._types)
+            if t.this in (types.T.TIMESTAMP, types.T.TIMESTAMPTZ, types.T.DATE):
+                e.set(key, spellings.epoch_ms(as_expression(side), t))
         return e
 
     def _extract(self, e: exp.Extract) -> exp.Expr:
