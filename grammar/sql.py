@@ -63,10 +63,12 @@ def _placeholder(parser: Any) -> exp.Expression:
     return cast(exp.Expression, node)
 
 
-def _interval_literal(value: str, first: str | None = None, last: str | None = None) -> exp.Cast:
-    """`INTERVAL 'value' [first [TO last]]` as the cast of its canonical text, which
+def _interval_literal(
+    value: str, first: str | None = None, last: str | None = None, precision: int | None = None
+) -> exp.Cast:
+    """`INTERVAL [(p)] 'value' [first [TO last]]` as the cast of its canonical text, which
     every kernel reads back as exactly PostgreSQL's value (`planner/interval.py`)."""
-    parts = interval.parse(value, first, last)
+    parts = interval.parse(value, first, last, precision)
     return exp.cast(exp.Literal.string(interval.canonical(parts)), exp.DType.INTERVAL)
 
 
@@ -87,6 +89,16 @@ def _interval_casts(tree: exp.Expression) -> exp.Expression:
     return tree.transform(read, copy=False)
 
 
+_READ_DATE_PART = Postgres.Parser.FUNCTION_PARSERS["DATE_PART"]
+
+
+def _date_part(node: exp.Expression) -> exp.Expression:
+    """`date_part(field, x)`, which sqlglot reads as `extract`, marked as such: PostgreSQL's
+    `date_part` answers a double precision, `extract` a numeric."""
+    node.meta["date_part"] = True
+    return node
+
+
 class _Dialect(Postgres):
     """PostgreSQL as sqlglot reads it, with `?` placeholders located and interval
     literals read whole (sqlglot keeps only the first field of `'1 day 02:03:04'`)."""
@@ -95,6 +107,12 @@ class _Dialect(Postgres):
         PLACEHOLDER_PARSERS = {  # noqa: RUF012 - sqlglot's class-level table
             **Postgres.Parser.PLACEHOLDER_PARSERS,
             TokenType.PLACEHOLDER: _placeholder,
+        }
+        FUNCTION_PARSERS = {  # noqa: RUF012 - sqlglot's class-level table
+            **Postgres.Parser.FUNCTION_PARSERS,
+            "DATE_PART": lambda self: _date_part(
+                Postgres.Parser.FUNCTION_PARSERS["DATE_PART"](self)
+            ),
         }
 
         def _parse_interval(
@@ -105,19 +123,32 @@ class _Dialect(Postgres):
             index = self._index
             if not (require_interval and self._match(TokenType.INTERVAL)):
                 return super()._parse_interval(require_interval, parse_function_unit)
+            precision = self._precision()
             if not self._match(TokenType.STRING):
                 self._retreat(index)
                 return super()._parse_interval(require_interval, parse_function_unit)
             value = self._prev.text
             first = self._field()
             last = self._field() if first and self._match_text_seq("TO") else None
-            return _interval_literal(value, first, last)
+            if (last or first) == "second":
+                precision = self._precision() if precision is None else precision
+            return _interval_literal(value, first, last, precision)
 
         def _field(self) -> str | None:
             """The next token as a qualifier field (`YEAR` ... `SECOND`), consumed, or None."""
             if self._curr and self._curr.text.lower() in interval.QUALIFIER_FIELDS:
                 self._advance()
                 return self._prev.text.lower()
+            return None
+
+        def _precision(self) -> int | None:
+            """A `(p)` of fractional-second digits, consumed, or None."""
+            index = self._index
+            if self._match(TokenType.L_PAREN) and self._match(TokenType.NUMBER):
+                digits = self._prev.text
+                if digits.isdigit() and self._match(TokenType.R_PAREN):
+                    return int(digits)
+            self._retreat(index)
             return None
 
 

@@ -229,7 +229,27 @@ class ExprBinder:
             if error.position is None:
                 error.position = position_of(e)
             raise
-        return as_expression(bound)
+        return as_expression(self._intervals_checked(bound))
+
+    def _intervals_checked(self, bound: exp.Expr) -> exp.Expr:
+        """`bound` with each interval the engine computes by arithmetic checked against
+        what dsql stores (`interval_spellings.checked`): past it, Arrow's nanoseconds
+        would wrap around."""
+        if self._types is None or not (
+            any(interval_spellings.is_interval(t) for t in self._types)
+            or any(interval_spellings.is_interval(d) for d in bound.find_all(exp.DataType))
+        ):
+            return bound
+        arithmetic = exp.Add | exp.Sub | exp.Mul | exp.Div | exp.Neg
+
+        def check(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, arithmetic) and interval_spellings.is_interval(
+                types.infer(self._typed(node), self._types or ())
+            ):
+                return interval_spellings.checked(node)
+            return node
+
+        return bound.transform(check)
 
     def _bind(self, e: exp.Expr) -> exp.Expr:
         match e:
@@ -485,16 +505,14 @@ class ExprBinder:
         return e
 
     def _extract(self, e: exp.Extract) -> exp.Expr:
-        """`extract(field from x)`; of an interval, PostgreSQL's exact numeric where the
-        engine's differs (`interval_spellings.extract`)."""
+        """`extract(field from x)`; of an interval, PostgreSQL's numeric
+        (`interval_spellings.extract`)."""
         arg = self._bind(e.expression)
         e.set("expression", arg)
         if self._types is not None and interval_spellings.is_interval(
             types.infer(self._typed(arg), self._types)
         ):
-            exact = interval_spellings.extract(e.this.name, as_expression(arg))
-            if exact is not None:
-                return exact
+            return interval_spellings.extract(e)
         return e
 
     def _widened(self, arg: exp.Expr) -> exp.Expr:

@@ -34,26 +34,40 @@ Interval = tuple[int, int, int]
 USEC_PER_SEC = 1_000_000
 USEC_PER_DAY = 86_400 * USEC_PER_SEC
 DAYS_PER_MONTH = 30
+#: The largest time part dsql stores: Arrow's interval counts it in 64-bit nanoseconds
+#: (PostgreSQL's, in microseconds, reaches 1000 times further).
+MAX_MICROS = (2**63 - 1) // 1000
 
-#: Units of the postgres style, by every spelling PostgreSQL accepts, as (part, scale):
-#: months, days or microseconds per unit.
-_UNITS: dict[str, tuple[str, int]] = {}
+_TOKEN_LENGTH = 10
+#: Units of the postgres style, by every spelling PostgreSQL accepts (it reads only a
+#: word's first `_TOKEN_LENGTH` letters: `millenniums` is `millennium`), as (field, part,
+#: scale): the field a unit sets, and the months, days or microseconds per unit.
+_UNITS: dict[str, tuple[str, str, int]] = {}
 for _names, _unit in (
-    (("microsecond", "microseconds", "usec", "usecs", "us"), ("us", 1)),
-    (("millisecond", "milliseconds", "msec", "msecs", "ms"), ("us", 1000)),
-    (("second", "seconds", "sec", "secs", "s"), ("us", USEC_PER_SEC)),
-    (("minute", "minutes", "min", "mins", "m"), ("us", 60 * USEC_PER_SEC)),
-    (("hour", "hours", "hr", "hrs", "h"), ("us", 3600 * USEC_PER_SEC)),
-    (("day", "days", "d"), ("day", 1)),
-    (("week", "weeks", "w"), ("day", 7)),
-    (("month", "months", "mon", "mons"), ("month", 1)),
-    (("year", "years", "yr", "yrs", "y"), ("month", 12)),
-    (("decade", "decades", "dec", "decs"), ("month", 120)),
-    (("century", "centuries", "cent", "c"), ("month", 1200)),
-    (("millennium", "millennia", "mil", "mils"), ("month", 12000)),
+    (
+        ("microsecond", "microseconds", "usec", "usecs", "usecond", "useconds", "us"),
+        ("microsecond", "us", 1),
+    ),
+    (
+        ("millisecond", "milliseconds", "msec", "msecs", "msecond", "mseconds", "ms"),
+        ("millisecond", "us", 1000),
+    ),
+    (("second", "seconds", "sec", "secs", "s"), ("second", "us", USEC_PER_SEC)),
+    (("minute", "minutes", "min", "mins", "m"), ("minute", "us", 60 * USEC_PER_SEC)),
+    (("hour", "hours", "hr", "hrs", "h"), ("hour", "us", 3600 * USEC_PER_SEC)),
+    (("day", "days", "d"), ("day", "day", 1)),
+    (("week", "weeks", "w"), ("week", "day", 7)),
+    (("month", "months", "mon", "mons"), ("month", "month", 1)),
+    (("year", "years", "yr", "yrs", "y"), ("year", "month", 12)),
+    (("decade", "decades", "dec", "decs"), ("decade", "month", 120)),
+    (("century", "centuries", "cent", "c"), ("century", "month", 1200)),
+    (("millennium", "millennia", "mil", "mils"), ("millennium", "month", 12000)),
 ):
     for _name in _names:
-        _UNITS[_name] = _unit
+        _UNITS[_name[:_TOKEN_LENGTH]] = _unit
+#: The fields a time field (`H:M:S.f`) sets, and a number of seconds with a fraction.
+_TIME_FIELDS = frozenset({"hour", "minute", "second", "millisecond", "microsecond"})
+_SECOND_FIELDS = frozenset({"second", "millisecond", "microsecond"})
 
 #: A qualifier's field: the unit a bare number counts in.
 QUALIFIER_FIELDS = ("year", "month", "day", "hour", "minute", "second")
@@ -75,9 +89,12 @@ def invalid(value: str) -> DataError:
     )
 
 
-def parse(value: str, first: str | None = None, last: str | None = None) -> Interval:
+def parse(
+    value: str, first: str | None = None, last: str | None = None, precision: int | None = None
+) -> Interval:
     """The interval `value` spells, under a qualifier `first [TO last]` if given
-    (`first`, `last`: fields of `QUALIFIER_FIELDS`); a DataError if it spells none."""
+    (`first`, `last`: fields of `QUALIFIER_FIELDS`) and with its seconds rounded to
+    `precision` digits (half away from zero) if given; a DataError if it spells none."""
     end = last or first
     try:
         text = value.strip().lower()
@@ -88,9 +105,20 @@ def parse(value: str, first: str | None = None, last: str | None = None) -> Inte
     except (InvalidOperation, ValueError, KeyError, OverflowError):
         raise invalid(value) from None
     months, days, micros = parts
-    if not (-(2**31) <= months < 2**31 and -(2**31) <= days < 2**31 and abs(micros) < 2**63):
+    if not (-(2**31) <= months < 2**31 and -(2**31) <= days < 2**31):
         raise DataError("interval out of range")
-    return _truncated(parts, end)
+    if abs(micros) > MAX_MICROS:
+        raise DataError(
+            "interval out of range",
+            hint="dsql keeps an interval's time part within ±2562047 hours (Arrow "
+            "counts it in nanoseconds); give longer spans in days",
+        )
+    months, days, micros = _truncated(parts, end)
+    if precision is not None and 0 <= precision < 6:
+        unit = 10 ** (6 - precision)
+        rounded = (abs(micros) + unit // 2) // unit * unit
+        micros = rounded if micros >= 0 else -rounded
+    return months, days, micros
 
 
 def _spill(parts: list[Decimal], amount: Decimal, unit: tuple[str, int]) -> None:
@@ -134,10 +162,22 @@ def _postgres(text: str, first: str | None, end: str | None) -> Interval:
             raise ValueError(text)
         tokens.append(match)
         position = match.end()
+    seen: set[str] = set()  # each field at most once, as PostgreSQL requires
+
+    def sets(fields: set[str] | frozenset[str]) -> None:
+        if seen & fields:
+            raise ValueError(text)
+        seen.update(fields)
+
+    bare = [t for i, t in enumerate(tokens) if t["num"] and t["unit"] is None]
+    if len(bare) > 1 and not (len(bare) == 2 and (first, end) == ("day", "hour")):
+        raise ValueError(text)  # only SQL's `'D H' DAY TO HOUR` has two bare numbers
     for i, token in enumerate(tokens):
         if token["time"]:
+            sets(_TIME_FIELDS)
             _time_field(parts, token["time"], first == "minute" and end == "second")
         elif token["ym"]:
+            sets({"year", "month"})
             sign = -1 if token["ym"].startswith("-") else 1
             years, months = token["ym"].lstrip("+-").split("-")
             parts[0] += sign * (int(years) * 12 + int(months))
@@ -145,11 +185,14 @@ def _postgres(text: str, first: str | None, end: str | None) -> Interval:
             number = Decimal(token["num"])
             unit = token["unit"]
             if unit is None:
-                # A bare number: days before a time field, else the qualifier's unit
-                # (seconds without one).
-                follows_time = i + 1 < len(tokens) and tokens[i + 1]["time"]
-                unit = "day" if follows_time else (end or "second")
-            _spill(parts, number, _UNITS[unit])
+                # A bare number: days before a time field or another bare number, else
+                # the qualifier's unit (seconds without one).
+                follows = i + 1 < len(tokens) and (tokens[i + 1]["time"] or len(bare) == 2)
+                unit = "day" if follows else (end or "second")
+            field, part, scale = _UNITS[unit[:_TOKEN_LENGTH]]
+            seconds = field == "second" and number != number.to_integral_value()
+            sets(_SECOND_FIELDS if seconds else {field})
+            _spill(parts, number, (part, scale))
         else:
             raise ValueError(text)
     months, days = int(parts[0]), int(parts[1])

@@ -11,8 +11,9 @@ day as 24 hours), and grouping. What it spells otherwise is written here, as cal
 - `sum(x)`: the parts summed apart (DuckDB has no interval sum); `avg(x)`: that sum
   divided by the count, as PostgreSQL's `interval / bigint` divides (fractions of a
   month spill into days, of a day into microseconds);
-- `extract(epoch | second | millisecond | microsecond from x)`: exact numerics (DuckDB
-  answers a double, or whole seconds); the other fields are the engine's;
+- `extract(field from x)`: a numeric, as PostgreSQL's; `epoch`, `second`,
+  `millisecond` and `microsecond` computed exactly (DuckDB answers a double, or whole
+  seconds), the other fields the engine's integer;
 - `justify_days`, `justify_hours`, `justify_interval` and `make_interval`.
 
 Spark has no interval it can store (its CalendarIntervalType cannot be written to
@@ -42,6 +43,12 @@ def _call(name: str, *args: exp.Expr) -> exp.Anonymous:
 def _interval(e: exp.Expr) -> exp.Expr:
     """`e` typed as an interval for the planner's type inference (a cast the engine skips)."""
     return exp.Cast(this=e, to=types.build("interval"))
+
+
+def checked(x: exp.Expr) -> exp.Expr:
+    """An interval `x` computed by the engine, or an error where its time part is past
+    what dsql stores (`interval.MAX_MICROS`)."""
+    return _interval(_call("CHECKED", x))
 
 
 def is_interval(dtype: exp.DataType) -> bool:
@@ -76,11 +83,19 @@ _EXACT_FIELDS = {
 }
 
 
-def extract(field: str, x: exp.Expr) -> exp.Expr | None:
-    """`extract(field from x)` of an interval `x`, where the engine's answer differs
-    from PostgreSQL's; None where it agrees."""
-    name = _EXACT_FIELDS.get(field.lower())
-    return None if name is None else _call(name, x)
+def extract(call: exp.Extract) -> exp.Expr:
+    """`extract(field from x)` of an interval `x` (bound), a numeric as PostgreSQL's:
+    exact where the engine answers a double or whole seconds, else the engine's
+    integer as a numeric."""
+    name = _EXACT_FIELDS.get(call.this.name.lower())
+    value = (
+        exp.Cast(this=call, to=types.build("decimal(38, 0)"))
+        if name is None
+        else _call(name, call.expression)
+    )
+    if call.meta.get("date_part"):  # PostgreSQL's date_part is a double precision
+        return exp.Cast(this=value, to=types.build("double"))
+    return value
 
 
 def justify(kind: str, x: exp.Expr) -> exp.Expr:
@@ -104,7 +119,7 @@ def make_interval(call: exp.Expr) -> exp.Expr:
     given: dict[str, exp.Expr] = {}
     for key in _MAKE_PARAMETERS:
         value = call.args.get(key)
-        if isinstance(value, exp.Kwarg):
+        if isinstance(value, exp.Kwarg | exp.PropertyEQ):  # `days => 3`, `days := 3`
             name = _MAKE_NAMES.get(value.this.name.lower())
             if name is None:
                 raise SchemaError(
@@ -122,6 +137,7 @@ def make_interval(call: exp.Expr) -> exp.Expr:
 __all__ = [
     "PREFIX",
     "avg_of",
+    "checked",
     "extract",
     "is_interval",
     "justify",

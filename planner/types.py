@@ -162,6 +162,14 @@ def infer(expression: exp.Expr, inputs: Sequence[exp.DataType]) -> exp.DataType:
         expression.type = _LEAF_TYPES[key].copy()
         return _LEAF_TYPES[key].copy()
     dtype = _annotate(expression, inputs)
+    if isinstance(expression, exp.Sub) and dtype.this in (T.TIMESTAMP, T.TIMESTAMPTZ):
+        # sqlglot types `ts - ts` as a timestamp; PostgreSQL's is an interval.
+        operands = (
+            infer(expression.this.copy(), inputs),
+            infer(expression.expression.copy(), inputs),
+        )
+        if all(o.this in (T.TIMESTAMP, T.TIMESTAMPTZ) for o in operands):
+            return build("interval")
     if (
         dtype.this not in (T.DECIMAL, T.BIGDECIMAL)
         and numeric.kind(expression, inputs) == "numeric"

@@ -13,6 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 _DAY = 86_400_000_000
+#: The largest time part Arrow's interval holds, in microseconds (it counts 64-bit
+#: nanoseconds); the planner refuses literals past it alike (`planner/interval.py`).
+MAX_MICROS = (2**63 - 1) // 1000
 
 MACROS: tuple[str, ...] = (
     # The parts, and an interval of parts.
@@ -20,8 +23,12 @@ MACROS: tuple[str, ...] = (
     " + datepart('minute', i)::BIGINT * 60000000 + datepart('microseconds', i)",
     "dsql_iv_months(i) AS datepart('year', i)::BIGINT * 12 + datepart('month', i)",
     "dsql_iv_days(i) AS datepart('day', i)::BIGINT",
-    "dsql_iv_of(m, d, us) AS to_months(m::INTEGER) + to_days(d::INTEGER)"
-    " + to_microseconds(us::BIGINT)",
+    # An interval whose time part Arrow can hold (it counts nanoseconds in 64 bits), else
+    # an error: past it the value would wrap around on its way out of DuckDB.
+    f"dsql_iv_checked(i) AS CASE WHEN dsql_iv_micros(i) NOT BETWEEN {-MAX_MICROS} AND"
+    f" {MAX_MICROS} THEN error('interval out of range') ELSE i END",
+    "dsql_iv_of(m, d, us) AS dsql_iv_checked(to_months(m::INTEGER) + to_days(d::INTEGER)"
+    " + to_microseconds(us::BIGINT))",
     "dsql_iv_tdiv(a, b) AS (a - a % b) // b",
     # PostgreSQL's text (IntervalStyle postgres).
     "dsql_iv_2(n) AS CASE WHEN n < 10 THEN '0' ELSE '' END || n::VARCHAR",
