@@ -79,11 +79,13 @@ def _interval_casts(tree: exp.Expression) -> exp.Expression:
         if (
             isinstance(node, exp.Cast)
             and node.to.is_type(exp.DType.INTERVAL)
-            and not node.to.expressions
             and isinstance(node.this, exp.Literal)
             and node.this.is_string
         ):
-            return _interval_literal(node.this.this)
+            digits = [p.this.this for p in node.to.expressions if isinstance(p.this, exp.Literal)]
+            if len(digits) == len(node.to.expressions) <= 1:
+                precision = int(digits[0]) if digits else None
+                return _interval_literal(node.this.this, precision=precision)
         return node
 
     return tree.transform(read, copy=False)

@@ -62,6 +62,8 @@ def build(text: str | exp.DataType) -> exp.DataType:
 def to_arrow(dtype: exp.DataType) -> pa.DataType:
     """The Arrow type dsql stores a SQL type as; a TypeMismatchError if there is none."""
     kind = dtype.this
+    if kind == T.INTERVAL and dtype.expressions:
+        raise _interval_precision()
     if kind in _TO_ARROW:
         return _TO_ARROW[kind]
     if kind in (T.DECIMAL, T.BIGDECIMAL):
@@ -90,12 +92,24 @@ def check_cast_target(dtype: exp.DataType) -> None:
     if kind == T.ARRAY and dtype.expressions:
         check_cast_target(dtype.expressions[0])
         return
+    if kind == T.INTERVAL and dtype.expressions:
+        raise _interval_precision()
     if kind in _TO_ARROW or kind in _CAST_ONLY or kind in (T.DECIMAL, T.BIGDECIMAL):
         return
     raise TypeMismatchError(
         f"type {dtype.sql('postgres').lower()} does not exist",
         hint="use integer, bigint, double precision, numeric(p,s), text, boolean, date, "
         "timestamp, interval or an array of one",
+    )
+
+
+def _interval_precision() -> TypeMismatchError:
+    """The refusal of `interval(p)` as a column type or the cast of a value (an interval
+    literal's `(p)` rounds: `planner/interval.py`)."""
+    return TypeMismatchError(
+        "type interval(p) is not supported",
+        hint="use interval, and round the seconds where they are written: "
+        "interval(2) '1.234 seconds'",
     )
 
 
