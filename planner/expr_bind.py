@@ -246,7 +246,7 @@ class ExprBinder:
             if isinstance(node, arithmetic) and interval_spellings.is_interval(
                 types.infer(self._typed(node), self._types or ())
             ):
-                return interval_spellings.checked(node)
+                return as_expression(interval_spellings.checked(node))
             return node
 
         return bound.transform(check)
@@ -484,7 +484,7 @@ class ExprBinder:
         if self._types is None:
             return e
         if interval_spellings.is_interval(types.infer(self._typed(arg), self._types)):
-            return interval_spellings.sum_of(as_expression(arg))
+            return as_expression(interval_spellings.sum_of(as_expression(arg)))
         e.set("this", self._widened(arg))
         return e
 
@@ -551,7 +551,7 @@ class ExprBinder:
             if t.is_type(exp.DataType.Type.ARRAY):
                 return spellings.array_text(as_expression(arg), t)
             if interval_spellings.is_interval(t):
-                return interval_spellings.text(as_expression(arg))
+                return as_expression(interval_spellings.text(as_expression(arg)))
         return e
 
     def _quantified(self, e: exp.Binary) -> exp.Expression:

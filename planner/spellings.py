@@ -53,7 +53,7 @@ def per_kernel(duckdb: str, spark: str, args: Sequence[exp.Expression]) -> exp.E
     )
 
 
-def epoch_ms(x: exp.Expression, t: exp.DataType) -> exp.Expression:
+def epoch_ms(x: exp.Expression, t: exp.DataType) -> exp.Expr:
     """Milliseconds since the Unix epoch of a timestamp, timestamptz or date `x` (of type
     `t`), as a bigint: what `mz_now()` counts in."""
     at = "CAST(__0 AS TIMESTAMP)" if t.is_type(exp.DType.DATE) else "__0"
