@@ -239,7 +239,10 @@ def test_advance():
             "CAST('2024-01-01 00:00:00' AS TIMESTAMP)",
         ),
         "ADVANCE BY 10": ("by", "10"),
-        "ADVANCE BY INTERVAL '5 minutes'": ("by", "INTERVAL '5 MINUTES'"),
+        "ADVANCE BY INTERVAL '5 minutes'": (
+            "by",
+            "CAST('0 months 0 days 300000000 microseconds' AS INTERVAL)",
+        ),
     }
     for text, (field, expected) in cases.items():
         s = one(text)
