@@ -74,7 +74,7 @@ QUALIFIER_FIELDS = ("year", "month", "day", "hour", "minute", "second")
 
 _NUMBER = r"[+-]?(?:\d+\.?\d*|\.\d+)"
 _TOKEN = re.compile(
-    rf"(?P<time>[+-]?\d+:\d+(?::\d+(?:\.\d*)?)?)"
+    rf"(?P<time>[+-]?\d+:\d+(?:\.\d*)?(?::\d+(?:\.\d*)?)?)"
     rf"|(?P<ym>[+-]?\d+-\d+)"
     rf"|(?P<num>{_NUMBER})\s*(?P<unit>[a-z]+)?"
     rf"|(?P<word>[a-z]+)"
