@@ -49,6 +49,13 @@ paramstyle = "qmark"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _objects(values: list[Any]) -> Any:
+    """`values` as a pandas column of Python objects, unconverted."""
+    import pandas as pd
+
+    return pd.Series(values, dtype=object)
+
+
 def _serialized(method: F) -> F:
     """`method` of a connection or cursor, run holding the connection's lock."""
 
@@ -456,7 +463,14 @@ class Cursor:
     fetch_arrow_table = arrow
 
     def df(self) -> Any:
-        return self.arrow().to_pandas()
+        """The rest of the result as a pandas DataFrame; an interval column holds the
+        values `fetchall` gives (pandas' `DateOffset` has no PostgreSQL text)."""
+        table = self.arrow()
+        frame = table.to_pandas()
+        for i, column in enumerate(table.columns):
+            if pa.types.is_interval(column.type):
+                frame[frame.columns[i]] = _objects(python_values(column))
+        return frame
 
     def to_spark(self, spark: Any = None) -> Any:
         """The rest of the result as a Spark DataFrame (starts Spark if none is running)."""

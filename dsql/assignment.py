@@ -34,7 +34,8 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dsql.errors import NUMERIC_LIMIT, NUMERIC_OVERFLOW, DataError, TypeMismatchError
-from dsql.planner import types
+from dsql.planner import interval, types
+from dsql.planner.types import T
 
 _INTEGER_RANGE = {
     pa.int16(): ("smallint", 2**15),
@@ -71,20 +72,27 @@ def assign(values: pa.ChunkedArray, column_type: exp.DataType, name: str) -> pa.
     return pa.chunked_array([pa.array(out, target)], target)
 
 
-def float_literals(query: exp.Expression, targets: list[exp.DataType]) -> exp.Expression:
-    """`query`, an INSERT's VALUES, with each number literal bound for a float column
-    cast to that column's type: PostgreSQL reads `1e300` as a numeric and assigns it as a
-    double, where dsql's numeric could not hold it on the way."""
+def typed_literals(query: exp.Expression, targets: list[exp.DataType]) -> exp.Expression:
+    """`query`, an INSERT's VALUES, with the literals PostgreSQL reads by their column's
+    type cast to it: a number literal bound for a float column (PostgreSQL reads `1e300`
+    as a numeric and assigns it as a double, where dsql's numeric could not hold it on
+    the way) and a string bound for an interval column (read by PostgreSQL's interval
+    grammar, `planner/interval.py`, not the kernel's)."""
     if not isinstance(query, exp.Values):
         return query
-    floats = {i for i, t in enumerate(targets) if t.this in (types.T.DOUBLE, types.T.FLOAT)}
-    if not floats:
+    kinds = {i: t.this for i, t in enumerate(targets) if t.this in (T.DOUBLE, T.FLOAT, T.INTERVAL)}
+    if not kinds:
         return query
     query = query.copy()
     for row in query.expressions:
         for i, value in enumerate(row.expressions):
             number = value.this if isinstance(value, exp.Neg) else value
-            if i in floats and isinstance(number, exp.Literal) and not number.is_string:
+            if i not in kinds or not isinstance(number, exp.Literal):
+                continue
+            if kinds[i] == T.INTERVAL and number is value and value.is_string:
+                parts = interval.parse(value.this)
+                value.replace(exp.cast(exp.Literal.string(interval.canonical(parts)), T.INTERVAL))
+            elif kinds[i] != T.INTERVAL and not number.is_string:
                 value.replace(exp.Cast(this=value.copy(), to=targets[i].copy()))
     return query
 

@@ -20,7 +20,7 @@ import sqlglot
 from sqlglot import exp
 
 from dsql import exports, fast_path, grammar
-from dsql.assignment import assign, float_literals
+from dsql.assignment import assign, typed_literals
 from dsql.errors import (
     DsqlError,
     ResourceLimitError,
@@ -302,7 +302,7 @@ class Executor:
         typed = {c.name: c.type for c in rel.columns}
         query = _array_literals(stmt.query, [typed.get(g) for g in given])
         bound = s.plan(
-            float_literals(query, [typed.get(g, exp.DataType.build("text")) for g in given])
+            typed_literals(query, [typed.get(g, exp.DataType.build("text")) for g in given])
         )
         unknown = [g for g in given if g not in [c.name for c in rel.columns]]
         if unknown:

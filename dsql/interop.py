@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from dsql import loads
-from dsql.errors import SourceError, TypeMismatchError
+from dsql.errors import SourceError, TypeMismatchError, UnsupportedError
 from dsql.planner import types
 from dsql.planner.plan import Column
 from dsql.runtime.kernel.base import Capability
@@ -144,6 +144,11 @@ def to_spark(table: pa.Table, session: Any, spark: Any = None) -> Any:
     """Rows as a Spark DataFrame (Arrow-backed; a table with no columns is refused)."""
     if table.num_columns == 0:
         raise TypeMismatchError("a result with no columns cannot become a Spark DataFrame")
+    if any(pa.types.is_interval(f.type) for f in table.schema):
+        raise UnsupportedError(
+            "a result with interval columns cannot become a Spark DataFrame",
+            hint="cast the interval to text, or take its parts with extract(...)",
+        )
     spark = spark if spark is not None else spark_of(session)
     if table.num_rows == 0:
         from pyspark.sql.pandas.types import from_arrow_schema

@@ -28,6 +28,7 @@ from typing import Any, TextIO
 import pyarrow as pa
 
 from dsql.errors import DsqlError
+from dsql.planner import interval
 from dsql.results import python_values, shortest_text
 
 
@@ -58,35 +59,8 @@ def format_value(value: Any) -> str:
     if isinstance(value, list):
         return "{" + ",".join(_array_element(v) for v in value) + "}"
     if isinstance(value, pa.MonthDayNano):
-        return interval_text(value.months, value.days, value.nanoseconds // 1000)
+        return interval.text(value.months, value.days, value.nanoseconds // 1000)
     return str(value)
-
-
-def interval_text(months: int, days: int, micros: int) -> str:
-    """An interval as PostgreSQL writes it (`IntervalStyle` postgres): years, months and
-    days each with its own sign, then the time as `[-]HH:MM:SS[.ffffff]`.
-
-    >>> interval_text(14, 1, 7_200_000_000), interval_text(0, 0, 5_400_500_000)
-    ('1 year 2 mons 1 day 02:00:00', '01:30:00.5')
-    >>> interval_text(-1, -1, 0), interval_text(0, 0, 0), interval_text(-1, 2, 1_000_000)
-    ('-1 mons -1 days', '00:00:00', '-1 mons +2 days 00:00:01')
-    """
-    years, mons = int(months / 12), months - 12 * int(months / 12)  # both toward zero
-    parts = []
-    negative = False  # the part after a negative one shows its sign, `+` too
-    for n, unit in ((years, "year"), (mons, "mon"), (days, "day")):
-        if n:
-            plus = "+" if negative and n > 0 else ""
-            parts.append(f"{plus}{n} {unit}{'' if n == 1 else 's'}")
-            negative = n < 0
-    if micros or not parts:
-        sign = "-" if micros < 0 else ("+" if negative else "")
-        seconds, fraction = divmod(abs(micros), 1_000_000)
-        minutes, second = divmod(seconds, 60)
-        hour, minute = divmod(minutes, 60)
-        text = f"{sign}{hour:02d}:{minute:02d}:{second:02d}"
-        parts.append(text + (f".{fraction:06d}".rstrip("0") if fraction else ""))
-    return " ".join(parts)
 
 
 def float_text(value: float, single: bool = False) -> str:
@@ -119,6 +93,8 @@ def column_texts(column: pa.ChunkedArray | pa.Array) -> list[str]:
     digits)."""
     if pa.types.is_float32(column.type):
         return ["NULL" if v is None else float_text(v, single=True) for v in column.to_pylist()]
+    if pa.types.is_interval(column.type):  # its text, never the Python value's
+        return [format_value(v) for v in column.to_pylist()]
     return [format_value(v) for v in python_values(column)]
 
 

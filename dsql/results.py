@@ -15,6 +15,7 @@ Invariant: a correct result has no row with a negative count (`repeat_rows` rais
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from decimal import Context, Decimal
@@ -25,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dsql.errors import DataError
+from dsql.planner import interval
 from dsql.planner.expr import Outer, SubqueryExpr
 from dsql.planner.plan import Get, Plan, Query, walk
 from dsql.planner.stateful import Distinct, LetRec, Reduce, Threshold, TopK, expressions_of
@@ -120,8 +122,18 @@ def python_values(column: pa.ChunkedArray | pa.Array) -> list[Any]:
     [Decimal('1000'), Decimal('1.5')]
     >>> python_values(pa.array([0.1], pa.float32()))
     [0.1]
+
+    An interval is a `datetime.timedelta` where it has no months (exactly its days and
+    microseconds), else PostgreSQL's text of it: a month has no fixed length, and
+    psycopg's 30 days would make `'1 mon'` and `'30 days'` one value.
+
+    >>> day_hour, months = (0, 1, 3_600_000_000_000), (14, 0, 0)
+    >>> python_values(pa.array([day_hour, months], pa.month_day_nano_interval()))
+    [datetime.timedelta(days=1, seconds=3600), '1 year 2 mons']
     """
     values = column.to_pylist()
+    if pa.types.is_interval(column.type):
+        return [None if v is None else interval_value(v) for v in values]
     if pa.types.is_float32(column.type):  # a real's value, not its 64-bit widening's digits
         return [None if v is None else float(shortest_text(v, single=True)) for v in values]
     if column.type != _UNBOUNDED:
@@ -130,6 +142,14 @@ def python_values(column: pa.ChunkedArray | pa.Array) -> list[Any]:
 
 
 _UNBOUNDED = pa.decimal128(*DEFAULT_DECIMAL)
+
+
+def interval_value(value: pa.MonthDayNano) -> dt.timedelta | str:
+    """An interval as a result presents it in Python (`python_values`)."""
+    micros = value.nanoseconds // 1000
+    if value.months == 0:
+        return dt.timedelta(days=value.days, microseconds=micros)
+    return interval.text(value.months, value.days, micros)
 
 
 def shortest_text(value: float, single: bool = False) -> str:

@@ -23,7 +23,7 @@ from lark.exceptions import UnexpectedInput, VisitError
 from lark.tree import Meta
 from sqlglot import exp
 
-from dsql.errors import ParseError
+from dsql.errors import DsqlError
 from dsql.grammar import ast
 from dsql.grammar.diagnostics import syntax_error
 from dsql.grammar.keywords import is_reserved, reserved_message
@@ -94,7 +94,7 @@ def _parse_fragment(fragment: Fragment, start: str) -> Any:
     try:
         return _Builder(fragment).transform(tree)
     except VisitError as e:
-        if isinstance(e.orig_exc, ParseError):
+        if isinstance(e.orig_exc, DsqlError):  # a parse error, or a literal's value
             raise e.orig_exc from None
         raise
 

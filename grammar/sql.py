@@ -31,10 +31,11 @@ from sqlglot.dialects.postgres import Postgres
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.tokens import TokenType
 
-from dsql.errors import ParseError
+from dsql.errors import DataError, ParseError
 from dsql.grammar.ast import ColumnDef
 from dsql.grammar.keywords import is_reserved, reserved_message
 from dsql.grammar.source import Fragment
+from dsql.planner import interval
 
 T = TypeVar("T")
 
@@ -62,14 +63,95 @@ def _placeholder(parser: Any) -> exp.Expression:
     return cast(exp.Expression, node)
 
 
+def _interval_literal(
+    value: str, first: str | None = None, last: str | None = None, precision: int | None = None
+) -> exp.Cast:
+    """`INTERVAL [(p)] 'value' [first [TO last]]` as the cast of its canonical text, which
+    every kernel reads back as exactly PostgreSQL's value (`planner/interval.py`)."""
+    parts = interval.parse(value, first, last, precision)
+    return exp.cast(exp.Literal.string(interval.canonical(parts)), exp.DType.INTERVAL)
+
+
+def _interval_casts(tree: exp.Expression) -> exp.Expression:
+    """`tree` with every cast of a string literal to interval read as PostgreSQL reads it."""
+
+    def read(node: exp.Expression) -> exp.Expression:
+        if (
+            isinstance(node, exp.Cast)
+            and node.to.is_type(exp.DType.INTERVAL)
+            and isinstance(node.this, exp.Literal)
+            and node.this.is_string
+        ):
+            digits = [p.this.this for p in node.to.expressions if isinstance(p.this, exp.Literal)]
+            if len(digits) == len(node.to.expressions) <= 1:
+                precision = int(digits[0]) if digits else None
+                return _interval_literal(node.this.this, precision=precision)
+        return node
+
+    return tree.transform(read, copy=False)
+
+
+_READ_DATE_PART = Postgres.Parser.FUNCTION_PARSERS["DATE_PART"]
+
+
+def _date_part(node: exp.Expression) -> exp.Expression:
+    """`date_part(field, x)`, which sqlglot reads as `extract`, marked as such: PostgreSQL's
+    `date_part` answers a double precision, `extract` a numeric."""
+    node.meta["date_part"] = True
+    return node
+
+
 class _Dialect(Postgres):
-    """PostgreSQL as sqlglot reads it, with `?` placeholders located."""
+    """PostgreSQL as sqlglot reads it, with `?` placeholders located and interval
+    literals read whole (sqlglot keeps only the first field of `'1 day 02:03:04'`)."""
 
     class Parser(Postgres.Parser):  # type: ignore[misc,valid-type]
         PLACEHOLDER_PARSERS = {  # noqa: RUF012 - sqlglot's class-level table
             **Postgres.Parser.PLACEHOLDER_PARSERS,
             TokenType.PLACEHOLDER: _placeholder,
         }
+        FUNCTION_PARSERS = {  # noqa: RUF012 - sqlglot's class-level table
+            **Postgres.Parser.FUNCTION_PARSERS,
+            "DATE_PART": lambda self: _date_part(
+                Postgres.Parser.FUNCTION_PARSERS["DATE_PART"](self)
+            ),
+        }
+
+        def _parse_interval(
+            self, require_interval: bool = True, parse_function_unit: bool = True
+        ) -> exp.Expression | None:
+            """`INTERVAL 'text' [qualifier]` read by PostgreSQL's rules; other forms
+            (`INTERVAL 5 DAY`) as sqlglot reads them."""
+            index = self._index
+            if not (require_interval and self._match(TokenType.INTERVAL)):
+                return super()._parse_interval(require_interval, parse_function_unit)
+            precision = self._precision()
+            if not self._match(TokenType.STRING):
+                self._retreat(index)
+                return super()._parse_interval(require_interval, parse_function_unit)
+            value = self._prev.text
+            first = self._field()
+            last = self._field() if first and self._match_text_seq("TO") else None
+            if (last or first) == "second":
+                precision = self._precision() if precision is None else precision
+            return _interval_literal(value, first, last, precision)
+
+        def _field(self) -> str | None:
+            """The next token as a qualifier field (`YEAR` ... `SECOND`), consumed, or None."""
+            if self._curr and self._curr.text.lower() in interval.QUALIFIER_FIELDS:
+                self._advance()
+                return self._prev.text.lower()
+            return None
+
+        def _precision(self) -> int | None:
+            """A `(p)` of fractional-second digits, consumed, or None."""
+            index = self._index
+            if self._match(TokenType.L_PAREN) and self._match(TokenType.NUMBER):
+                digits = self._prev.text
+                if digits.isdigit() and self._match(TokenType.R_PAREN):
+                    return int(digits)
+            self._retreat(index)
+            return None
 
 
 _DIALECT = _Dialect()
@@ -401,7 +483,7 @@ def _parse(
         highlight = first.get("highlight")
         hint = f"check the {what} near {highlight!r}" if highlight else f"check the {what}"
         error = fragment.error_at(offset + at, f"syntax error in {what}: {description}", hint)
-    except ParseError:
+    except (ParseError, DataError):
         raise
     except Exception as e:  # noqa: BLE001 -- any sqlglot failure on user text is a parse error
         error = fragment.error_at(offset, f"cannot parse the {what}: {e}", f"check the {what}")
@@ -414,7 +496,7 @@ def _shaped(fragment: Fragment, base: int, what: str, tree: T) -> T:
     text starts)."""
     if not isinstance(tree, exp.Expression):
         return tree
-    tree = cast(T, balance_connectives(tree))
+    tree = cast(T, _interval_casts(balance_connectives(tree)))
     if depth(cast(exp.Expression, tree)) > MAX_DEPTH:
         raise _too_deep(fragment, base, what)
     for node in cast(exp.Expression, tree).find_all(exp.Placeholder):

@@ -23,9 +23,11 @@ from dsql.errors import NUMERIC_LIMIT, NUMERIC_OVERFLOW, DsqlError, ExecutionErr
 from dsql.planner import (
     array_literal,
     functions,
+    interval_spellings,
     numeric,
     regex_spellings,
     spellings,
+    temporal,
     text_spellings,
     types,
 )
@@ -327,7 +329,27 @@ class ExprBinder:
             if error.position is None:
                 error.position = position_of(e)
             raise
-        return as_expression(bound)
+        return as_expression(self._intervals_checked(bound))
+
+    def _intervals_checked(self, bound: exp.Expr) -> exp.Expr:
+        """`bound` with each interval the engine computes by arithmetic checked against
+        what dsql stores (`interval_spellings.checked`): past it, Arrow's nanoseconds
+        would wrap around."""
+        if self._types is None or not (
+            any(interval_spellings.is_interval(t) for t in self._types)
+            or any(interval_spellings.is_interval(d) for d in bound.find_all(exp.DataType))
+        ):
+            return bound
+        arithmetic = exp.Add | exp.Sub | exp.Mul | exp.Div | exp.Neg
+
+        def check(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, arithmetic) and interval_spellings.is_interval(
+                types.infer(self._typed(node), self._types or ())
+            ):
+                return as_expression(interval_spellings.checked(node))
+            return node
+
+        return bound.transform(check)
 
     def _array_and_element(self, e: exp.DPipe) -> exp.Func | None:
         """`||` with an array operand as PostgreSQL picks it by the operands' types:
@@ -412,6 +434,10 @@ class ExprBinder:
                 _quantified_array(e.expression) is not None
             ):
                 return self._quantified(e)
+            case exp.EQ() | exp.NEQ() | exp.LT() | exp.LTE() | exp.GT() | exp.GTE() if any(
+                temporal.is_mz_now(side) for side in (e.this, e.expression)
+            ):
+                return self._against_mz_now(e)
             case exp.RegexpLike() | exp.RegexpILike():
                 s, pattern = (
                     as_expression(self._bind(e.this)),
@@ -497,6 +523,14 @@ class ExprBinder:
                 return numeric.exact_literal(e)
             case exp.Avg():
                 return self._avg(e)
+            case exp.Extract() if isinstance(e.this, exp.Var | exp.Literal):
+                return self._extract(e)
+            case exp.JustifyDays() | exp.JustifyHours() | exp.JustifyInterval():
+                kind = type(e).__name__.removeprefix("Justify").lower()
+                return interval_spellings.justify(kind, self._bind(e.this))
+            case exp.MakeInterval():
+                self._bind_children(e)
+                return interval_spellings.make_interval(e)
             case (
                 exp.Variance()
                 | exp.VariancePop()
@@ -668,7 +702,9 @@ class ExprBinder:
         elif isinstance(e, exp.Min | exp.Max):
             fits, hint = t.this != types.T.BOOLEAN, "use bool_and or bool_or for booleans"
         else:
-            fits, hint = numeric.kind_of_type(t) is not None, "cast the argument to a number"
+            number = numeric.kind_of_type(t) is not None
+            summed = isinstance(e, exp.Sum | exp.Avg) and interval_spellings.is_interval(t)
+            fits, hint = number or summed, "cast the argument to a number"
         if not fits:
             name = "bool_and" if isinstance(e, exp.LogicalAnd) else e.sql_name().lower()
             name = "bool_or" if isinstance(e, exp.LogicalOr) else name
@@ -684,10 +720,41 @@ class ExprBinder:
         if self._types is None:
             e.set("this", exp.Distinct(expressions=[arg]) if distinct else arg)
             return e
+        if interval_spellings.is_interval(types.infer(self._typed(arg), self._types)):
+            if distinct:
+                raise unsupported("sum(DISTINCT interval)", "sum the intervals without DISTINCT")
+            return as_expression(interval_spellings.sum_of(as_expression(arg)))
         widened = self._widened(arg)
         e.set("this", exp.Distinct(expressions=[widened]) if distinct else widened)
         if types.infer(self._typed(arg), self._types).this == types.T.FLOAT:
             return exp.Cast(this=e, to=types.build("real"))
+        return e
+
+    def _against_mz_now(self, e: exp.Binary) -> exp.Expr:
+        """A comparison with `mz_now()` (milliseconds since the epoch), a timestamp or
+        date on the other side read as its milliseconds since the epoch: a temporal
+        filter `mz_now() <= ts + interval '1 hour'`."""
+        self._bind_children(e)
+        if self._types is None:
+            return e
+        for key in ("this", "expression"):
+            side = e.args[key]
+            if temporal.is_mz_now(side):
+                continue
+            t = types.infer(self._typed(side), self._types)
+            if t.this in (types.T.TIMESTAMP, types.T.TIMESTAMPTZ, types.T.DATE):
+                e.set(key, spellings.epoch_ms(as_expression(side), t))
+        return e
+
+    def _extract(self, e: exp.Extract) -> exp.Expr:
+        """`extract(field from x)`; of an interval, PostgreSQL's numeric
+        (`interval_spellings.extract`)."""
+        arg = self._bind(e.expression)
+        e.set("expression", arg)
+        if self._types is not None and interval_spellings.is_interval(
+            types.infer(self._typed(arg), self._types)
+        ):
+            return interval_spellings.extract(e)
         return e
 
     def _widened(self, arg: exp.Expr) -> exp.Expr:
@@ -725,6 +792,8 @@ class ExprBinder:
             t = types.infer(self._typed(arg), self._types)
             if t.is_type(exp.DataType.Type.ARRAY):
                 return spellings.array_text(as_expression(arg), t)
+            if interval_spellings.is_interval(t):
+                return as_expression(interval_spellings.text(as_expression(arg)))
         return e
 
     def _quantified(self, e: exp.Binary) -> exp.Expression:
@@ -841,6 +910,12 @@ class ExprBinder:
         """`avg(x)` of integers or numerics: numeric, `sum(x) / count(x)` divided as
         PostgreSQL divides numerics; of floats: the engines' float average."""
         arg, distinct = self._argument(e)
+        if self._types is not None and interval_spellings.is_interval(
+            types.infer(self._typed(arg), self._types)
+        ):
+            if distinct:
+                raise unsupported("avg(DISTINCT interval)", "average the intervals without DISTINCT")
+            return interval_spellings.avg_of(as_expression(arg))
         e.set("this", exp.Distinct(expressions=[arg]) if distinct else arg)
         if self._types is None or numeric.kind(self._typed(arg), self._types) not in (
             "integer",

@@ -53,6 +53,13 @@ def per_kernel(duckdb: str, spark: str, args: Sequence[exp.Expression]) -> exp.E
     )
 
 
+def epoch_ms(x: exp.Expression, t: exp.DataType) -> exp.Expr:
+    """Milliseconds since the Unix epoch of a timestamp, timestamptz or date `x` (of type
+    `t`), as a bigint: what `mz_now()` counts in."""
+    at = "CAST(__0 AS TIMESTAMP)" if t.is_type(exp.DType.DATE) else "__0"
+    return _typed(types.build("bigint"), f"epoch_ms({at})", f"unix_millis({at})", [x])
+
+
 def _typed(t: exp.DataType, duckdb: str, spark: str, args: Sequence[exp.Expression]) -> exp.Expr:
     """`per_kernel(duckdb, spark, args)` cast to PostgreSQL's result type `t` (unless
     unknown), so that the planner knows it."""

@@ -41,6 +41,7 @@ _TO_ARROW: dict[T, pa.DataType] = {
     T.DATE: pa.date32(),
     T.TIMESTAMP: pa.timestamp("us"),
     T.TIMESTAMPTZ: pa.timestamp("us", tz="UTC"),
+    T.INTERVAL: pa.month_day_nano_interval(),  # planner/interval.py
     T.BINARY: pa.binary(),
     T.VARBINARY: pa.binary(),
     T.UNKNOWN: pa.null(),
@@ -76,6 +77,8 @@ def one_dimensional(dtype: exp.DataType) -> exp.DataType:
 def to_arrow(dtype: exp.DataType) -> pa.DataType:
     """The Arrow type dsql stores a SQL type as; a TypeMismatchError if there is none."""
     kind = dtype.this
+    if kind == T.INTERVAL and dtype.expressions:
+        raise _interval_precision()
     if kind in _TO_ARROW:
         return _TO_ARROW[kind]
     if kind in (T.DECIMAL, T.BIGDECIMAL):
@@ -88,13 +91,13 @@ def to_arrow(dtype: exp.DataType) -> pa.DataType:
         return pa.list_(to_arrow(one_dimensional(dtype).expressions[0]))
     raise TypeMismatchError(
         f"type {dtype.sql('postgres')} is not supported",
-        hint="use integer, bigint, double precision, numeric(p,s), text, boolean, date "
-        "or timestamp",
+        hint="use integer, bigint, double precision, numeric(p,s), text, boolean, date, "
+        "timestamp or interval",
     )
 
 
 #: Types a value may be cast to beyond those stored (`_TO_ARROW`, numeric, arrays).
-_CAST_ONLY = frozenset({T.INTERVAL, T.TIME, T.UUID})
+_CAST_ONLY = frozenset({T.TIME, T.UUID})
 
 #: JSON types: PostgreSQL's jsonb normalizes its text (key order, spacing, numbers) and
 #: has its own operators; dsql has neither, so a cast to one is refused.
@@ -110,6 +113,8 @@ def check_cast_target(dtype: exp.DataType) -> None:
     if kind == T.ARRAY and dtype.expressions:
         check_cast_target(dtype.expressions[0])
         return
+    if kind == T.INTERVAL and dtype.expressions:
+        raise _interval_precision()
     if kind in _TO_ARROW or kind in _CAST_ONLY or kind in (T.DECIMAL, T.BIGDECIMAL):
         return
     if kind in JSON_TYPES:
@@ -118,6 +123,16 @@ def check_cast_target(dtype: exp.DataType) -> None:
         f"type {dtype.sql('postgres').lower()} does not exist",
         hint="use integer, bigint, double precision, numeric(p,s), text, boolean, date, "
         "timestamp, interval or an array of one",
+    )
+
+
+def _interval_precision() -> TypeMismatchError:
+    """The refusal of `interval(p)` as a column type or the cast of a value (an interval
+    literal's `(p)` rounds: `planner/interval.py`)."""
+    return TypeMismatchError(
+        "type interval(p) is not supported",
+        hint="use interval, and round the seconds where they are written: "
+        "interval(2) '1.234 seconds'",
     )
 
 
@@ -143,6 +158,8 @@ def from_arrow(dtype: pa.DataType) -> exp.DataType:
         return build("date")
     if pa.types.is_timestamp(dtype):
         return build("timestamptz" if dtype.tz else "timestamp")
+    if pa.types.is_interval(dtype):
+        return build("interval")
     if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
         return build("bytea")
     if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
@@ -182,6 +199,14 @@ def infer(expression: exp.Expr, inputs: Sequence[exp.DataType]) -> exp.DataType:
         expression.type = _LEAF_TYPES[key].copy()
         return _LEAF_TYPES[key].copy()
     dtype = _annotate(expression, inputs)
+    if isinstance(expression, exp.Sub) and dtype.this in (T.TIMESTAMP, T.TIMESTAMPTZ):
+        # sqlglot types `ts - ts` as a timestamp; PostgreSQL's is an interval.
+        operands = (
+            infer(expression.this.copy(), inputs),
+            infer(expression.expression.copy(), inputs),
+        )
+        if all(o.this in (T.TIMESTAMP, T.TIMESTAMPTZ) for o in operands):
+            return build("interval")
     if (
         dtype.this not in (T.DECIMAL, T.BIGDECIMAL)
         and numeric.kind(expression, inputs) == "numeric"

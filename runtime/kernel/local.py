@@ -32,7 +32,13 @@ from dsql.errors import (
 )
 from dsql.runtime import memory
 from dsql.runtime.dataflow import canceled
-from dsql.runtime.kernel import chain_reduce, driver, duckdb_errors, duckdb_sandbox
+from dsql.runtime.kernel import (
+    chain_reduce,
+    driver,
+    duckdb_errors,
+    duckdb_sandbox,
+    interval_macros,
+)
 from dsql.runtime.kernel import key_index as _index
 from dsql.runtime.kernel.base import (
     Capability,
@@ -94,6 +100,7 @@ class LocalKernel(Kernel):
         self._con = duckdb_sandbox.connect(memory_limit=memory_limit)
         # Spark's `raise_error(message)`, which plans use for runtime errors they predict.
         self._con.execute("CREATE MACRO raise_error(message) AS error(message)")
+        interval_macros.install(self._con)
         self.memory_limit = memory_limit
         # One cursor per thread, kept: a cursor per statement costs more than the small
         # statements it runs. Registered inputs are replaced by name at each run.

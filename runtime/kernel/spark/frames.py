@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dsql.errors import ExecutionError, SchemaError, numeric_overflow
+from dsql.errors import ExecutionError, SchemaError, UnsupportedError, numeric_overflow
 from dsql.runtime import memory
 from dsql.runtime.kernel.base import Frame, Kernel, Placement, Prepared, engine_message
 
@@ -91,6 +91,8 @@ class SparkFrames(Kernel):
         self._spark = spark
 
     def from_arrow(self, table: pa.Table) -> DataFrame:
+        if any(pa.types.is_interval(f.type) for f in table.schema):
+            raise refuse_intervals()
         if not table.num_columns:  # Arrow would carry no rows: as many rows of nothing
             frame = self.spark.range(table.num_rows).select()
         elif table.num_rows == 0:
@@ -366,3 +368,25 @@ def _order_map(query: exp.Expr) -> tuple[tuple[str, str], ...] | None:
             if name is not None:
                 passed.append((e.alias_or_name, name))
     return tuple(passed)
+
+
+def refuse_intervals() -> UnsupportedError:
+    """Spark's refusal of interval values: its CalendarIntervalType cannot be stored in
+    Parquet, and its day-time and year-month intervals split what PostgreSQL's keeps
+    together (months, days and microseconds)."""
+    return UnsupportedError(
+        "interval values are not supported on the spark kernel",
+        hint="run queries over intervals on kernel='local', or store the parts as integers",
+    )
+
+
+def has_intervals(tree: exp.Expr) -> bool:
+    """Whether `tree` makes or reads an interval (a cast, literal or interval function)."""
+    for node in tree.walk():
+        if isinstance(node, exp.Interval):
+            return True
+        if isinstance(node, exp.DataType) and node.is_type(exp.DType.INTERVAL):
+            return True
+        if isinstance(node, exp.Anonymous) and node.name.upper().startswith("DSQL_IV_"):
+            return True
+    return False

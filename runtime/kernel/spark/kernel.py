@@ -28,7 +28,7 @@ from dsql.errors import SchemaError
 from dsql.runtime.kernel import driver
 from dsql.runtime.kernel.base import Capability, Frame
 from dsql.runtime.kernel.driver import Selection
-from dsql.runtime.kernel.spark.frames import _quote
+from dsql.runtime.kernel.spark.frames import _quote, has_intervals, refuse_intervals
 from dsql.runtime.kernel.spark.merge import SparkMerge
 from dsql.runtime.lattice import DIFF, TIME, Antichain
 
@@ -58,6 +58,11 @@ class SparkKernel(SparkMerge):
             Capability.SPARK_SESSION,
         }
     )
+
+    def sql(self, select: exp.Expr) -> str:
+        if has_intervals(select):
+            raise refuse_intervals()
+        return super().sql(select)
 
     def stamped(self, frame: DataFrame, schema: pa.Schema, time: int) -> DataFrame:
         """A batch of `frame`'s rows inserted at `time`: its columns, in order, renamed to
