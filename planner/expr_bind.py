@@ -914,7 +914,7 @@ class ExprBinder:
             types.infer(self._typed(arg), self._types)
         ):
             if distinct:
-                raise unsupported("avg(DISTINCT interval)", "average the intervals without DISTINCT")
+                raise unsupported("avg(DISTINCT interval)", "average them without DISTINCT")
             return interval_spellings.avg_of(as_expression(arg))
         e.set("this", exp.Distinct(expressions=[arg]) if distinct else arg)
         if self._types is None or numeric.kind(self._typed(arg), self._types) not in (
