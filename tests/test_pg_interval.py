@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from pg_oracle import create_both, differs
 
@@ -196,7 +196,12 @@ def test_operations_agree_with_postgres(pgdb: Any, rows: list[tuple[Any, ...]]) 
     _agree(con, pgdb, "SELECT min(a)::text = min(a)::text, max(b) >= min(b) FROM t")
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=2,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # each example costs seconds
+)
 @given(rows=ROWS, more=ROWS, gone=st.integers(0, 3))
 def test_views_stay_equal_to_their_queries(
     pgdb: Any, rows: list[tuple[Any, ...]], more: list[tuple[Any, ...]], gone: int
