@@ -116,7 +116,7 @@ class Subscription:
     def poll(self) -> pa.Table:
         """Updates not yet returned whose time is final (closes the current time first):
         every piece of a stored snapshot still unread, then what is new."""
-        parts = []
+        parts: list[pa.Table] = []
         while self.streaming or not parts:
             parts.append(self.next_batch())
         if len(parts) > 1:  # the snapshot read: what came since follows it
