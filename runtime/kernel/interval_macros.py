@@ -10,6 +10,7 @@ zero, as PostgreSQL's C does (`dsql_iv_tdiv`).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 _DAY = 86_400_000_000
@@ -78,10 +79,36 @@ MACROS: tuple[str, ...] = (
 )
 
 
+_SIGNATURE = re.compile(r"(\w+)\(([\w, ]*)\) AS (.*)", re.S)
+
+
+def bound_once(macro: str) -> str:
+    """`macro` (`name(p, ...) AS body`) with each parameter evaluated once.
+
+    A DuckDB macro is inlined: a parameter used k times copies its argument k times, and
+    macros that call macros multiply those copies (`justify_interval(a)::text` grew to
+    tens of seconds of binding). The parameters are packed into one struct, bound once by
+    a one-element lambda transform, and the body reads the struct's fields:
+
+    >>> bound_once("twice(n) AS n + n")
+    'twice(n) AS LIST_TRANSFORM([STRUCT_PACK(n := n)], LAMBDA __p: __p.n + __p.n)[1]'
+    """
+    match = _SIGNATURE.fullmatch(macro)
+    assert match is not None, macro
+    name, params, body = match.groups()
+    names = [p.strip() for p in params.split(",") if p.strip()]
+    if all(len(re.findall(rf"\b{p}\b", body)) <= 1 for p in names):
+        return macro
+    packed = ", ".join(f"{p} := {p}" for p in names)
+    for p in names:
+        body = re.sub(rf"(?<![.'\w]){p}\b(?!')", f"__p.{p}", body)
+    return f"{name}({params}) AS LIST_TRANSFORM([STRUCT_PACK({packed})], LAMBDA __p: {body})[1]"
+
+
 def install(con: Any) -> None:
     """Define every interval macro on DuckDB connection `con`."""
     for macro in MACROS:
-        con.execute(f"CREATE MACRO {macro}")
+        con.execute(f"CREATE MACRO {bound_once(macro)}")
 
 
-__all__ = ["MACROS", "install"]
+__all__ = ["MACROS", "bound_once", "install"]
