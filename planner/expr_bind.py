@@ -88,7 +88,7 @@ def aggregate_calls(e: exp.Expression) -> list[exp.Expression]:
             found.append(node)
             return
         if isinstance(node, exp.Window):
-            raise unsupported("window functions", "use GROUP BY, or a join with an aggregate")
+            raise unsupported("a window function", "use GROUP BY, or a join with an aggregate")
         if isinstance(node, exp.AggFunc):  # an aggregate sqlglot knows and dsql does not
             error = unsupported(f"the aggregate function {node.sql_name().lower()}()", _AGG_HINT)
             error.position = position_of(node)
@@ -582,7 +582,7 @@ class ExprBinder:
             case exp.If() if isinstance(e.parent, exp.Case):
                 pass  # a WHEN branch; a call `if(...)` is DuckDB's and Spark's, not SQL's
             case exp.Window():
-                raise unsupported("window functions", "use GROUP BY, or a join with an aggregate")
+                raise unsupported("a window function", "use GROUP BY, or a join with an aggregate")
             case exp.Expression() if "JSON" in type(e).__name__:
                 # `->`, `->>`, `#>`, `?`, `@>` of json: DuckDB would read text as its JSON.
                 raise unsupported("a json or jsonb operator", types.JSON_HINT)
