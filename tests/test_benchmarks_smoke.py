@@ -91,8 +91,9 @@ def _run(script: str, args: list[str]) -> subprocess.CompletedProcess[str]:
 
 def test_every_benchmark_has_a_smoke_run() -> None:
     # pathway_peer.py has its own test below; driver_memory.py runs scaled down (2M rows,
-    # a 512m driver) in tests/test_spark_driver_memory.py.
-    others = ["pathway_peer.py", "driver_memory.py"]
+    # a 512m driver) in tests/test_spark_driver_memory.py; connect_vs_classic.py against
+    # the Connect server of tests/test_spark_connect.py.
+    others = ["pathway_peer.py", "driver_memory.py", "connect_vs_classic.py"]
     assert sorted(p.name for p in BENCHMARKS.glob("*.py")) == sorted([*SMOKE, *others])
 
 

@@ -395,3 +395,28 @@ def test_every_global_option_parses_the_same_before_and_after_the_command(action
         assert both["conf"] == [second, first]
     else:
         assert both == before
+
+
+def test_connect_vs_classic_benchmark_runs_at_its_smallest(remote: str) -> None:
+    """benchmarks/connect_vs_classic.py's smoke run: both modes answer alike (it asserts
+    so) and its table prints."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "connect_vs_classic.py"),
+            "--remote",
+            remote,
+            "--rows",
+            "2000",
+            "--rounds",
+            "2",
+            "--selects",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| round |" in done.stdout, done.stdout
