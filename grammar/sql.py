@@ -19,6 +19,7 @@ dsql.errors.ParseError: syntax error in query: Required keyword: 'expression' mi
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -483,7 +484,15 @@ def _parse(
         highlight = first.get("highlight")
         hint = f"check the {what} near {highlight!r}" if highlight else f"check the {what}"
         error = fragment.error_at(offset + at, f"syntax error in {what}: {description}", hint)
-    except (ParseError, DataError):
+    except ParseError:
+        raise
+    except DataError as e:
+        # A literal's value PostgreSQL rejects (an interval's text): located at that text.
+        if e.position is None:
+            quoted = re.search(r': "(.*)"$', e.message)
+            at = text.find(quoted.group(1)) if quoted else -1
+            located = fragment.error_at(offset + max(at, 0), e.message, e.hint)
+            e.position, e.statement, e.origin = located.position, located.statement, located.origin
         raise
     except Exception as e:  # noqa: BLE001 -- any sqlglot failure on user text is a parse error
         error = fragment.error_at(offset, f"cannot parse the {what}: {e}", f"check the {what}")
