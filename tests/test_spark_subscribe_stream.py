@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 from cluster import in_own_process
-from test_spark_connect import remote  # noqa: F401 - the Connect server fixture
+from test_spark_connect import remote as connect_server  # noqa: F401 - fixture `remote`
 
 import dsql
 
@@ -229,7 +229,7 @@ def _child_streams(server: str) -> tuple[list, list, list[int], int]:
     return selected, subscribed, record.pieces, record.collected
 
 
-def test_select_and_subscribe_stream_over_spark_connect(remote: str) -> None:  # noqa: F811
+def test_select_and_subscribe_stream_over_spark_connect(remote: str) -> None:
     local = connect("local")
     selected, subscribed, pieces, collected = in_own_process(_child_streams, remote)
     assert [tuple(r) for r in selected] == local.execute("SELECT * FROM v ORDER BY k").fetchall()
