@@ -215,10 +215,9 @@ class Executor:
                 return self._select(stmt)
             case grammar.Subscribe():
                 sub = self._subscribe(stmt)
-                table = sub.next_batch()  # a snapshot Spark stored: its pieces follow
+                table = sub.poll()
                 self.cursors[f"__subscribe{id(sub)}"] = sub
-                more = sub.backlog() if sub.streaming else None
-                return Result(table=table, status="SUBSCRIBE", subscription=sub, batches=more)
+                return Result(table=table, status="SUBSCRIBE", subscription=sub)
             case grammar.DeclareCursor():
                 if stmt.name in self.cursors:
                     raise SchemaError(f"cursor '{stmt.name}' already exists", hint="CLOSE it first")

@@ -11,31 +11,21 @@ reads is in error, `poll` raises that error and the subscription stays open; aft
 the view heals, the updates stamped inside the error period arrive at its end, with
 the view's correction (`dsql.heal`). A failure of the subscription's own dataflow
 (a row its query cannot compute) ends it with the error.
-
-A snapshot Spark holds (a view placed on Spark) never comes into the driver whole: the
-first run's big Spark batches stay stored (`CaptureNode.spilled`), and Spark's executors
-stamp, consolidate and order them with the driver's few updates, writing files of at
-most `Session.fetch_rows` rows that are read back one at a time as the reader asks
-(`FETCH n`, a cursor's `fetchmany`, each `next` of `Connection.subscribe`'s iterator).
-Later updates are collected each round, as a round's changes are.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dsql import exports
 from dsql.clock import TICKS_PER_MS
 from dsql.errors import DataError, DsqlError, ExecutionError
 from dsql.planner.plan import Query
 from dsql.relation import _view_plan
 from dsql.results import negative_multiplicity
 from dsql.runtime.capture import consolidate_table
-from dsql.runtime.kernel.base import Capability
 from dsql.runtime.lattice import DIFF, TIME
 
 if TYPE_CHECKING:
@@ -78,21 +68,16 @@ class Subscription:
         #: Updates polled but not yet fetched (FETCH n returns at most n).
         self._pending: pa.Table | None = None
         self._last_progress = -1
-        #: The snapshot's pieces stored by Spark (module docstring), read as asked.
-        self._stream: Iterator[pa.Table] | None = None
-        self._capture = None
         try:
             if self.as_of < session.clock.now_ms():  # the snapshot then, then each change
                 collection = session.history.changes_since(bound.plan, self.as_of)
             else:
                 collection = session._render(bound.plan)
             self.schema = collection.schema
-            self._capture = collection.capture(spill=session.worker.kernel.can(Capability.STORAGE))
+            self._capture = collection.capture()
             session.worker.wake()
             session.worker.run()
-            self._capture.spill = False  # the snapshot is taken: later rounds are collected
         except DsqlError:  # a failed SUBSCRIBE leaves no dataflow behind
-            self._release_spilled()
             session.worker.drop(session.worker.nodes[self._start :])
             raise
         self._nodes = session.worker.nodes[self._start :]
@@ -108,42 +93,8 @@ class Subscription:
             *self.names,
         ]
 
-    @property
-    def streaming(self) -> bool:
-        """Whether pieces of a snapshot Spark stored are still to be read."""
-        return self._stream is not None
-
     def poll(self) -> pa.Table:
-        """Updates not yet returned whose time is final (closes the current time first):
-        every piece of a stored snapshot still unread, then what is new."""
-        parts: list[pa.Table] = []
-        while self.streaming or not parts:
-            parts.append(self.next_batch())
-        if len(parts) > 1:  # the snapshot read: what came since follows it
-            parts.append(self.next_batch())
-        return pa.concat_tables(parts)
-
-    def next_batch(self) -> pa.Table:
-        """The next piece of a stored snapshot (at most `Session.fetch_rows` rows) while
-        one is left, else the updates not yet returned whose time is final."""
-        if self._stream is None:
-            fresh = self._fresh()
-            if self._stream is None:
-                return fresh
-        piece = next(self._stream, None)
-        if piece is None:
-            self._stream = None
-            return self._empty()
-        return piece
-
-    def backlog(self) -> Generator[pa.Table, None, None]:
-        """The pieces of a stored snapshot still unread, one at a time (`Result.batches`)."""
-        while self._stream is not None:
-            yield self.next_batch()
-
-    def _fresh(self) -> pa.Table:
-        """Updates not yet returned whose time is final; on the first call, where the
-        snapshot is stored off the driver, none: its pieces are then in `_stream`."""
+        """Updates not yet returned whose time is final (closes the current time first)."""
         if self.closed:
             return self._empty()
         self.session.close_time(force=True)
@@ -155,12 +106,7 @@ class Subscription:
         if own is not None:  # its own dataflow failed: it ends with the error, as in Materialize
             self.close()
             raise ExecutionError(f"SUBSCRIBE failed: {own.message}", hint=own.hint)
-        assert self._capture is not None
         raw = self._capture.poll()
-        if self._first and self._capture.spilled:
-            self._stream = self._stored_snapshot(raw)
-            self._first = False
-            return self._empty()
         if raw.num_rows:
             raw = raw.set_column(
                 raw.column_names.index(TIME),
@@ -204,81 +150,14 @@ class Subscription:
         return out
 
     def fetch(self, count: int | None) -> pa.Table:
-        """At most `count` updates (all when None); the rest wait for the next fetch. A
-        stored snapshot is read only as far as `count` needs (one piece past it at most)."""
-        if count is None:
-            parts = [self.poll()]
-        else:
-            parts, have = [], 0 if self._pending is None else self._pending.num_rows
-            while have < count and (self.streaming or not parts):
-                parts.append(self.next_batch())
-                have += parts[-1].num_rows
-        if self._pending is not None:
-            parts.insert(0, self._pending)
-        table = pa.concat_tables(parts) if parts else self._empty()
+        """At most `count` updates (all when None); the rest wait for the next fetch."""
+        fresh = self.poll()
+        table = fresh if self._pending is None else pa.concat_tables([self._pending, fresh])
         self._pending = None
         if count is not None and table.num_rows > count:
             self._pending = table.slice(count)
             table = table.slice(0, count)
         return table
-
-    def _stored_snapshot(self, raw: pa.Table) -> Iterator[pa.Table]:
-        """The first updates, Spark's stored batches (`CaptureNode.spilled`) with the
-        driver's `raw`, stamped, consolidated and ordered by Spark as `_fresh` does in
-        the driver, and read back a file at a time (`exports.streamed`)."""
-        from pyspark.sql import functions as F  # noqa: N812
-
-        assert self._capture is not None
-        spilled, self._capture.spilled = self._capture.spilled, []
-        cols = [f"_c{i}" for i in range(self.bound.visible)]
-        try:
-            union = exports.on_spark(self.session, [*spilled, raw]).select(*cols, TIME, DIFF)
-            tick = F.col(TIME)
-            for start, end in self.session.healing.closed_periods(self.bound.plan):
-                tick = F.when((tick >= start) & (tick < end), F.lit(end)).otherwise(tick)
-            ms = F.expr(f"`{TIME}` div {TICKS_PER_MS}")
-            stamped = union.withColumn(TIME, tick).withColumn("ms", ms)
-            if not self.snapshot:
-                stamped = stamped.where(F.col("ms") > self.as_of)
-            stamped = stamped.withColumn("ms", F.greatest(F.col("ms"), F.lit(self.as_of)))
-            if self.up_to is not None:
-                stamped = stamped.where(F.col("ms") < self.up_to)
-            total = F.sum(F.col(DIFF)).cast("bigint").alias(DIFF)
-            summed = stamped.groupBy(*cols, "ms").agg(total).where(F.col(DIFF) != 0)
-            refused = (F.col("ms") == self.as_of) & (F.col(DIFF) < 0)
-            checked = F.when(refused, F.raise_error(F.lit(_NEGATIVE))).otherwise(F.col(DIFF))
-            shape = self._schema()
-            named = [F.col("ms").alias("mz_timestamp")]
-            if self.progress:
-                named.append(F.lit(False).alias("mz_progressed"))
-            named += [checked.alias("mz_diff"), *(F.col(c) for c in cols)]
-            order = [F.col("ms"), *(F.col(c).asc_nulls_last() for c in cols)]
-            ordered = summed.orderBy(*order).select(*named)
-            pieces = exports.streamed(self.session, ordered, shape)
-        except DsqlError as error:
-            self.close()  # its first updates are spent: it cannot go on
-            if _NEGATIVE in str(error):
-                raise self._least(summed) from None
-            raise
-        finally:
-            for frame in spilled:
-                self.session.worker.kernel.release(frame)
-        next(pieces)  # the columns, before any file
-        return pieces
-
-    def _least(self, summed: Any) -> DataError:
-        """The error of a stored snapshot holding a row a negative number of times, with
-        the least count (as `_check_snapshot` says it)."""
-        from pyspark.sql import functions as F  # noqa: N812
-
-        at = summed.where(F.col("ms") == self.as_of).agg(F.min(DIFF).alias("least"))
-        return negative_multiplicity(int(at.collect()[0]["least"]), "snapshot")
-
-    def _release_spilled(self) -> None:
-        if self._capture is not None:
-            for frame in self._capture.spilled:
-                self.session.worker.kernel.release(frame)
-            self._capture.spilled = []
 
     def _shape(self, t: pa.Table) -> pa.Table:
         arrays: dict[str, Any] = {"mz_timestamp": t["ms"].cast(pa.int64())}
@@ -310,10 +189,6 @@ class Subscription:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            if isinstance(self._stream, Generator):
-                self._stream.close()  # deletes the rest of the stored snapshot
-            self._stream = None
-            self._release_spilled()
             self.session.worker.drop(self._nodes)
 
 
@@ -329,10 +204,6 @@ def subscription_rows(subscriptions: list[Subscription]) -> dict[str, list[Any]]
         "as_of": [sub.as_of for sub in running],
         "up_to": pa.array([sub.up_to for sub in running], pa.int64()),
     }
-
-
-#: What Spark's write of a stored snapshot fails with on a negative count (`_least`).
-_NEGATIVE = str(negative_multiplicity(-1, "snapshot")).split(" (")[0]
 
 
 def _check_snapshot(updates: pa.Table, as_of: int) -> None:
