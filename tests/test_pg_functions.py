@@ -322,7 +322,8 @@ def test_a_view_with_an_ordered_array_agg_logs_nothing(
     # array_agg has one spelling per kernel; rendering both into one dialect made sqlglot
     # warn that DuckDB's LIST_SORT takes no comparator.
     con.execute(
-        "CREATE MATERIALIZED VIEW v AS SELECT g, array_agg(a ORDER BY a DESC) AS x FROM t GROUP BY g"
+        "CREATE MATERIALIZED VIEW v AS "
+        "SELECT g, array_agg(a ORDER BY a DESC) AS x FROM t GROUP BY g"
     )
     con.execute("SELECT * FROM v").fetchall()
     assert not [r for r in caplog.records if r.name.startswith("sqlglot")]
