@@ -23,8 +23,9 @@ return the updates available so far, waiting at most `timeout` seconds for some.
 
 from __future__ import annotations
 
+import os
 import warnings
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar
@@ -78,7 +79,11 @@ def connect(
     memory_limit: int | str | None = None,
     state_uri: str | None = None,
     remote: str | None = None,
-    **spark_conf: Any,
+    data_dir: str | os.PathLike[str] | None = None,
+    checkpoint_bytes: int | None = None,
+    on_recovery: Callable[[int, int], None] | None = None,
+    spark_conf: Mapping[str, Any] | None = None,
+    **spark_settings: Any,
 ) -> Connection:
     """A connection to a new dsql session.
 
@@ -95,9 +100,26 @@ def connect(
     memory). `state_uri` (or `$DSQL_STATE_URI`) is where Spark keeps dsql's state: any
     Hadoop-compatible URI every executor and the driver reach (`file:///shared/dir`,
     `hdfs://...`, `s3a://...`); needed with a non-local master, else a temp directory.
+
+    `data_dir`: a directory the catalog and every committed write are logged to before
+    each statement returns, and recovered from on connecting (`dsql.durable`); without
+    one, state is in memory and ends with the connection. `checkpoint_bytes`: the log
+    size past which the tables are checkpointed (default 64 MiB); `on_recovery(done,
+    total)`: called with the log bytes replayed so far.
+
+    Spark settings go by their full names, `**{"spark.sql.shuffle.partitions": "4"}`, or
+    in `spark_conf`; any other keyword is an `InterfaceError`.
     """
+    unknown = [k for k in spark_settings if not k.startswith("spark.")]
+    if unknown:
+        raise InterfaceError(
+            f"connect() got an unknown keyword argument '{unknown[0]}'",
+            hint="Spark settings go by their full names (**{'spark.sql.shuffle.partitions': "
+            "'4'}) or in spark_conf={...}",
+        )
     kernel = kernel or ("spark" if spark is not None else default_kernel())
-    conf = {k: str(v) for k, v in spark_conf.items()} or None
+    merged = {**(spark_conf or {}), **spark_settings}
+    conf = {k: str(v) for k, v in merged.items()} or None
     if spark is not None and (master is not None or remote is not None):
         raise InterfaceError(
             "connect() takes one of spark=, master= and remote=",
@@ -128,6 +150,16 @@ def connect(
     )
     connection = Connection(session)
     connection.executor.statement_timeout = parse_duration(statement_timeout)
+    if data_dir is not None:
+        from dsql.durable import Durable
+
+        session.durable = Durable(data_dir, checkpoint_bytes)
+        try:
+            with connection.executor.lock:
+                session.durable.recover(connection.executor, on_recovery)
+        except BaseException:
+            session.durable.close()
+            raise
     return connection
 
 
@@ -191,8 +223,16 @@ class Connection:
         from dsql.interop import create_table
 
         self._check()
-        with self.executor.guarded(None):
-            create_table(self.session, name, source, format, replace)
+        s = self.session
+        before = s.durable.names() if s.durable is not None else set()
+        tick, s.writes = s.clock.tick, []
+        try:
+            with self.executor.guarded(None):
+                create_table(s, name, source, format, replace)
+                if s.durable is not None:
+                    s.durable.table_loaded(name, s.writes, before, tick)
+        finally:
+            s.writes = None
         return self.table(name)
 
     @_serialized
@@ -217,6 +257,8 @@ class Connection:
         for sub in self.executor.cursors.values():
             sub.close()
         exports.release(self.session)
+        if self.session.durable is not None and not self.closed:
+            self.session.durable.close()
         self.closed = True
 
     def __enter__(self) -> Connection:

@@ -90,7 +90,10 @@ class Session:
         self.deliver_writes = True
         #: While a statement runs, the writes it made (table, rows, diff): undone if it is
         #: interrupted (`Executor.execute`).
-        self.writes: list[tuple[str, pa.Table, int]] | None = None
+        self.writes: list[tuple[str, pa.Table, int, int]] | None = None
+        #: The data directory the catalog and writes are logged to (`dsql.durable`);
+        #: None: state is in memory only.
+        self.durable: Any = None
         #: Every SUBSCRIBE started in the session, in order (`dsql.subscribe`: SHOW
         #: SUBSCRIPTIONS lists those still running).
         self.subscriptions: list[Any] = []
@@ -214,7 +217,7 @@ class Session:
 
     def write(self, name: str, rows: pa.Table, diff: int) -> int:
         """Add (diff=1) or remove (diff=-1) rows of a table at the clock's tick; returns the
-        count."""
+        count. The statement's `writes` record it with its tick (`dsql.durable` logs them)."""
         rel = self._table(name)
         self._check_not_null(rel, rows)
         if rows.num_rows == 0:
@@ -222,7 +225,7 @@ class Session:
         tick = self.clock.write_tick()
         rel.version += 1
         if self.writes is not None:
-            self.writes.append((name, rows, diff))
+            self.writes.append((name, rows, diff, tick))
         data = rows.rename_columns([f"_c{i}" for i in range(rows.num_columns)]).cast(rel.schema)
         data = data.append_column(DIFF, pa.array([diff] * rows.num_rows, pa.int64()))
         data = data.append_column(TIME, pa.array([tick] * rows.num_rows, pa.int64()))
@@ -238,6 +241,8 @@ class Session:
         frame's row count, or a bound on it (the arrangement's estimate); returned. Only
         a table with no NOT NULL column: checking one would be a job of its own."""
         rel = self._table(name)
+        if self.durable is not None:
+            self.durable.refuse_spark_load()
         if any(rel.not_null):
             raise SchemaError(f"table '{name}' has NOT NULL columns; load it with INSERT")
         if rows == 0:
