@@ -246,13 +246,13 @@ class Durable:
                 records, end = wal.read(path, last=n == logs[-1])
                 if end < size:  # a torn last record: never acknowledged
                     wal.truncate(path, end)
-                for header, tables in records:
+                for i, (header, tables) in enumerate(records):
                     for entry in header["entries"]:
                         self._apply(entry, tables, path)
                     last_tick = max(last_tick, header["tick"])
+                    if progress is not None:
+                        progress(done + size * (i + 1) // len(records), total)
                 done += size
-                if progress is not None:
-                    progress(done, total)
         self.log_number = logs[-1] if logs else first
         self.log = wal.LogFile(self._log_path(self.log_number))
         self._delete_before(first)
