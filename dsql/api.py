@@ -139,27 +139,32 @@ def connect(
         start = SparkStart(master, conf, remote)
         if kernel == "spark":
             spark = start()
-    session = Session(
-        kernel,
-        clock,
-        spark,
-        placement_threshold,
-        start_spark=start,
-        memory_limit=memory_limit,
-        state_uri=state_uri,
-    )
-    connection = Connection(session)
-    connection.executor.statement_timeout = parse_duration(statement_timeout)
+    durable = None
     if data_dir is not None:
         from dsql.durable import Durable
 
-        session.durable = Durable(data_dir, checkpoint_bytes)
-        try:
+        durable = Durable(data_dir, checkpoint_bytes)  # locked, and its log read
+    try:
+        session = Session(
+            kernel,
+            clock,
+            spark,
+            placement_threshold,
+            start_spark=start,
+            memory_limit=memory_limit,
+            state_uri=state_uri,
+            start_tick=None if durable is None else durable.start_tick,
+        )
+        connection = Connection(session)
+        connection.executor.statement_timeout = parse_duration(statement_timeout)
+        if durable is not None:
+            session.durable = durable
             with connection.executor.lock:
-                session.durable.recover(connection.executor, on_recovery)
-        except BaseException:
-            session.durable.close()
-            raise
+                durable.recover(connection.executor, on_recovery)
+    except BaseException:
+        if durable is not None:
+            durable.close()
+        raise
     return connection
 
 

@@ -79,8 +79,12 @@ class Durable:
         self.blobs: list[pa.Table] = []
         self.replaying = False
         self.log: wal.LogFile | None = None
-        self.log_number = 1
         self.executor: Executor | None = None
+        try:
+            self._scan()
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
 
     # --- logging ---------------------------------------------------------------------------
     def names(self) -> set[str]:
@@ -215,37 +219,51 @@ class Durable:
         wal.sync_dir(self.path)
 
     # --- recovery --------------------------------------------------------------------------
-    def recover(self, executor: Executor, progress: Progress | None = None) -> None:
-        """Rebuild the session of `executor` from the directory (module docstring), then
-        open the log for appending."""
-        self.executor = executor
-        s = executor.session
+    def _scan(self) -> None:
+        """Read the newest checkpoint's manifest and every log after it (torn tails cut
+        off), checking that nothing is missing; sets `start_tick`, the earliest tick
+        they record (a recovered session's clock starts there)."""
         for leftover in self.path.glob(f"{_CHECKPOINT}*.tmp"):
             shutil.rmtree(leftover)
-        checkpoints = sorted(
-            n for kind, n in map(_numbered, os.listdir(self.path)) if kind == "checkpoint"
+        names = os.listdir(self.path)
+        checkpoints = sorted(n for kind, n in map(_numbered, names) if kind == "checkpoint")
+        self.first = checkpoints[-1] if checkpoints else 1
+        numbers = sorted(
+            n for kind, n in map(_numbered, names) if kind == "log" and n >= self.first
         )
-        first = checkpoints[-1] if checkpoints else 1
-        logs = sorted(
-            n for kind, n in map(_numbered, os.listdir(self.path)) if kind == "log" and n >= first
-        )
-        if logs and logs != list(range(first, first + len(logs))):
+        if numbers and numbers != list(range(self.first, self.first + len(numbers))):
             raise SourceError(
-                f"the write-ahead log in {self.path} has a gap: logs {logs} after "
-                f"checkpoint {first}",
+                f"the write-ahead log in {self.path} has a gap: logs {numbers} after "
+                f"checkpoint {self.first}",
                 hint="restore the data directory from a backup",
             )
-        sizes = [self._log_path(n).stat().st_size for n in logs]
-        total, done = sum(sizes), 0
+        self.manifest = self._manifest(self.first) if checkpoints else None
+        self.logs: list[tuple[Path, int, list[wal.Record]]] = []
+        for n in numbers:
+            path = self._log_path(n)
+            records, end = wal.read(path, last=n == numbers[-1])
+            if end < path.stat().st_size:  # a torn last record: never acknowledged
+                wal.truncate(path, end)
+            self.logs.append((path, end, records))
+        self.log_number = numbers[-1] if numbers else self.first
+        ticks = [
+            e["tick"] for _, _, rs in self.logs for h, _ in rs for e in h["entries"] if "tick" in e
+        ]
+        if self.manifest is not None:
+            ticks.append(int(self.manifest["tick"]))
+        self.start_tick = min(ticks, default=0)
+
+    def recover(self, executor: Executor, progress: Progress | None = None) -> None:
+        """Rebuild the session of `executor` (started at `start_tick`) from what `_scan`
+        read (module docstring), then open the log for appending."""
+        self.executor = executor
+        s = executor.session
+        total, done = sum(size for _, size, _ in self.logs), 0
         last_tick = s.clock.tick
         with self.replay(s):
-            if checkpoints:
-                last_tick = max(last_tick, self._load_checkpoint(first))
-            for n, size in zip(logs, sizes, strict=True):
-                path = self._log_path(n)
-                records, end = wal.read(path, last=n == logs[-1])
-                if end < size:  # a torn last record: never acknowledged
-                    wal.truncate(path, end)
+            if self.manifest is not None:
+                last_tick = max(last_tick, self._load_checkpoint(self.manifest))
+            for path, size, records in self.logs:
                 for i, (header, tables) in enumerate(records):
                     for entry in header["entries"]:
                         self._apply(entry, tables, path)
@@ -253,9 +271,9 @@ class Durable:
                     if progress is not None:
                         progress(done + size * (i + 1) // len(records), total)
                 done += size
-        self.log_number = logs[-1] if logs else first
+        self.logs, self.manifest = [], None
         self.log = wal.LogFile(self._log_path(self.log_number))
-        self._delete_before(first)
+        self._delete_before(self.first)
         self._at(last_tick + 1)  # past every logged tick, in the same millisecond
         s.close_time(force=True)
         executor.deliver()
@@ -263,16 +281,14 @@ class Durable:
     @contextmanager
     def replay(self, s: Any) -> Iterator[None]:
         """Inside: nothing is logged, and writes take the ticks the log gives them
-        (the clock runs as a manual one)."""
-        kind, s.clock.kind, self.replaying = s.clock.kind, "manual", True
+        (`Clock.replaying`)."""
+        s.clock.replaying = self.replaying = True
         try:
             yield
         finally:
-            s.clock.kind, self.replaying = kind, False
+            s.clock.replaying = self.replaying = False
 
-    def _load_checkpoint(self, number: int) -> int:
-        """Create the checkpoint's catalog and load its tables; returns its tick."""
-        s = self._session()
+    def _manifest(self, number: int) -> dict[str, Any]:
         folder = self.path / f"{_CHECKPOINT}{number:08d}"
         try:
             manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
@@ -281,6 +297,13 @@ class Durable:
                 f"the checkpoint {folder} is unreadable: {error}",
                 hint="restore the data directory from a backup",
             ) from None
+        manifest["folder"] = str(folder)
+        return dict(manifest)
+
+    def _load_checkpoint(self, manifest: dict[str, Any]) -> int:
+        """Create the checkpoint's catalog and load its tables; returns its tick."""
+        s = self._session()
+        folder = Path(manifest["folder"])
         self._at(manifest["tick"])
         for _, sql in manifest["catalog"]:
             self._run(sql, folder / "manifest.json")

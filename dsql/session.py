@@ -60,16 +60,19 @@ class Session:
         start_spark: Any = None,
         memory_limit: int | str | None = None,
         state_uri: str | None = None,
+        start_tick: int | None = None,
     ) -> None:
         """`kernel`: "auto" (placement by size), "local" or "spark"; default
         `default_kernel()`. `placement_threshold`: rows kept in-process under "auto";
         `start_spark`: called before Spark's first step under "auto" (starts it);
         `memory_limit`: the budget of one query's state (`runtime.memory`; bytes or text
         such as '2GB', default half the machine's memory); `state_uri`: the storage root
-        of the state Spark holds (`runtime/kernel/spark/state.py`)."""
+        of the state Spark holds (`runtime/kernel/spark/state.py`); `start_tick`: where
+        the clock starts, whatever its kind (a recovered session replays its log from
+        there, `dsql.durable`)."""
         kernel = kernel or default_kernel()
         self.kernel_name = kernel
-        self.clock = Clock(clock)
+        self.clock = Clock(clock, start_tick=start_tick)
         self.worker = Worker(_make_kernel(kernel, spark, placement_threshold, start_spark))
         if state_uri is not None:
             self.worker.kernel.set_state_uri(state_uri)
