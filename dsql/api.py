@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar
@@ -390,10 +391,12 @@ class Cursor:
         stmt = _one_statement(sql)
         total = 0
         notices: list[str] = []
-        for params in seq_of_parameters:
-            self._run(stmt, params, deliver=False)  # the writes reach the views together
-            total += max(self.rowcount, 0)
-            notices += self.notices
+        durable = self.connection.session.durable
+        with durable.batch() if durable is not None else nullcontext():  # one log record
+            for params in seq_of_parameters:
+                self._run(stmt, params, deliver=False)  # the writes reach the views together
+                total += max(self.rowcount, 0)
+                notices += self.notices
         self.notices = notices
         self._notify(self.connection.executor.deliver())
         self.rowcount = total

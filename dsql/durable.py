@@ -5,8 +5,8 @@ checkpoint. Every statement that changes what a later session must see is logged
 before it returns: DDL (CREATE TABLE/VIEW/INDEX, CREATE TABLE AS, DROP) as its text,
 table writes as their rows and diffs with the ticks they were stamped at, ADVANCE as
 the millisecond reached. A transaction's statements are one record, written at COMMIT
-(or at the ROLLBACK dsql refuses, after which the writes stay); a crash before loses
-all of them and nothing else. A statement that fails logs nothing.
+(or at the ROLLBACK dsql refuses, after which the writes stay), as are an
+`executemany`'s (`batch`); a crash before loses all of them and nothing else. A statement that fails logs nothing.
 
 A checkpoint (`checkpoint-N/`) holds the catalog (the statements that create what
 exists now, in creation order) and each table's rows (Parquet; Arrow IPC for a table
@@ -78,6 +78,8 @@ class Durable:
         self.pending: list[dict[str, Any]] = []
         self.blobs: list[pa.Table] = []
         self.replaying = False
+        #: Open `batch`es: while any is, `settle` waits.
+        self.held = 0
         self.log: wal.LogFile | None = None
         self.executor: Executor | None = None
         try:
@@ -130,7 +132,7 @@ class Durable:
         """Write the pending entries as one record once no transaction is open; take a
         checkpoint when the log has grown past `checkpoint_bytes`."""
         s = self._session()
-        if s.clock.in_transaction or self.replaying or not self.pending:
+        if s.clock.in_transaction or self.replaying or self.held or not self.pending:
             return
         header = {"entries": self.pending, "tick": s.clock.tick}
         assert self.log is not None
@@ -145,6 +147,17 @@ class Durable:
             self.pending, self.blobs = [], []
         if self.log.size >= self.checkpoint_bytes:
             self.checkpoint()
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Inside: statements' entries wait, and are logged as one record on leaving
+        (`executemany`: one sync for all its rows, acknowledged together)."""
+        self.held += 1
+        try:
+            yield
+        finally:
+            self.held -= 1
+            self.settle()
 
     def _entry(self, entry: dict[str, Any]) -> None:
         if not self.replaying:

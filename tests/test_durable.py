@@ -395,3 +395,18 @@ def test_cli_keeps_state_in_its_data_dir(tmp_path: Path) -> None:
 
     env = {**os.environ, "DSQL_DATA_DIR": str(data)}
     assert "23" in run(second, env=env)
+
+
+def test_executemany_is_one_record(tmp_path: Path) -> None:
+    from dsql import wal
+
+    con = _connect(tmp_path)
+    con.execute("CREATE TABLE t (a int)")
+    con.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(50)])
+    con.close()
+    (log,) = tmp_path.glob("wal-*.log")
+    records, _ = wal.read(log, last=True)
+    assert len(records) == 2 and len(records[1][0]["entries"]) == 50
+    again = _connect(tmp_path)
+    assert again.execute("SELECT count(*), sum(a) FROM t").fetchall() == [(50, 1225)]
+    again.close()
