@@ -410,3 +410,29 @@ def test_executemany_is_one_record(tmp_path: Path) -> None:
     again = _connect(tmp_path)
     assert again.execute("SELECT count(*), sum(a) FROM t").fetchall() == [(50, 1225)]
     again.close()
+
+
+def test_recovery_shows_a_progress_bar_on_a_terminal(tmp_path: Path) -> None:
+    import io
+
+    from dsql.cli import RecoveryBar
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    con = _connect(tmp_path)
+    con.execute("CREATE TABLE t (a int)")
+    con.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(20)])
+    con.close()
+    err = Terminal()
+    seen: list[tuple[int, int]] = []
+    bar = RecoveryBar(err, delay=0)  # shown at once (by default after half a second)
+
+    def progress(done: int, total: int) -> None:
+        seen.append((done, total))
+        bar(done, total)
+
+    _connect(tmp_path, on_recovery=progress).close()
+    size = next(tmp_path.glob("wal-*.log")).stat().st_size
+    assert seen[-1] == (size, size) and "recovering" in err.getvalue()
