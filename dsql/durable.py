@@ -6,7 +6,8 @@ before it returns: DDL (CREATE TABLE/VIEW/INDEX, CREATE TABLE AS, DROP) as its t
 table writes as their rows and diffs with the ticks they were stamped at, ADVANCE as
 the millisecond reached. A transaction's statements are one record, written at COMMIT
 (or at the ROLLBACK dsql refuses, after which the writes stay), as are an
-`executemany`'s (`batch`); a crash before loses all of them and nothing else. A statement that fails logs nothing.
+`executemany`'s (`batch`); a crash before loses all of them and nothing else. A
+statement that fails logs nothing.
 
 A checkpoint (`checkpoint-N/`) holds the catalog (the statements that create what
 exists now, in creation order) and each table's rows (Parquet; Arrow IPC for a table
@@ -33,6 +34,7 @@ import fcntl
 import json
 import os
 import shutil
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,7 +45,13 @@ import pyarrow.parquet as pq
 from sqlglot import exp
 
 from dsql import grammar, wal
-from dsql.errors import DsqlError, OperationalError, SourceError, UnsupportedError
+from dsql.errors import (
+    DsqlError,
+    DsqlWarning,
+    OperationalError,
+    SourceError,
+    UnsupportedError,
+)
 from dsql.relation import create_table_sql
 
 if TYPE_CHECKING:
@@ -146,7 +154,16 @@ class Durable:
         finally:
             self.pending, self.blobs = [], []
         if self.log.size >= self.checkpoint_bytes:
-            self.checkpoint()
+            try:
+                self.checkpoint()
+            except (OSError, DsqlError, pa.ArrowException) as error:
+                # The statement is on disk already: it must not fail now. The log keeps
+                # growing and the next statement tries again.
+                warnings.warn(
+                    f"checkpoint of {self.path} failed (the log keeps every write): {error}",
+                    DsqlWarning,
+                    stacklevel=2,
+                )
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -236,8 +253,8 @@ class Durable:
         """Read the newest checkpoint's manifest and every log after it (torn tails cut
         off), checking that nothing is missing; sets `start_tick`, the earliest tick
         they record (a recovered session's clock starts there)."""
-        for leftover in self.path.glob(f"{_CHECKPOINT}*.tmp"):
-            shutil.rmtree(leftover)
+        for leftover in self.path.glob(f"{_CHECKPOINT}*.tmp"):  # a checkpoint cut short
+            shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
         names = os.listdir(self.path)
         checkpoints = sorted(n for kind, n in map(_numbered, names) if kind == "checkpoint")
         self.first = checkpoints[-1] if checkpoints else 1

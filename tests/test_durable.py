@@ -436,3 +436,18 @@ def test_recovery_shows_a_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     _connect(tmp_path, on_recovery=progress).close()
     size = next(tmp_path.glob("wal-*.log")).stat().st_size
     assert seen[-1] == (size, size) and "recovering" in err.getvalue()
+
+
+def test_a_failed_checkpoint_keeps_the_statement_and_the_log(tmp_path: Path) -> None:
+    con = _connect(tmp_path, checkpoint_bytes=1)
+    con.execute("CREATE TABLE t (a int)")
+    # A file where the next checkpoint's folder goes: its mkdir fails.
+    number = int(next(tmp_path.glob("wal-*.log")).stem.removeprefix("wal-")) + 1
+    (tmp_path / f"checkpoint-{number:08d}.tmp").write_text("in the way")
+    with pytest.warns(DsqlWarning, match="checkpoint of .* failed"):
+        con.execute("INSERT INTO t VALUES (1)")
+    assert con.execute("SELECT a FROM t").fetchall() == [(1,)]
+    con.close()
+    again = _connect(tmp_path)
+    assert again.execute("SELECT a FROM t").fetchall() == [(1,)]
+    again.close()
