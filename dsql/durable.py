@@ -114,7 +114,7 @@ class Durable:
                 self._entry({"sql": create_table_sql(s.relations[stmt.name]), "tick": tick})
             case grammar.CreateTable() | grammar.CreateView() | grammar.CreateIndex():
                 self._entry({"sql": stmt.text, "tick": tick})
-            case grammar.Drop():
+            case grammar.Drop():  # with what CASCADE took: replayed, it takes the same
                 self._entry({"sql": stmt.text, "tick": tick})
             case grammar.Advance():
                 self._entry({"advance": s.clock.now_ms()})

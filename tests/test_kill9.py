@@ -233,12 +233,12 @@ def _wait_dead(pid: int) -> None:
         time.sleep(0.002)
 
 
-def _check(state: State, model: duckdb.DuckDBPyConnection, inflight: dict[str, Any] | None) -> None:
+def _check(state: State, model: duckdb.DuckDBPyConnection, inflight: dict[str, Any] | None) -> bool:
     """The recovered `state` is the model's, or the model's with the in-flight unit
-    applied (then it is kept in the model: it was durable)."""
+    applied (then it is kept in the model: it was durable; returns True)."""
     expected = model_state(model)
     if state == expected:
-        return
+        return False
     assert inflight is not None, _diff(state, expected)
     model.execute("BEGIN")
     for sql in inflight["model"]:
@@ -246,7 +246,7 @@ def _check(state: State, model: duckdb.DuckDBPyConnection, inflight: dict[str, A
     with_unit = model_state(model)
     if state == with_unit:
         model.execute("COMMIT")
-        return
+        return True
     model.execute("ROLLBACK")
     raise AssertionError(
         f"recovered state is neither before nor after {inflight['sql']}:\n"
@@ -273,7 +273,7 @@ def test_kill9_random_workload_recovers_every_acknowledged_write(tmp_path: Path)
     )
     assert server.stdin is not None and server.stdout is not None
     inflight: dict[str, Any] | None = None
-    acked = verified = 0
+    acked = verified = kept = 0
     try:
         for cycle in range(KILLS):
             out = tmp_path / f"cycle{cycle}.jsonl"
@@ -292,7 +292,7 @@ def test_kill9_random_workload_recovers_every_acknowledged_write(tmp_path: Path)
             assert not errors, errors[0]
             if not any("ready" in m for m in messages):
                 continue  # killed before it had recovered: nothing new happened
-            _check(messages[0]["state"], model, inflight)
+            kept += _check(messages[0]["state"], model, inflight)
             verified += 1
             inflight = None
             for m in messages[2:]:
@@ -313,4 +313,9 @@ def test_kill9_random_workload_recovers_every_acknowledged_write(tmp_path: Path)
     con = dsql.connect(kernel="local", data_dir=str(data_dir))
     _check(dump(con), model, inflight)
     con.close()
+    checkpoints = len(list(data_dir.glob("checkpoint-*")))
+    print(
+        f"{KILLS} kills, {verified} recoveries checked, {acked} units acknowledged, "
+        f"{kept} in-flight units found durable, checkpoint kept: {checkpoints}"
+    )
     assert verified >= KILLS * 0.8 and acked > KILLS, (verified, acked)
