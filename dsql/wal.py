@@ -1,8 +1,8 @@
 """The write-ahead log: a file of framed, checksummed records, each synced before it counts.
 
 A record is a JSON header and Arrow IPC blobs (the rows of its writes). On disk each
-record is one frame: `DWAL`, the payload's length (u32), its CRC-32 (u32), the CRC-32 of
-those twelve bytes (u32), the payload.
+record is one frame: `DWAL`, the payload's length (u64), its CRC-32 (u32), the CRC-32 of
+those sixteen bytes (u32), the payload.
 `append` writes a frame with one `write` call and `fsync`s it before returning, so a
 record `append` returned for survives any crash.
 
@@ -37,10 +37,11 @@ import pyarrow as pa
 from dsql.errors import SourceError
 
 MAGIC = b"DWAL"
-#: magic, payload length, payload CRC-32, CRC-32 of the three before it: a frame's
-#: length is trusted only when its header's own CRC holds.
-_FRAME = struct.Struct("<4sIII")
-_HEAD = 12
+#: magic, payload length (u64: a record may hold a big load's rows), payload CRC-32,
+#: CRC-32 of the three before it: a frame's length is trusted only when its header's
+#: own CRC holds.
+_FRAME = struct.Struct("<4sQII")
+_HEAD = 16
 _LENGTH = struct.Struct("<Q")
 
 Record = tuple[dict[str, Any], list[pa.Table]]
@@ -55,7 +56,7 @@ def encode(header: dict[str, Any], tables: list[pa.Table]) -> bytes:
             writer.write_table(table)
         parts.append(sink.getvalue().to_pybytes())
     payload = b"".join(_LENGTH.pack(len(p)) + p for p in parts)
-    head = struct.pack("<4sII", MAGIC, len(payload), zlib.crc32(payload))
+    head = struct.pack("<4sQI", MAGIC, len(payload), zlib.crc32(payload))
     return head + struct.pack("<I", zlib.crc32(head)) + payload
 
 
@@ -139,14 +140,14 @@ def _frame_problem(data: bytes, at: int) -> str | None:
 def _torn(data: bytes, at: int) -> bool:
     """Whether the bad frame at `at` is the tail of a write that never completed: a
     prefix of a frame (its header cut, or its intact header promising more bytes than
-    the file holds), or a frame followed only by zeros (a crash can leave a file
-    extended with zeros). A bad frame with data after it was written whole and
-    damaged since."""
+    the file holds), or a damaged header or frame followed only by zeros (a crash can
+    leave a file extended with zeros). A bad frame with data after it was written
+    whole and damaged since."""
     if len(data) - at < _FRAME.size:
         return True
     magic, length, _, header_crc = _FRAME.unpack_from(data, at)
     if magic != MAGIC or zlib.crc32(data[at : at + _HEAD]) != header_crc:
-        return not data[at:].strip(b"\0")
+        return not data[at + _FRAME.size :].strip(b"\0")  # nothing written after it
     end = at + _FRAME.size + length
     return end >= len(data) or not data[end:].strip(b"\0")
 

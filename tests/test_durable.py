@@ -253,7 +253,7 @@ def _log_with_rows(path: Path) -> Path:
     return next(path.glob("wal-*.log"))
 
 
-@pytest.mark.parametrize("tail", ["cut", "zeros", "garbled"])
+@pytest.mark.parametrize("tail", ["cut", "zeros", "header-zeros", "garbled"])
 def test_a_torn_last_record_is_discarded(tmp_path: Path, tail: str) -> None:
     log = _log_with_rows(tmp_path)
     whole = log.stat().st_size
@@ -264,7 +264,8 @@ def test_a_torn_last_record_is_discarded(tmp_path: Path, tail: str) -> None:
     last = data[whole:]
     torn = {
         "cut": last[: len(last) // 2],
-        "zeros": last[:20] + bytes(len(last) - 20),
+        "zeros": last[:20] + bytes(len(last) - 20),  # the header written, not the rest
+        "header-zeros": last[:10] + bytes(len(last) - 10),  # half the header written
         "garbled": last[:-3] + b"\xff\xff\xff",
     }[tail]
     log.write_bytes(data[:whole] + torn)
