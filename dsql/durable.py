@@ -89,6 +89,8 @@ class Durable:
         #: Open `batch`es: while any is, `settle` waits.
         self.held = 0
         self.log: wal.LogFile | None = None
+        #: The log appended to: `wal-{log_number}.log`.
+        self.log_number = 1
         self.executor: Executor | None = None
         try:
             self._scan()

@@ -212,8 +212,9 @@ def child(data_dir: str, out: str, seed: int) -> None:
 def _read_lines(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
-    text = path.read_text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    lines = path.read_text().split("\n")
+    # A line the kill cut short (no newline yet) was never sent.
+    return [json.loads(line) for line in lines[:-1] if line.strip()]
 
 
 def _wait_ready(path: Path, deadline: float) -> None:
