@@ -133,19 +133,19 @@ def connect(
         )
     if kernel != "local":
         require_root(_master(spark, master, conf), state_uri)
-    start = None
-    if spark is None and (master is not None or remote is not None or conf):
-        from dsql.runtime.spark_session import SparkStart
-
-        start = SparkStart(master, conf, remote)
-        if kernel == "spark":
-            spark = start()
     durable = None
-    if data_dir is not None:
+    if data_dir is not None:  # first: a directory in use is refused before Spark starts
         from dsql.durable import Durable
 
         durable = Durable(data_dir, checkpoint_bytes)  # locked, and its log read
     try:
+        start = None
+        if spark is None and (master is not None or remote is not None or conf):
+            from dsql.runtime.spark_session import SparkStart
+
+            start = SparkStart(master, conf, remote)
+            if kernel == "spark":
+                spark = start()
         session = Session(
             kernel,
             clock,
