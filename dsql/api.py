@@ -23,8 +23,10 @@ return the updates available so far, waiting at most `timeout` seconds for some.
 
 from __future__ import annotations
 
+import os
 import warnings
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar
@@ -78,7 +80,11 @@ def connect(
     memory_limit: int | str | None = None,
     state_uri: str | None = None,
     remote: str | None = None,
-    **spark_conf: Any,
+    data_dir: str | os.PathLike[str] | None = None,
+    checkpoint_bytes: int | None = None,
+    on_recovery: Callable[[int, int], None] | None = None,
+    spark_conf: Mapping[str, Any] | None = None,
+    **spark_settings: Any,
 ) -> Connection:
     """A connection to a new dsql session.
 
@@ -95,9 +101,26 @@ def connect(
     memory). `state_uri` (or `$DSQL_STATE_URI`) is where Spark keeps dsql's state: any
     Hadoop-compatible URI every executor and the driver reach (`file:///shared/dir`,
     `hdfs://...`, `s3a://...`); needed with a non-local master, else a temp directory.
+
+    `data_dir`: a directory the catalog and every committed write are logged to before
+    each statement returns, and recovered from on connecting (`dsql.durable`); without
+    one, state is in memory and ends with the connection. `checkpoint_bytes`: the log
+    size past which the tables are checkpointed (default 64 MiB); `on_recovery(done,
+    total)`: called with the log bytes replayed so far.
+
+    Spark settings go by their full names, `**{"spark.sql.shuffle.partitions": "4"}`, or
+    in `spark_conf`; any other keyword is an `InterfaceError`.
     """
+    unknown = [k for k in spark_settings if not k.startswith("spark.")]
+    if unknown:
+        raise InterfaceError(
+            f"connect() got an unknown keyword argument '{unknown[0]}'",
+            hint="Spark settings go by their full names (**{'spark.sql.shuffle.partitions': "
+            "'4'}) or in spark_conf={...}",
+        )
     kernel = kernel or ("spark" if spark is not None else default_kernel())
-    conf = {k: str(v) for k, v in spark_conf.items()} or None
+    merged = {**(spark_conf or {}), **spark_settings}
+    conf = {k: str(v) for k, v in merged.items()} or None
     if spark is not None and (master is not None or remote is not None):
         raise InterfaceError(
             "connect() takes one of spark=, master= and remote=",
@@ -110,24 +133,39 @@ def connect(
         )
     if kernel != "local":
         require_root(_master(spark, master, conf), state_uri)
-    start = None
-    if spark is None and (master is not None or remote is not None or conf):
-        from dsql.runtime.spark_session import SparkStart
+    durable = None
+    if data_dir is not None:  # first: a directory in use is refused before Spark starts
+        from dsql.durable import Durable
 
-        start = SparkStart(master, conf, remote)
-        if kernel == "spark":
-            spark = start()
-    session = Session(
-        kernel,
-        clock,
-        spark,
-        placement_threshold,
-        start_spark=start,
-        memory_limit=memory_limit,
-        state_uri=state_uri,
-    )
-    connection = Connection(session)
-    connection.executor.statement_timeout = parse_duration(statement_timeout)
+        durable = Durable(data_dir, checkpoint_bytes)  # locked, and its log read
+    try:
+        start = None
+        if spark is None and (master is not None or remote is not None or conf):
+            from dsql.runtime.spark_session import SparkStart
+
+            start = SparkStart(master, conf, remote)
+            if kernel == "spark":
+                spark = start()
+        session = Session(
+            kernel,
+            clock,
+            spark,
+            placement_threshold,
+            start_spark=start,
+            memory_limit=memory_limit,
+            state_uri=state_uri,
+            start_tick=None if durable is None else durable.start_tick,
+        )
+        connection = Connection(session)
+        connection.executor.statement_timeout = parse_duration(statement_timeout)
+        if durable is not None:
+            session.durable = durable
+            with connection.executor.lock:
+                durable.recover(connection.executor, on_recovery)
+    except BaseException:
+        if durable is not None:
+            durable.close()
+        raise
     return connection
 
 
@@ -191,8 +229,16 @@ class Connection:
         from dsql.interop import create_table
 
         self._check()
-        with self.executor.guarded(None):
-            create_table(self.session, name, source, format, replace)
+        s = self.session
+        before = s.durable.names() if s.durable is not None else set()
+        tick, s.writes = s.clock.tick, []
+        try:
+            with self.executor.guarded(None):
+                create_table(s, name, source, format, replace)
+                if s.durable is not None:
+                    s.durable.table_loaded(name, s.writes, before, tick)
+        finally:
+            s.writes = None
         return self.table(name)
 
     @_serialized
@@ -217,6 +263,8 @@ class Connection:
         for sub in self.executor.cursors.values():
             sub.close()
         exports.release(self.session)
+        if self.session.durable is not None and not self.closed:
+            self.session.durable.close()
         self.closed = True
 
     def __enter__(self) -> Connection:
@@ -343,10 +391,12 @@ class Cursor:
         stmt = _one_statement(sql)
         total = 0
         notices: list[str] = []
-        for params in seq_of_parameters:
-            self._run(stmt, params, deliver=False)  # the writes reach the views together
-            total += max(self.rowcount, 0)
-            notices += self.notices
+        durable = self.connection.session.durable
+        with durable.batch() if durable is not None else nullcontext():  # one log record
+            for params in seq_of_parameters:
+                self._run(stmt, params, deliver=False)  # the writes reach the views together
+                total += max(self.rowcount, 0)
+                notices += self.notices
         self.notices = notices
         self._notify(self.connection.executor.deliver())
         self.rowcount = total

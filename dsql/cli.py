@@ -239,6 +239,12 @@ def _options(after_command: bool) -> argparse.ArgumentParser:
         "implies --kernel spark)",
     )
     common.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="keep the catalog and every committed write in DIR and recover them on start "
+        "(default $DSQL_DATA_DIR; without one, state is in memory)",
+    )
+    common.add_argument(
         "--conf",
         action="append",
         dest="conf_after" if after_command else "conf",
@@ -313,8 +319,41 @@ def connect(options: argparse.Namespace, default_clock: str, err: TextIO) -> Any
         kernel=kernel,
         placement_threshold=options.placement_threshold,
         state_uri=options.state_uri,
-        **conf,
+        data_dir=options.data_dir or os.environ.get("DSQL_DATA_DIR") or None,
+        on_recovery=RecoveryBar(err) if err.isatty() else None,
+        spark_conf=conf,
     )
+
+
+class RecoveryBar:
+    """A progress bar on `err` over the log bytes a recovery replays, shown once it has
+    taken longer than `delay` seconds (`connect(on_recovery=)`)."""
+
+    def __init__(self, err: TextIO, delay: float = 0.5) -> None:
+        self.err, self.delay = err, delay
+        self.started = time.perf_counter()
+        self.progress: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.progress is None:
+            if time.perf_counter() - self.started < self.delay:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+            self.progress = Progress(
+                TextColumn("recovering"),
+                BarColumn(),
+                DownloadColumn(),
+                TextColumn("of the log"),
+                console=Console(file=self.err),
+                transient=True,
+            )
+            self.task = self.progress.add_task("recovering", total=total)
+            self.progress.start()
+        self.progress.update(self.task, completed=done, total=total)
+        if done >= total:
+            self.progress.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

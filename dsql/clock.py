@@ -35,24 +35,32 @@ def tick_of(ms: int) -> int:
 class Clock:
     """Manual or wall clock over runtime ticks (see module docstring)."""
 
-    def __init__(self, kind: str = "manual", start_ms: int = 0) -> None:
+    def __init__(
+        self, kind: str = "manual", start_ms: int = 0, start_tick: int | None = None
+    ) -> None:
+        """`start_tick`: a recovered session's first logged tick; the clock starts there
+        `replaying`, whatever its kind (`dsql.durable`)."""
         if kind not in ("manual", "wall"):
             raise TimeError(f"unknown clock {kind!r}", hint="use clock='manual' or clock='wall'")
         self.kind = kind
         start = start_ms if kind == "manual" else int(_time.time() * 1000)
         #: The tick writes go to now; every tick before it is closed (final).
-        self.tick = start * TICKS_PER_MS
+        self.tick = start * TICKS_PER_MS if start_tick is None else start_tick
         self.dirty = False
         self.in_transaction = False
+        #: While true, writes go to the tick set (a recovery replays logged ticks) and
+        #: the wall clock does not move it.
+        self.replaying = start_tick is not None
 
     def now_ms(self) -> int:
         return self.tick // TICKS_PER_MS
 
     def write_tick(self) -> int:
         """The tick the next write is stamped with."""
-        if self.kind == "wall" and not self.in_transaction and self.dirty:
+        wall = self.kind == "wall" and not self.replaying
+        if wall and not self.in_transaction and self.dirty:
             self.close()
-        if self.kind == "wall":
+        if wall:
             now = int(_time.time() * 1000) * TICKS_PER_MS
             if now > self.tick:
                 self.tick = now

@@ -86,6 +86,8 @@ class Executor:
                 with self.guarded(None):  # a rebuilt view's nodes stay if the statement fails
                     s.healing.retry()
                 s.writes = []
+                durable, tick = s.durable, s.clock.tick
+                before = durable.names() if durable is not None else set()
                 try:
                     with self.guarded(getattr(stmt, "text", None)):
                         with statement_deadline(s.worker, self.statement_timeout):
@@ -94,8 +96,12 @@ class Executor:
                         result.notices = self.deliver()
                     else:
                         result.notices = s.healing.take_notices()
+                    if durable is not None:  # on disk before the statement returns
+                        durable.statement(stmt, s.writes, before, tick)
                 except BaseException:
                     self._undo_writes()
+                    if durable is not None:  # a refused ROLLBACK ends the transaction
+                        durable.settle()
                     raise
                 return result
             finally:
@@ -108,7 +114,7 @@ class Executor:
         and the views follow at their next round."""
         s = self.session
         writes, s.writes = s.writes or [], None
-        for name, rows, diff in reversed(writes):
+        for name, rows, diff, _ in reversed(writes):
             if name in s.relations:
                 s.write(name, rows, -diff)
 

@@ -60,16 +60,19 @@ class Session:
         start_spark: Any = None,
         memory_limit: int | str | None = None,
         state_uri: str | None = None,
+        start_tick: int | None = None,
     ) -> None:
         """`kernel`: "auto" (placement by size), "local" or "spark"; default
         `default_kernel()`. `placement_threshold`: rows kept in-process under "auto";
         `start_spark`: called before Spark's first step under "auto" (starts it);
         `memory_limit`: the budget of one query's state (`runtime.memory`; bytes or text
         such as '2GB', default half the machine's memory); `state_uri`: the storage root
-        of the state Spark holds (`runtime/kernel/spark/state.py`)."""
+        of the state Spark holds (`runtime/kernel/spark/state.py`); `start_tick`: where
+        the clock starts, whatever its kind (a recovered session replays its log from
+        there, `dsql.durable`)."""
         kernel = kernel or default_kernel()
         self.kernel_name = kernel
-        self.clock = Clock(clock)
+        self.clock = Clock(clock, start_tick=start_tick)
         self.worker = Worker(_make_kernel(kernel, spark, placement_threshold, start_spark))
         if state_uri is not None:
             self.worker.kernel.set_state_uri(state_uri)
@@ -90,7 +93,10 @@ class Session:
         self.deliver_writes = True
         #: While a statement runs, the writes it made (table, rows, diff): undone if it is
         #: interrupted (`Executor.execute`).
-        self.writes: list[tuple[str, pa.Table, int]] | None = None
+        self.writes: list[tuple[str, pa.Table, int, int]] | None = None
+        #: The data directory the catalog and writes are logged to (`dsql.durable`);
+        #: None: state is in memory only.
+        self.durable: Any = None
         #: Every SUBSCRIBE started in the session, in order (`dsql.subscribe`: SHOW
         #: SUBSCRIPTIONS lists those still running).
         self.subscriptions: list[Any] = []
@@ -214,7 +220,7 @@ class Session:
 
     def write(self, name: str, rows: pa.Table, diff: int) -> int:
         """Add (diff=1) or remove (diff=-1) rows of a table at the clock's tick; returns the
-        count."""
+        count. The statement's `writes` record it with its tick (`dsql.durable` logs them)."""
         rel = self._table(name)
         self._check_not_null(rel, rows)
         if rows.num_rows == 0:
@@ -222,7 +228,7 @@ class Session:
         tick = self.clock.write_tick()
         rel.version += 1
         if self.writes is not None:
-            self.writes.append((name, rows, diff))
+            self.writes.append((name, rows, diff, tick))
         data = rows.rename_columns([f"_c{i}" for i in range(rows.num_columns)]).cast(rel.schema)
         data = data.append_column(DIFF, pa.array([diff] * rows.num_rows, pa.int64()))
         data = data.append_column(TIME, pa.array([tick] * rows.num_rows, pa.int64()))
@@ -238,6 +244,8 @@ class Session:
         frame's row count, or a bound on it (the arrangement's estimate); returned. Only
         a table with no NOT NULL column: checking one would be a job of its own."""
         rel = self._table(name)
+        if self.durable is not None:
+            self.durable.refuse_spark_load()
         if any(rel.not_null):
             raise SchemaError(f"table '{name}' has NOT NULL columns; load it with INSERT")
         if rows == 0:

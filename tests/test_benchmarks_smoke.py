@@ -73,6 +73,10 @@ SMOKE = {
         "## spark_rounds",
     ),
     "slt_speed.py": (["--queries", "5", "--no-results"], "| dsql | incremental |"),
+    "durable.py": (
+        ["--writes", "20", "--log-lengths", "10", "--view-rows", "100", "--no-write"],
+        "## durable",
+    ),
 }  # fmt: skip
 
 
