@@ -23,6 +23,7 @@ return the updates available so far, waiting at most `timeout` seconds for some.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
@@ -78,6 +79,7 @@ def connect(
     memory_limit: int | str | None = None,
     state_uri: str | None = None,
     remote: str | None = None,
+    allowed_paths: Sequence[str | os.PathLike[str]] = (),
     **spark_conf: Any,
 ) -> Connection:
     """A connection to a new dsql session.
@@ -95,6 +97,8 @@ def connect(
     memory). `state_uri` (or `$DSQL_STATE_URI`) is where Spark keeps dsql's state: any
     Hadoop-compatible URI every executor and the driver reach (`file:///shared/dir`,
     `hdfs://...`, `s3a://...`); needed with a non-local master, else a temp directory.
+    `allowed_paths`: the directories (or URI prefixes) SQL may read and write files in
+    (COPY, file sources; `dsql.sandbox`); none by default.
     """
     kernel = kernel or ("spark" if spark is not None else default_kernel())
     conf = {k: str(v) for k, v in spark_conf.items()} or None
@@ -126,6 +130,8 @@ def connect(
         memory_limit=memory_limit,
         state_uri=state_uri,
     )
+    for path in allowed_paths:
+        session.sandbox.allow(path)
     connection = Connection(session)
     connection.executor.statement_timeout = parse_duration(statement_timeout)
     return connection

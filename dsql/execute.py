@@ -21,6 +21,7 @@ from sqlglot import exp
 
 from dsql import exports, fast_path, grammar
 from dsql.assignment import assign, typed_literals
+from dsql.copy import copy_from, copy_to
 from dsql.errors import (
     DsqlError,
     ResourceLimitError,
@@ -46,7 +47,7 @@ from dsql.timeout import interrupt_cancels, parse_duration, statement_deadline
 POLL_SECONDS = 0.05
 
 #: The statements whose writes reach the views before they return (`Executor.deliver`).
-_WRITES = (grammar.Insert, grammar.Update, grammar.Delete, grammar.Commit)
+_WRITES = (grammar.Insert, grammar.Update, grammar.Delete, grammar.Commit, grammar.Copy)
 
 #: PostgreSQL client settings that drivers set on connecting and that cannot change
 #: what dsql computes: accepted and ignored. Every other name but dsql's is refused.
@@ -85,15 +86,16 @@ class Executor:
             try:
                 with self.guarded(None):  # a rebuilt view's nodes stay if the statement fails
                     s.healing.retry()
+                    polled = s.sources.poll()  # files arrived since: a write of their own
                 s.writes = []
                 try:
                     with self.guarded(getattr(stmt, "text", None)):
                         with statement_deadline(s.worker, self.statement_timeout):
                             result = self._execute(stmt)
                     if deliver and isinstance(stmt, _WRITES):
-                        result.notices = self.deliver()
+                        result.notices = polled + self.deliver()
                     else:
-                        result.notices = s.healing.take_notices()
+                        result.notices = polled + s.healing.take_notices()
                 except BaseException:
                     self._undo_writes()
                     raise
@@ -152,6 +154,7 @@ class Executor:
         with self.lock:
             while True:
                 with self.guarded(None):
+                    self.session.sources.poll()
                     table = fetch()
                 remaining = deadline - time.monotonic()
                 if table.num_rows or remaining <= 0:
@@ -181,6 +184,11 @@ class Executor:
                 return self._create_table_as(stmt)
             case grammar.Insert():
                 return self._insert(stmt)
+            case grammar.Copy():
+                return copy_from(self, stmt) if stmt.direction == "from" else copy_to(self, stmt)
+            case grammar.CreateSource():
+                s.sources.create(stmt)
+                return Result(status="CREATE SOURCE")
             case grammar.Delete():
                 old = self._matching(stmt.table, stmt.where)
                 n = s.write(stmt.table, old, -1)
@@ -210,6 +218,7 @@ class Executor:
                         dropped += s.indexes.drop(name, stmt.if_exists)
                         continue
                     dropped += s.drop(name, stmt.cascade, stmt.kind, stmt.if_exists)
+                    dropped += s.sources.drop(name)
                 return Result(status=f"DROP {stmt.kind.upper()}")
             case grammar.Select():
                 return self._select(stmt)
@@ -462,6 +471,8 @@ class Executor:
             if index is None:
                 raise SchemaError(f"unknown index '{stmt.of}'", hint="SHOW INDEXES lists them")
             return _rows({"name": [index.name], "create_sql": [index.sql]})
+        if what == "sources":
+            return _rows(s.sources.rows())
         if what == "subscriptions":
             return _rows(subscription_rows(s.subscriptions))
         if what.startswith("create "):

@@ -1,0 +1,273 @@
+"""COPY: a table's rows from a file or the client, a table's or query's rows to them.
+
+`copy_from(executor, stmt)` reads the whole input, converts every value into its
+column's type by PostgreSQL's input rules (`dsql.text_input`; a Parquet or JSON file's
+typed values by INSERT's, `dsql.assignment`), fills the columns not listed with their
+defaults, and only then writes the rows: one write at one time, so a bad row fails the
+COPY and nothing is written. An error names the input and where in it, as
+PostgreSQL's context line does (`COPY t, line 3, column b: "x"`).
+
+`copy_to(executor, stmt)` writes a table's (or a query's) rows as text or CSV (values in
+PostgreSQL's text), Parquet, or JSON lines; a file is written beside its target and
+renamed into place once complete, so no reader sees half of it.
+
+Files are reached only inside the session's sandbox (`dsql.sandbox`); the client's data
+(`FROM STDIN`, `TO STDOUT`) always.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from dsql.assignment import assign
+from dsql.copy_format import CopyFormat, records, render
+from dsql.errors import DataError, DsqlError, SchemaError, SourceError, UnsupportedError
+from dsql.printer import column_texts
+from dsql.results import Result, python_values
+from dsql.text_input import BadValue, from_text
+
+
+def copy_from(executor: Any, stmt: Any) -> Result:
+    """Run `COPY t [(cols)] FROM 'file' | STDIN` (module docstring)."""
+    s = executor.session
+    rel = s._table(stmt.table)
+    if stmt.table in getattr(s, "sources", {}):
+        raise SchemaError(f"cannot COPY into source '{stmt.table}'", hint="its files feed it")
+    names = [c.name for c in rel.columns]
+    given = list(stmt.columns or names)
+    for i, g in enumerate(given):
+        if g not in names:
+            raise SchemaError(f'column "{g}" of relation "{rel.name}" does not exist')
+        if g in given[:i]:
+            raise SchemaError(f'column "{g}" specified more than once')
+    fmt = CopyFormat.of(stmt.options)
+    label = f"COPY {rel.name}"
+    if stmt.path is None:
+        if stmt.data is None:
+            raise UnsupportedError(
+                "COPY FROM STDIN needs the client to send the rows",
+                hint="in dsql run or the shell, the rows follow the statement up to a "
+                "line \\.; from Python, INSERT them or COPY FROM a file",
+            )
+        text: str | None = stmt.data
+        where = "STDIN"
+        path = None
+    else:
+        path = s.sandbox.check(stmt.path, "read")
+        where = str(path)
+        text = None
+    types = {c.name: c.type for c in rel.columns}
+    if fmt.format in ("text", "csv"):
+        if text is None:
+            text = _read_text(Path(path))
+        found = text_records(text, fmt, given, label, where)
+        columns = typed_records(found, given, types, label, where)
+    else:
+        if path is None:
+            raise UnsupportedError(f"COPY FROM STDIN takes text or csv, not {fmt.format}")
+        columns = typed_file(Path(path), fmt.format, given, types, label)
+    n = len(columns[0]) if columns else 0
+    arrays = []
+    for i, c in enumerate(rel.columns):
+        if c.name in given:
+            arrays.append(columns[given.index(c.name)])
+        else:
+            arrays.append(executor._default(rel.defaults[i], c.type, n, c.name))
+    rows = pa.table(arrays, names=[f"_c{i}" for i in range(len(arrays))])
+    for i, required in enumerate(rel.not_null):
+        if required and rows.column(i).null_count:
+            row = rows.column(i).is_null().combine_chunks().to_pylist().index(True)
+            raise DataError(
+                f'null value in column "{names[i]}" of relation "{rel.name}" violates '
+                f"not-null constraint\nCONTEXT: {label}, {_row_name(row, fmt)} of {where}"
+            )
+    count = s.write(rel.name, rows, 1)
+    return Result(status=f"COPY {count}", rowcount=count)
+
+
+def _row_name(row: int, fmt: CopyFormat) -> str:
+    """Where row `row` (from 0) of a typed file is, in words."""
+    return f"row {row + 1}"
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DataError(
+            f'invalid byte sequence for encoding "UTF8" at byte {error.start} of {path}'
+        ) from None
+    except OSError as error:
+        raise SourceError(f'could not open file "{path}" for reading: {error.strerror}') from None
+
+
+def text_records(
+    text: str, fmt: CopyFormat, given: list[str], label: str, where: str
+) -> list[tuple[int, list[str | None]]]:
+    """The records of a text or CSV input, each with its line, checked to hold a field
+    for each of the columns `given`."""
+    out = []
+    try:
+        for line, record in records(text, fmt):
+            if len(record) != len(given):
+                problem = (
+                    "extra data after last expected column"
+                    if len(record) > len(given)
+                    else f'missing data for column "{given[len(record)]}"'
+                )
+                raise DataError(f"{problem}\nCONTEXT: {label}, line {line} of {where}")
+            out.append((line, record))
+    except DataError as error:
+        if "CONTEXT" in error.message:
+            raise
+        line = len(out) + 1 + int(fmt.header)
+        raise DataError(f"{error.message}\nCONTEXT: {label}, line {line} of {where}") from None
+    return out
+
+
+def typed_records(
+    found: list[tuple[int, list[str | None]]],
+    given: list[str],
+    types: dict[str, Any],
+    label: str,
+    where: str,
+) -> list[pa.Array]:
+    """The columns `found`'s records spell, each value read as its column's type; a
+    DataError naming the line and column of the first value that does not read."""
+    out = []
+    for k, name in enumerate(given):
+        values = [record[k] for _, record in found]
+        try:
+            out.append(from_text(values, types[name], name))
+        except BadValue as bad:
+            raise DataError(
+                f"{bad.error.message}\nCONTEXT: {label}, line {found[bad.index][0]}, column "
+                f'{name}: "{values[bad.index]}" of {where}',
+                hint=bad.error.hint,
+            ) from None
+    return out
+
+
+def typed_file(
+    path: Path, kind: str, given: list[str], types: dict[str, Any], label: str
+) -> list[pa.Array]:
+    """The columns of a Parquet or JSON-lines file, matched to the table's by name."""
+    table = read_typed(path, kind)
+    extra = [n for n in table.column_names if n not in given]
+    missing = [n for n in given if n not in table.column_names]
+    if missing or extra:
+        raise SchemaError(
+            f"{label}: {path} "
+            + (f'has no column "{missing[0]}"' if missing else f'has column "{extra[0]}"')
+            + f" (the COPY's columns are {', '.join(given)})",
+            hint="list the columns the file holds: COPY t (a, b) FROM ...",
+        )
+    out = []
+    for name in given:
+        column = table.column(name)
+        try:
+            if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+                out.append(from_text(column.cast(pa.string()).to_pylist(), types[name], name))
+            else:
+                out.append(assign(column, types[name], name).combine_chunks())
+        except BadValue as bad:
+            raise DataError(
+                f"{bad.error.message}\nCONTEXT: {label}, row {bad.index + 1}, column {name} "
+                f"of {path}"
+            ) from None
+        except DsqlError as error:
+            raise DataError(f"{error.message}\nCONTEXT: {label}, column {name} of {path}") from None
+    return out
+
+
+def read_typed(path: Path, kind: str) -> pa.Table:
+    """A Parquet or JSON-lines file's rows, as pyarrow reads them."""
+    try:
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path)
+        import pyarrow.json as pjson
+
+        return pjson.read_json(path)
+    except (pa.ArrowException, OSError) as error:
+        raise SourceError(f"cannot read {path} as {kind}: {error}") from None
+
+
+# --- out ----------------------------------------------------------------------------------
+def copy_to(executor: Any, stmt: Any) -> Result:
+    """Run `COPY t [(cols)] | (query) TO 'file' | STDOUT` (module docstring)."""
+    s = executor.session
+    fmt = CopyFormat.of(stmt.options)
+    if stmt.query is not None:
+        bound = s.plan(stmt.query)
+        names = [c.name for c in bound.plan.columns[: bound.visible]]
+        rows = s.read(bound)
+    else:
+        relation = s.relations.get(stmt.table)
+        if relation is not None and relation.kind == "view":
+            raise SchemaError(
+                f'cannot copy from view "{stmt.table}"',
+                hint=f"try the COPY (SELECT ...) TO variant: COPY (TABLE {stmt.table}) TO ...",
+            )
+        names = list(stmt.columns or [c.name for c in s.columns(stmt.table)])
+        known = [c.name for c in s.columns(stmt.table)]
+        for n in names:
+            if n not in known:
+                raise SchemaError(f'column "{n}" of relation "{stmt.table}" does not exist')
+        rows = executor._matching(stmt.table, None)
+        rows = rows.select([known.index(n) for n in names])
+    rows = rows.rename_columns(names)
+    if stmt.path is None:
+        if fmt.format not in ("text", "csv"):
+            raise UnsupportedError(f"COPY TO STDOUT takes text or csv, not {fmt.format}")
+        return Result(
+            status=f"COPY {rows.num_rows}", rowcount=rows.num_rows, output=_text(rows, fmt)
+        )
+    path = s.sandbox.check(stmt.path, "write")
+    _write(Path(path), rows, fmt)
+    return Result(status=f"COPY {rows.num_rows}", rowcount=rows.num_rows)
+
+
+def _text(rows: pa.Table, fmt: CopyFormat) -> str:
+    """`rows` as a text or CSV COPY's data, each value in PostgreSQL's text."""
+    columns = []
+    for column in rows.columns:
+        texts = column_texts(column)
+        nulls = column.is_null().to_pylist()
+        columns.append([None if null else t for t, null in zip(texts, nulls, strict=True)])
+    return render(zip(*columns, strict=True), fmt, rows.column_names)
+
+
+def _write(path: Path, rows: pa.Table, fmt: CopyFormat) -> None:
+    """Write `rows` to `path` whole or not at all: into a file beside it, renamed over it."""
+    if not path.parent.is_dir():
+        raise SourceError(f'could not open file "{path}" for writing: no such directory')
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(handle)
+    try:
+        if fmt.format == "parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(rows, temporary)
+        elif fmt.format == "json":
+            with open(temporary, "w", encoding="utf-8") as out:
+                values = [python_values(c) for c in rows.columns]
+                for row in zip(*values, strict=True):
+                    record = dict(zip(rows.column_names, row, strict=True))
+                    out.write(json.dumps(record, default=str) + "\n")
+        else:
+            Path(temporary).write_text(_text(rows, fmt), encoding="utf-8")
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+__all__ = ["copy_from", "copy_to", "read_typed", "text_records", "typed_file", "typed_records"]
