@@ -229,13 +229,13 @@ def render(rows: Iterable[Sequence[Any]], fmt: CopyFormat, names: Sequence[str] 
     data, a header of `names` first when the format asks for one."""
     out: list[str] = []
     if fmt.header:
-        out.append(fmt.delimiter.join(_field(n, fmt, header=True) for n in names))
+        out.append(fmt.delimiter.join(_field(n, fmt) for n in names))
     for row in rows:
         out.append(fmt.delimiter.join(_field(v, fmt) for v in row))
     return "".join(line + "\n" for line in out)
 
 
-def _field(value: Any, fmt: CopyFormat, header: bool = False) -> str:
+def _field(value: Any, fmt: CopyFormat) -> str:
     if value is None:
         return fmt.null
     text = str(value)
@@ -245,12 +245,7 @@ def _field(value: Any, fmt: CopyFormat, header: bool = False) -> str:
         return text if fmt.delimiter == "\t" else text.replace(fmt.delimiter, "\\" + fmt.delimiter)
     special = (fmt.delimiter, fmt.quote, "\n", "\r", fmt.escape)
     # A value that reads as NULL (or the end marker) is quoted so that it reads back as itself.
-    if (
-        any(s in text for s in special)
-        or text == fmt.null
-        or text == "\\."
-        or (not header and text == "")
-    ):
+    if any(s in text for s in special) or text in (fmt.null, "\\."):
         doubled = text.replace(fmt.escape, fmt.escape * 2) if fmt.escape != fmt.quote else text
         return fmt.quote + doubled.replace(fmt.quote, fmt.escape + fmt.quote) + fmt.quote
     return text
