@@ -59,19 +59,22 @@ def copy_from(executor: Any, stmt: Any) -> Result:
         where = "STDIN"
         path = None
     else:
-        path = s.sandbox.check(stmt.path, "read")
+        path = local(s.sandbox.check(stmt.path, "read"))
         where = str(path)
         text = None
     types = {c.name: c.type for c in rel.columns}
     if fmt.format in ("text", "csv"):
         if text is None:
-            text = _read_text(Path(path))
+            assert path is not None  # no data from the client: a file
+            text = read_text(path)
         found = text_records(text, fmt, given, label, where)
         columns = typed_records(found, given, types, label, where)
+        lines = [line for line, _ in found]
     else:
         if path is None:
             raise UnsupportedError(f"COPY FROM STDIN takes text or csv, not {fmt.format}")
-        columns = typed_file(Path(path), fmt.format, given, types, label)
+        columns = typed_file(path, fmt.format, given, types, label)
+        lines = []
     n = len(columns[0]) if columns else 0
     arrays = []
     for i, c in enumerate(rel.columns):
@@ -85,18 +88,27 @@ def copy_from(executor: Any, stmt: Any) -> Result:
             row = rows.column(i).is_null().combine_chunks().to_pylist().index(True)
             raise DataError(
                 f'null value in column "{names[i]}" of relation "{rel.name}" violates '
-                f"not-null constraint\nCONTEXT: {label}, {_row_name(row, fmt)} of {where}"
+                f"not-null constraint\nCONTEXT: {label}, "
+                + (f"line {lines[row]}" if lines else f"row {row + 1}")
+                + f" of {where}"
             )
     count = s.write(rel.name, rows, 1)
     return Result(status=f"COPY {count}", rowcount=count)
 
 
-def _row_name(row: int, fmt: CopyFormat) -> str:
-    """Where row `row` (from 0) of a typed file is, in words."""
-    return f"row {row + 1}"
+def local(location: Path | str) -> Path:
+    """A checked location as a local path; a URI (`s3a://...`) is refused: COPY reads
+    and writes local files (Spark reads URIs for `create_table`)."""
+    if isinstance(location, str):
+        raise UnsupportedError(
+            f"COPY reads and writes local files, not {location}",
+            hint="load a URI from Python: con.create_table(name, uri) reads it on Spark",
+        )
+    return location
 
 
-def _read_text(path: Path) -> str:
+def read_text(path: Path) -> str:
+    """A file's text, UTF-8; a DataError naming the byte that is not."""
     try:
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as error:
@@ -115,12 +127,8 @@ def text_records(
     out = []
     try:
         for line, record in records(text, fmt):
-            if len(record) != len(given):
-                problem = (
-                    "extra data after last expected column"
-                    if len(record) > len(given)
-                    else f'missing data for column "{given[len(record)]}"'
-                )
+            problem = field_count_problem(record, given)
+            if problem is not None:
                 raise DataError(f"{problem}\nCONTEXT: {label}, line {line} of {where}")
             out.append((line, record))
     except DataError as error:
@@ -129,6 +137,15 @@ def text_records(
         line = len(out) + 1 + int(fmt.header)
         raise DataError(f"{error.message}\nCONTEXT: {label}, line {line} of {where}") from None
     return out
+
+
+def field_count_problem(record: list[str | None], given: list[str]) -> str | None:
+    """PostgreSQL's words for a record without one field per column; None if it has."""
+    if len(record) > len(given):
+        return "extra data after last expected column"
+    if len(record) < len(given):
+        return f'missing data for column "{given[len(record)]}"'
+    return None
 
 
 def typed_records(
@@ -230,8 +247,7 @@ def copy_to(executor: Any, stmt: Any) -> Result:
         return Result(
             status=f"COPY {rows.num_rows}", rowcount=rows.num_rows, output=_text(rows, fmt)
         )
-    path = s.sandbox.check(stmt.path, "write")
-    _write(Path(path), rows, fmt)
+    _write(local(s.sandbox.check(stmt.path, "write")), rows, fmt)
     return Result(status=f"COPY {rows.num_rows}", rowcount=rows.num_rows)
 
 
@@ -270,4 +286,14 @@ def _write(path: Path, rows: pa.Table, fmt: CopyFormat) -> None:
         raise
 
 
-__all__ = ["copy_from", "copy_to", "read_typed", "text_records", "typed_file", "typed_records"]
+__all__ = [
+    "field_count_problem",
+    "local",
+    "read_text",
+    "copy_from",
+    "copy_to",
+    "read_typed",
+    "text_records",
+    "typed_file",
+    "typed_records",
+]

@@ -36,7 +36,8 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dsql.copy_format import CopyFormat
+from dsql.copy import field_count_problem, read_text, text_records, typed_file, typed_records
+from dsql.copy_format import CopyFormat, records
 from dsql.errors import DataError, DsqlError, SchemaError, SourceError
 from dsql.planner import types
 from dsql.planner.plan import Column
@@ -175,15 +176,13 @@ class FileSources:
         self, source: FileSource, path: Path, bad: list[tuple[str, int, str, str]]
     ) -> pa.Table:
         """One file's rows, typed; with a quarantine, its bad records go to `bad`."""
-        from dsql.copy import _read_text, text_records, typed_file, typed_records
-
         given = [c.name for c in source.columns]
         kinds = {c.name: c.type for c in source.columns}
         label = f"source {source.name}"
         if source.fmt.format in ("json", "parquet"):
             columns = typed_file(path, source.fmt.format, given, kinds, label)
         else:
-            text = _read_text(path)
+            text = read_text(path)
             if source.quarantine is None:
                 found = text_records(text, source.fmt, given, label, str(path))
                 columns = typed_records(found, given, kinds, label, str(path))
@@ -210,9 +209,6 @@ class FileSources:
     ) -> list[pa.Array]:
         """A text file's good records as columns, each bad one (a wrong field count, a
         value that does not read) put in `bad` with its line and error."""
-        from dsql.copy import typed_records
-        from dsql.copy_format import records
-
         label, where = f"source {source.name}", str(path)
         good: list[tuple[int, list[pa.Array]]] = []
         raw = text.splitlines()
@@ -223,8 +219,9 @@ class FileSources:
             return [pa.array([], types.to_arrow(kinds[n])) for n in given]
         for line, record in found:
             try:
-                if len(record) != len(given):
-                    raise DataError(f"has {len(record)} fields, not {len(given)}")
+                problem = field_count_problem(record, given)
+                if problem is not None:
+                    raise DataError(problem)
                 good.append((line, typed_records([(line, record)], given, kinds, label, where)))
             except DataError as error:
                 message = error.message.split("\nCONTEXT")[0]

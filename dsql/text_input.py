@@ -62,7 +62,7 @@ def from_text(values: Sequence[str | None], column_type: exp.DataType, name: str
             except DsqlError as error:
                 raise BadValue(i, error) from None
             except (ValueError, OverflowError):
-                raise BadValue(i, _invalid(column_type, v)) from None
+                raise BadValue(i, _invalid(column_type, v or "")) from None
         return pa.array(out, target)
     column = pa.chunked_array([pa.array(values, pa.string())], pa.string())
     try:
