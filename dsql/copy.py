@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from dsql.assignment import assign
-from dsql.copy_format import CopyFormat, records, render
+from dsql.copy_format import CopyFormat, plain_columns, records, render
 from dsql.errors import DataError, DsqlError, SchemaError, SourceError, UnsupportedError
 from dsql.printer import column_texts
 from dsql.results import Result, python_values
@@ -67,9 +67,8 @@ def copy_from(executor: Any, stmt: Any) -> Result:
         if text is None:
             assert path is not None  # no data from the client: a file
             text = read_text(path)
-        found = text_records(text, fmt, given, label, where)
-        columns = typed_records(found, given, types, label, where)
-        lines = [line for line, _ in found]
+        lines, fields = text_fields(text, fmt, given, label, where)
+        columns = typed_fields(lines, fields, given, types, label, where)
     else:
         if path is None:
             raise UnsupportedError(f"COPY FROM STDIN takes text or csv, not {fmt.format}")
@@ -119,24 +118,31 @@ def read_text(path: Path) -> str:
         raise SourceError(f'could not open file "{path}" for reading: {error.strerror}') from None
 
 
-def text_records(
+def text_fields(
     text: str, fmt: CopyFormat, given: list[str], label: str, where: str
-) -> list[tuple[int, list[str | None]]]:
-    """The records of a text or CSV input, each with its line, checked to hold a field
-    for each of the columns `given`."""
-    out = []
+) -> tuple[list[int], list[pa.Array]]:
+    """The fields of a text or CSV input as one string column per column `given`, and
+    each record's line; a DataError at a record without one field per column."""
+    plain = plain_columns(text, fmt, len(given))
+    if plain is not None:
+        first = 1 + int(fmt.header)
+        return list(range(first, first + (len(plain[0]) if plain else 0))), plain
+    lines: list[int] = []
+    fields: list[list[str | None]] = [[] for _ in given]
     try:
         for line, record in records(text, fmt):
             problem = field_count_problem(record, given)
             if problem is not None:
                 raise DataError(f"{problem}\nCONTEXT: {label}, line {line} of {where}")
-            out.append((line, record))
+            lines.append(line)
+            for column, value in zip(fields, record, strict=True):
+                column.append(value)
     except DataError as error:
         if "CONTEXT" in error.message:
             raise
-        line = len(out) + 1 + int(fmt.header)
+        line = len(lines) + 1 + int(fmt.header)
         raise DataError(f"{error.message}\nCONTEXT: {label}, line {line} of {where}") from None
-    return out
+    return lines, [pa.array(f, pa.string()) for f in fields]
 
 
 def field_count_problem(record: list[str | None], given: list[str]) -> str | None:
@@ -148,24 +154,24 @@ def field_count_problem(record: list[str | None], given: list[str]) -> str | Non
     return None
 
 
-def typed_records(
-    found: list[tuple[int, list[str | None]]],
+def typed_fields(
+    lines: list[int],
+    fields: list[pa.Array],
     given: list[str],
     types: dict[str, Any],
     label: str,
     where: str,
 ) -> list[pa.Array]:
-    """The columns `found`'s records spell, each value read as its column's type; a
-    DataError naming the line and column of the first value that does not read."""
+    """The columns `fields` spell, each value read as its column's type; a DataError
+    naming the line and column of the first value that does not read."""
     out = []
-    for k, name in enumerate(given):
-        values = [record[k] for _, record in found]
+    for name, values in zip(given, fields, strict=True):
         try:
             out.append(from_text(values, types[name], name))
         except BadValue as bad:
             raise DataError(
-                f"{bad.error.message}\nCONTEXT: {label}, line {found[bad.index][0]}, column "
-                f'{name}: "{values[bad.index]}" of {where}',
+                f"{bad.error.message}\nCONTEXT: {label}, line {lines[bad.index]}, column "
+                f'{name}: "{values[bad.index].as_py()}" of {where}',
                 hint=bad.error.hint,
             ) from None
     return out
@@ -190,7 +196,7 @@ def typed_file(
         column = table.column(name)
         try:
             if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-                out.append(from_text(column.cast(pa.string()).to_pylist(), types[name], name))
+                out.append(from_text(column.cast(pa.string()).combine_chunks(), types[name], name))
             else:
                 out.append(assign(column, types[name], name).combine_chunks())
         except BadValue as bad:
@@ -293,7 +299,7 @@ __all__ = [
     "copy_from",
     "copy_to",
     "read_typed",
-    "text_records",
+    "text_fields",
     "typed_file",
-    "typed_records",
+    "typed_fields",
 ]

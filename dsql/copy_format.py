@@ -29,6 +29,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from dsql.errors import DataError, SchemaError, UnsupportedError
 
 #: The formats a COPY reads and writes; parquet and json are dsql's (Arrow's) own.
@@ -223,6 +226,33 @@ def _csv_record(lines: list[str], i: int, fmt: CopyFormat) -> tuple[list[str | N
     return fields, i + 1
 
 
+def plain_columns(text: str, fmt: CopyFormat, width: int) -> list[pa.Array] | None:
+    """The `width` string columns of `text` split by Arrow, when a split is all reading
+    takes: every record one line of `width` fields, no quote (CSV) and no backslash but
+    in NULL markers (text), no end marker; None otherwise (`records` reads it)."""
+    if (fmt.format == "csv" and fmt.quote in text) or "\\.\n" in text or text.endswith("\\."):
+        return None
+    lines = _LINE_BREAK.split(text)
+    if lines and lines[-1] == "":
+        lines.pop()
+    fields = pc.split_pattern(
+        pa.array(lines[1:] if fmt.header else lines, pa.string()), fmt.delimiter
+    )
+    if pc.any(pc.not_equal(pc.list_value_length(fields), width)).as_py():
+        return None
+    columns = []
+    for k in range(width):
+        column = pc.list_element(fields, k)
+        null = pc.equal(column, fmt.null)
+        if (
+            fmt.format == "text"
+            and pc.any(pc.and_(pc.invert(null), pc.match_substring(column, "\\"))).as_py()
+        ):
+            return None
+        columns.append(pc.if_else(null, pa.scalar(None, pa.string()), column))
+    return columns
+
+
 # --- writing ---------------------------------------------------------------------------------
 def render(rows: Iterable[Sequence[Any]], fmt: CopyFormat, names: Sequence[str] = ()) -> str:
     """`rows` (values already in PostgreSQL's text, or None) as a text or CSV COPY's
@@ -251,4 +281,4 @@ def _field(value: Any, fmt: CopyFormat) -> str:
     return text
 
 
-__all__ = ["FORMATS", "CopyFormat", "records", "render"]
+__all__ = ["FORMATS", "CopyFormat", "plain_columns", "records", "render"]

@@ -36,7 +36,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dsql.copy import field_count_problem, read_text, text_records, typed_file, typed_records
+from dsql.copy import field_count_problem, read_text, text_fields, typed_fields, typed_file
 from dsql.copy_format import CopyFormat, records
 from dsql.errors import DataError, DsqlError, SchemaError, SourceError
 from dsql.planner import types
@@ -184,8 +184,8 @@ class FileSources:
         else:
             text = read_text(path)
             if source.quarantine is None:
-                found = text_records(text, source.fmt, given, label, str(path))
-                columns = typed_records(found, given, kinds, label, str(path))
+                lines, fields = text_fields(text, source.fmt, given, label, str(path))
+                columns = typed_fields(lines, fields, given, kinds, label, str(path))
             else:
                 columns = self._quarantined(source, path, text, given, kinds, bad)
         table = pa.table(columns, names=[f"_c{i}" for i in range(len(columns))])
@@ -222,7 +222,8 @@ class FileSources:
                 problem = field_count_problem(record, given)
                 if problem is not None:
                     raise DataError(problem)
-                good.append((line, typed_records([(line, record)], given, kinds, label, where)))
+                fields = [pa.array([v], pa.string()) for v in record]
+                good.append((line, typed_fields([line], fields, given, kinds, label, where)))
             except DataError as error:
                 message = error.message.split("\nCONTEXT")[0]
                 bad.append((path.name, line, message, raw[line - 1] if line <= len(raw) else ""))

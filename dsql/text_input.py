@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from dsql.assignment import assign
@@ -34,6 +35,12 @@ from dsql.planner.types import T
 _FLOAT = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?|nan|inf|infinity)", re.IGNORECASE)
 #: The largest finite `real` (float32).
 _REAL_MAX = 3.4028234663852886e38
+#: The integers and floats whose text Arrow reads as PostgreSQL does (RE2 syntax).
+_INTEGER_TEXT = r"^[ \t\n\r\f]*[0-9]+[ \t\n\r\f]*$|^[ \t\n\r\f]*-[0-9]+[ \t\n\r\f]*$"
+_FLOAT_TEXT = (
+    r"(?i)^[ \t\n\r\f]*[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:e[+-]?[0-9]+)?|nan|inf|infinity)"
+    r"[ \t\n\r\f]*$"
+)
 _BOOLEAN_WORDS = (("true", True), ("false", False), ("yes", True), ("no", False))
 
 
@@ -46,17 +53,23 @@ class BadValue(Exception):
         self.error = error
 
 
-def from_text(values: Sequence[str | None], column_type: exp.DataType, name: str = "") -> pa.Array:
-    """`values` read as `column_type` (module docstring); a `BadValue` at the first
-    value that does not read."""
+def from_text(
+    values: pa.Array | Sequence[str | None], column_type: exp.DataType, name: str = ""
+) -> pa.Array:
+    """`values` (text) read as `column_type` (module docstring); a `BadValue` at the
+    first value that does not read."""
+    column = values if isinstance(values, pa.Array) else pa.array(values, pa.string())
     target = types.to_arrow(column_type)
+    fast = _vectorized(column, target)
+    if fast is not None:
+        return fast
     reader = _READERS.get(column_type.this)
     if column_type.this == T.ARRAY:
         element = types.one_dimensional(column_type).expressions[0]
         reader = _array_reader(element)
     if reader is not None:
         out = []
-        for i, v in enumerate(values):
+        for i, v in enumerate(column.to_pylist()):
             try:
                 out.append(None if v is None else reader(v))
             except DsqlError as error:
@@ -64,40 +77,58 @@ def from_text(values: Sequence[str | None], column_type: exp.DataType, name: str
             except (ValueError, OverflowError):
                 raise BadValue(i, _invalid(column_type, v or "")) from None
         return pa.array(out, target)
-    column = pa.chunked_array([pa.array(values, pa.string())], pa.string())
     try:
-        return assign(column, column_type, name).combine_chunks()
+        return assign(pa.chunked_array([column]), column_type, name).combine_chunks()
     except DsqlError:
-        raise BadValue(
-            _first_bad(values, column_type, name), _error(values, column_type, name)
-        ) from None
+        i = _first_bad(column, column_type, name)
+        raise BadValue(i, _error(column[i].as_py(), column_type, name)) from None
 
 
-def _first_bad(values: Sequence[str | None], column_type: exp.DataType, name: str) -> int:
+def _vectorized(column: pa.Array, target: pa.DataType) -> pa.Array | None:
+    """`column` read as an integer or double column by Arrow, when every value is in
+    the plain spelling both read alike (checked first, so Arrow never accepts what
+    PostgreSQL refuses) and fits; None otherwise: the value-by-value reading decides."""
+    if pa.types.is_integer(target):
+        spelling = _INTEGER_TEXT
+    elif pa.types.is_float64(target):
+        spelling = _FLOAT_TEXT
+    else:
+        return None
+    if pc.any(pc.invert(pc.match_substring_regex(column, spelling))).as_py():
+        return None
+    try:
+        trimmed = pc.utf8_trim_whitespace(column)
+        read = trimmed.cast(pa.int64() if pa.types.is_integer(target) else target)
+        if pa.types.is_float64(target) and pc.any(pc.is_inf(read)).as_py():
+            return None  # `1e400`: out of range, which the value-by-value reading says
+        return read.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
+def _first_bad(column: pa.Array, column_type: exp.DataType, name: str) -> int:
     """The position of the first value `assign` refuses (there is one): a bisection,
-    each step one vectorized `assign` of a prefix."""
-    lo, hi = 0, len(values)  # the first bad value is in values[lo:hi]
+    each step one vectorized `assign` of a slice."""
+    lo, hi = 0, len(column)  # the first bad value is in column[lo:hi]
     while hi - lo > 1:
         mid = (lo + hi) // 2
         try:
-            assign(pa.chunked_array([pa.array(values[lo:mid], pa.string())]), column_type, name)
+            assign(pa.chunked_array([column.slice(lo, mid - lo)]), column_type, name)
             lo = mid
         except DsqlError:
             hi = mid
     return lo
 
 
-def _error(values: Sequence[str | None], column_type: exp.DataType, name: str) -> DsqlError:
-    """The error of the first bad value, in PostgreSQL's words where assign's speak of
-    a cast (`column 'a' is of type date but ...`)."""
-    i = _first_bad(values, column_type, name)
+def _error(value: str | None, column_type: exp.DataType, name: str) -> DsqlError:
+    """The error of a value `assign` refuses, in PostgreSQL's words where assign's speak
+    of a cast (`column 'a' is of type date but ...`)."""
     try:
-        assign(pa.chunked_array([pa.array([values[i]], pa.string())]), column_type, name)
+        assign(pa.chunked_array([pa.array([value], pa.string())]), column_type, name)
     except DsqlError as error:
-        if "but the value is of type" in error.message:
-            return _invalid(column_type, values[i] or "")
-        return error
-    return _invalid(column_type, values[i] or "")
+        if "but the value is of type" not in error.message:
+            return error
+    return _invalid(column_type, value or "")
 
 
 def _invalid(column_type: exp.DataType, value: str) -> DataError:
