@@ -332,6 +332,8 @@ class Cursor:
         self.status = ""
         #: The last statement's notices (also issued as `DsqlWarning`s).
         self.notices: list[str] = []
+        #: The data of the last `COPY ... TO STDOUT` (text or CSV), else None.
+        self.copy_output: str | None = None
 
     @_serialized
     def execute(self, sql: str, parameters: Sequence[Any] | None = None) -> Cursor:
@@ -382,6 +384,7 @@ class Cursor:
         self._pos = 0
         self.rowcount = result.rowcount
         self.status = result.status
+        self.copy_output = result.output
         self.notices = []
         self._notify(result.notices)
         self.description = (

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dsql.assignment import assign
 from dsql.copy_format import CopyFormat, plain_columns, records, render
@@ -259,12 +260,23 @@ def copy_to(executor: Any, stmt: Any) -> Result:
 
 def _text(rows: pa.Table, fmt: CopyFormat) -> str:
     """`rows` as a text or CSV COPY's data, each value in PostgreSQL's text."""
-    columns = []
-    for column in rows.columns:
-        texts = column_texts(column)
-        nulls = column.is_null().to_pylist()
-        columns.append([None if null else t for t, null in zip(texts, nulls, strict=True)])
-    return render(zip(*columns, strict=True), fmt, rows.column_names)
+    return render([_texts(c.combine_chunks()) for c in rows.columns], fmt, rows.column_names)
+
+
+def _texts(column: pa.Array) -> pa.Array:
+    """A column's values in PostgreSQL's text (nulls stay null): Arrow's own text where
+    it is PostgreSQL's (integers, text, dates), `t`/`f` for booleans, else the
+    printer's."""
+    kind = column.type
+    if pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_date32(kind):
+        return column.cast(pa.string())
+    if pa.types.is_boolean(kind):
+        return pc.if_else(column, "t", "f")
+    texts = column_texts(column)
+    return pa.array(
+        [None if v is None else t for t, v in zip(texts, column.to_pylist(), strict=True)],
+        pa.string(),
+    )
 
 
 def _write(path: Path, rows: pa.Table, fmt: CopyFormat) -> None:

@@ -3,7 +3,7 @@
 `CopyFormat.of(options)` checks a COPY's `(option value, ...)` as PostgreSQL does
 (`FORMAT text | csv | parquet | json`, `HEADER`, `DELIMITER`, `NULL`, `QUOTE`,
 `ESCAPE`, `ENCODING`). `records(text, fmt)` yields each record's line number and fields
-(None for NULL); `render(rows, fmt)` writes rows back in the same format. The rules:
+(None for NULL); `render(columns, fmt)` writes columns back in the same format. The rules:
 
 - text: fields split at the delimiter (a tab); `\\N` is NULL; a backslash escapes the
   next character (`\\t`, `\\n`, `\\r`, `\\b`, `\\f`, `\\v`, `\\\\`, octal `\\123`, hex
@@ -18,7 +18,7 @@ Line numbers count physical lines from 1, the header included, as PostgreSQL's
 >>> fmt = CopyFormat.of((("format", "csv"),))
 >>> list(records('1,"a,b"\\n2,\\n', fmt))
 [(1, ['1', 'a,b']), (2, ['2', None])]
->>> render([(1, 'a,b'), (2, None)], fmt)
+>>> render([pa.array(["1", "2"]), pa.array(["a,b", None])], fmt)
 '1,"a,b"\\n2,\\n'
 """
 
@@ -27,7 +27,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -254,31 +253,41 @@ def plain_columns(text: str, fmt: CopyFormat, width: int) -> list[pa.Array] | No
 
 
 # --- writing ---------------------------------------------------------------------------------
-def render(rows: Iterable[Sequence[Any]], fmt: CopyFormat, names: Sequence[str] = ()) -> str:
-    """`rows` (values already in PostgreSQL's text, or None) as a text or CSV COPY's
-    data, a header of `names` first when the format asks for one."""
-    out: list[str] = []
+def render(columns: Sequence[pa.Array], fmt: CopyFormat, names: Sequence[str] = ()) -> str:
+    """`columns` (string columns: values in PostgreSQL's text, nulls for NULL) as a text
+    or CSV COPY's data, a header of `names` first when the format asks for one; each
+    field escaped (text) or quoted (CSV) so that it reads back as itself."""
+    header = ""
     if fmt.header:
-        out.append(fmt.delimiter.join(_field(n, fmt) for n in names))
-    for row in rows:
-        out.append(fmt.delimiter.join(_field(v, fmt) for v in row))
-    return "".join(line + "\n" for line in out)
+        header = fmt.delimiter.join(_fields(pa.array(list(names), pa.string()), fmt).to_pylist())
+        header += "\n"
+    fields = [_fields(c, fmt) for c in columns]
+    if not fields or not len(fields[0]):
+        return header
+    lines = pc.binary_join_element_wise(*fields, fmt.delimiter) if len(fields) > 1 else fields[0]
+    return header + "".join(line + "\n" for line in lines.to_pylist())
 
 
-def _field(value: Any, fmt: CopyFormat) -> str:
-    if value is None:
-        return fmt.null
-    text = str(value)
+def _fields(column: pa.Array, fmt: CopyFormat) -> pa.Array:
+    """A string column's fields escaped or quoted, NULL as the NULL string."""
     if fmt.format == "text":
-        text = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-        text = text.replace("\t", "\\t")
-        return text if fmt.delimiter == "\t" else text.replace(fmt.delimiter, "\\" + fmt.delimiter)
-    special = (fmt.delimiter, fmt.quote, "\n", "\r", fmt.escape)
-    # A value that reads as NULL (or the end marker) is quoted so that it reads back as itself.
-    if any(s in text for s in special) or text in (fmt.null, "\\."):
-        doubled = text.replace(fmt.escape, fmt.escape * 2) if fmt.escape != fmt.quote else text
-        return fmt.quote + doubled.replace(fmt.quote, fmt.escape + fmt.quote) + fmt.quote
-    return text
+        for plain, escaped in (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t")):
+            column = pc.replace_substring(column, plain, escaped)
+        if fmt.delimiter != "\t":
+            column = pc.replace_substring(column, fmt.delimiter, "\\" + fmt.delimiter)
+        return pc.fill_null(column, fmt.null)
+    special = pc.or_(
+        pc.match_substring_regex(
+            column, "[" + re.escape(fmt.delimiter + fmt.quote + fmt.escape) + "\r\n]"
+        ),
+        pc.is_in(column, pa.array([fmt.null, "\\."])),  # reads as NULL, or as the end
+    )
+    doubled = column
+    if fmt.escape != fmt.quote:
+        doubled = pc.replace_substring(doubled, fmt.escape, fmt.escape * 2)
+    doubled = pc.replace_substring(doubled, fmt.quote, fmt.escape + fmt.quote)
+    quoted = pc.binary_join_element_wise(fmt.quote, doubled, fmt.quote, "")
+    return pc.fill_null(pc.if_else(special, quoted, column), fmt.null)
 
 
 __all__ = ["FORMATS", "CopyFormat", "plain_columns", "records", "render"]

@@ -167,6 +167,16 @@ def test_parquet_and_json_round_trip_by_column_name(tmp_path: Path) -> None:
         cur.execute(f"COPY t FROM '{tmp_path / 'bad.parquet'}' (FORMAT parquet)")
 
 
+def test_copy_to_stdout_from_python_is_the_cursors_copy_output(tmp_path: Path) -> None:
+    cur = _connect(tmp_path).cursor()
+    cur.execute("CREATE TABLE t (a int, b text)")
+    cur.execute("INSERT INTO t VALUES (1, 'x\ty'), (2, NULL)")
+    cur.execute("COPY (SELECT * FROM t ORDER BY a) TO STDOUT")
+    assert (cur.copy_output, cur.rowcount) == ("1\tx\\ty\n2\t\\N\n", 2)
+    cur.execute("SELECT 1")
+    assert cur.copy_output is None
+
+
 def test_listed_columns_defaults_and_not_null(tmp_path: Path) -> None:
     cur = _connect(tmp_path).cursor()
     cur.execute("CREATE TABLE t (a int NOT NULL, b text DEFAULT 'd', c int)")
@@ -326,3 +336,21 @@ def test_the_shell_reads_rows_after_copy_from_stdin(tmp_path: Path) -> None:
         assert t.wait() == 0
     finally:
         os.close(t.fd)
+
+
+def test_copy_on_spark_equals_copy_in_process(spark: Any, tmp_path: Path) -> None:
+    (tmp_path / "in.csv").write_text('a,b\n1,x\n2,\n3,"y,z"\n')
+    results = []
+    for con in (
+        dsql.connect(kernel="local", allowed_paths=[tmp_path]),
+        dsql.connect(spark=spark, allowed_paths=[tmp_path]),
+    ):
+        cur = con.cursor()
+        cur.execute("CREATE TABLE t (a int, b text)")
+        cur.execute("CREATE MATERIALIZED VIEW v AS SELECT count(b) AS n, sum(a) AS s FROM t")
+        cur.execute(f"COPY t FROM '{tmp_path / 'in.csv'}' (FORMAT csv, HEADER)")
+        out = tmp_path / f"out-{len(results)}.csv"
+        cur.execute(f"COPY (SELECT * FROM t ORDER BY a) TO '{out}' (FORMAT csv)")
+        results.append((_rows(cur, "SELECT * FROM v"), out.read_text()))
+        con.close()
+    assert results[0] == results[1] == ([(2, 6)], '1,x\n2,\n3,"y,z"\n')
