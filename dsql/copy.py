@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dsql.assignment import assign
-from dsql.copy_format import CopyFormat, plain_columns, records, render
+from dsql.copy_format import CopyFormat, RecordError, plain_columns, records, render
 from dsql.errors import DataError, DsqlError, SchemaError, SourceError, UnsupportedError
 from dsql.printer import column_texts
 from dsql.results import Result, python_values
@@ -138,11 +138,10 @@ def text_fields(
             lines.append(line)
             for column, value in zip(fields, record, strict=True):
                 column.append(value)
-    except DataError as error:
-        if "CONTEXT" in error.message:
-            raise
-        line = len(lines) + 1 + int(fmt.header)
-        raise DataError(f"{error.message}\nCONTEXT: {label}, line {line} of {where}") from None
+    except RecordError as error:
+        raise DataError(
+            f"{error.message}\nCONTEXT: {label}, line {error.line} of {where}", hint=error.hint
+        ) from None
     return lines, [pa.array(f, pa.string()) for f in fields]
 
 

@@ -123,13 +123,20 @@ def _boolean(value: str, name: str) -> bool:
 
 
 # --- reading ---------------------------------------------------------------------------------
+class RecordError(DataError):
+    """A record PostgreSQL's COPY refuses to read, at line `line`."""
+
+    def __init__(self, message: str, line: int) -> None:
+        super().__init__(message)
+        self.line = line
+
+
 def records(text: str, fmt: CopyFormat) -> Iterator[tuple[int, list[str | None]]]:
     """Each record of `text` (a text or CSV COPY's data): its first line's number and
-    its fields; the header line, when the format has one, is skipped."""
-    lines = _LINE_BREAK.split(text)
-    if lines and lines[-1] == "":  # the break ending the last line starts no record
-        lines.pop()
-    read = _text_record if fmt.format == "text" else _csv_record
+    its fields; the header line, when the format has one, is skipped. Every line ends
+    as the first does (`\\n`, `\\r\\n` or `\\r`), as PostgreSQL requires; another line
+    break outside a quoted CSV field is a `RecordError`."""
+    lines, eol = _lines(text)
     i = 1 if fmt.header else 0
     while i < len(lines):
         if fmt.format == "text" and lines[i] == "\\.":
@@ -137,14 +144,42 @@ def records(text: str, fmt: CopyFormat) -> Iterator[tuple[int, list[str | None]]
         if fmt.format == "csv" and lines[i] == "\\." and i == len(lines) - 1:
             return
         start = i
-        fields, i = read(lines, i, fmt)
+        try:
+            if fmt.format == "text":
+                fields, i = _text_record(lines, i, fmt)
+            else:
+                fields, i = _csv_record(lines, i, fmt, eol)
+        except DataError as error:
+            raise RecordError(error.message, start + 1) from None
         yield start + 1, fields
+
+
+def _lines(text: str) -> tuple[list[str], str]:
+    """`text` split at the line break its first line ends with, and that break."""
+    first = _LINE_BREAK.search(text)
+    eol = "\n" if first is None else first.group()
+    lines = text.split(eol)
+    if lines and lines[-1] == "":  # the break ending the last line starts no record
+        lines.pop()
+    return lines, eol
+
+
+def _stray_break(line: str, kind: str) -> None:
+    """Refuse a line break left inside a line (not the data's line break)."""
+    for char, name in (("\r", "carriage return"), ("\n", "newline")):
+        if char in line:
+            raise DataError(
+                f"{kind} {name} found in data",
+                hint="end every line alike; write a line break in a value as \\n (text) "
+                "or inside quotes (CSV)",
+            )
 
 
 def _text_record(lines: list[str], i: int, fmt: CopyFormat) -> tuple[list[str | None], int]:
     """The fields of text-format line `i` (a record is one line), and the next line; a
     delimiter after a backslash is part of its field."""
     line = lines[i]
+    _stray_break(line, "literal")
     if "\\" not in line:
         raw = line.split(fmt.delimiter)
     else:
@@ -176,11 +211,14 @@ def _unescape(field: str) -> str:
     return _TEXT_ESCAPE.sub(one, field)
 
 
-def _csv_record(lines: list[str], i: int, fmt: CopyFormat) -> tuple[list[str | None], int]:
+def _csv_record(
+    lines: list[str], i: int, fmt: CopyFormat, eol: str
+) -> tuple[list[str | None], int]:
     """The fields of the CSV record starting at line `i`, and the line after it; a
-    quoted field may run over line breaks."""
+    quoted field may run over line breaks (`eol`, kept in its value)."""
     line = lines[i]
     if fmt.quote not in line:  # the common case: no quoting, a plain split
+        _stray_break(line, "unquoted")
         return [None if f == fmt.null else f for f in line.split(fmt.delimiter)], i + 1
     fields: list[str | None] = []
     field: list[str] = []
@@ -193,7 +231,7 @@ def _csv_record(lines: list[str], i: int, fmt: CopyFormat) -> tuple[list[str | N
             i += 1  # a line break inside quotes is part of the field
             if i >= len(lines):
                 raise DataError("unterminated CSV quoted field")
-            field.append("\n")
+            field.append(eol)
             line, j = lines[i], 0
             continue
         c = line[j]
@@ -211,6 +249,8 @@ def _csv_record(lines: list[str], i: int, fmt: CopyFormat) -> tuple[list[str | N
                 in_quotes = False
             else:
                 field.append(c)
+        elif c in "\r\n":
+            _stray_break(c, "unquoted")
         elif c == fmt.quote:
             in_quotes = quoted = True
         elif c == fmt.delimiter:
@@ -231,9 +271,9 @@ def plain_columns(text: str, fmt: CopyFormat, width: int) -> list[pa.Array] | No
     in NULL markers (text), no end marker; None otherwise (`records` reads it)."""
     if (fmt.format == "csv" and fmt.quote in text) or "\\.\n" in text or text.endswith("\\."):
         return None
-    lines = _LINE_BREAK.split(text)
-    if lines and lines[-1] == "":
-        lines.pop()
+    lines, eol = _lines(text)
+    if text.count("\r") + text.count("\n") != len(eol) * text.count(eol):
+        return None  # a stray line break, which `records` refuses
     fields = pc.split_pattern(
         pa.array(lines[1:] if fmt.header else lines, pa.string()), fmt.delimiter
     )
@@ -290,4 +330,4 @@ def _fields(column: pa.Array, fmt: CopyFormat) -> pa.Array:
     return pc.fill_null(pc.if_else(special, quoted, column), fmt.null)
 
 
-__all__ = ["FORMATS", "CopyFormat", "plain_columns", "records", "render"]
+__all__ = ["FORMATS", "CopyFormat", "RecordError", "plain_columns", "records", "render"]

@@ -37,7 +37,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dsql.copy import field_count_problem, read_text, text_fields, typed_fields, typed_file
-from dsql.copy_format import CopyFormat, records
+from dsql.copy_format import CopyFormat, RecordError, records
 from dsql.errors import DataError, DsqlError, SchemaError, SourceError
 from dsql.planner import types
 from dsql.planner.plan import Column
@@ -214,8 +214,8 @@ class FileSources:
         raw = text.splitlines()
         try:
             found = list(records(text, source.fmt))
-        except DataError as error:
-            bad.append((path.name, 0, error.message, ""))
+        except RecordError as error:  # no record can be told apart from the next
+            bad.append((path.name, error.line, f"{error.message}; no record of it was read", ""))
             return [pa.array([], types.to_arrow(kinds[n])) for n in given]
         for line, record in found:
             try:

@@ -62,6 +62,19 @@ BAD = (
     ("(FORMAT csv)", "1,1,1,t,2020-01-01,2020-01-01 00:00:00,x,1 s,9\n", "line 1"),
     ("", "1\t12345\t1\tt\t2020-01-01\t2020-01-01 00:00:00\tx\t1 s\n", "line 1, column n"),
     ("", "1\t1\t1e400\tt\t2020-01-01\t2020-01-01 00:00:00\tx\t1 s\n", "line 1, column f"),
+    (  # every line ends as the first does
+        "(FORMAT csv)",
+        "1,1,1,t,2020-01-01,2020-01-01 00:00:00,x,1 s\r\n"
+        "2,1,1,t,2020-01-01,2020-01-01 00:00:00,x,1 s\n",
+        "line 2",
+    ),
+    (
+        "",
+        "1\t1\t1\tt\t2020-01-01\t2020-01-01 00:00:00\tx\t1 s\n"
+        "2\t1\t1\tt\t2020-01-01\t2020-01-01\rx\n",
+        "line 2",
+    ),
+    ("(FORMAT csv)", '1,1,1,t,2020-01-01,2020-01-01 00:00:00,"x,1 s\n', "line 1"),
 )
 
 
@@ -354,3 +367,29 @@ def test_copy_on_spark_equals_copy_in_process(spark: Any, tmp_path: Path) -> Non
         results.append((_rows(cur, "SELECT * FROM v"), out.read_text()))
         con.close()
     assert results[0] == results[1] == ([(2, 6)], '1,x\n2,\n3,"y,z"\n')
+
+
+#: Types whose input PostgreSQL reads by rules of their own, and data for them.
+EXOTIC = "(k int, b boolean, r real, bt bytea, arr int[], tz timestamptz, c varchar(3))"
+EXOTIC_DATA = (
+    "1\ttr\t1.5\t\\\\x4142\t{1,NULL,3}\t2024-01-02 03:04:05+02\tab \r\n"
+    "2\tOF\t-Infinity\tab\\\\\\\\c\t{}\t2024-01-02 03:04:05\t\\N\r\n"
+    "3\t y \t1e-3\t\\N\t\\N\t2024-01-02T03:04:05.25-01:30\tabc\r\n"
+)
+
+
+def test_types_with_input_rules_of_their_own_read_as_postgresql_reads_them(
+    pg: Any, tmp_path: Path
+) -> None:
+    with pg.database("copy_exotic") as pgc:
+        pgc.execute("SET TIME ZONE 'UTC'")
+        pgc.execute(f"CREATE TABLE t {EXOTIC}")
+        with pgc.cursor().copy("COPY t FROM STDIN") as copy:
+            copy.write(EXOTIC_DATA)
+        want = pgc.execute("SELECT * FROM t ORDER BY k").fetchall()
+    (tmp_path / "in.txt").write_text(EXOTIC_DATA)
+    cur = _connect(tmp_path).cursor()
+    cur.execute(f"CREATE TABLE t {EXOTIC}")
+    cur.execute(f"COPY t FROM '{tmp_path / 'in.txt'}'")
+    got = _rows(cur, "SELECT * FROM t ORDER BY k")
+    assert [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in want] == got
