@@ -91,18 +91,28 @@ def _rows(cur: Any, sql: str) -> list[tuple[Any, ...]]:
 def test_copy_from_reads_values_as_postgresql_does(
     pg: Any, tmp_path: Path, options: str, data: str
 ) -> None:
+    select = "SELECT i, n, f, b, d, ts, s, CAST(iv AS text) FROM t ORDER BY i"
+    want, got = _both_read(pg, tmp_path, TABLE, options, data, select)
+    assert [_nan(r) for r in got] == [_nan(r) for r in want]
+
+
+def _both_read(
+    pg: Any, tmp_path: Path, table: str, options: str, data: str, select: str
+) -> tuple[list[Any], list[Any]]:
+    """What `select` reads after `data` is copied into a new table t, by PostgreSQL
+    (sent FROM STDIN; time zone UTC) and by dsql (from a file); dsql's rowcount checked."""
     with pg.database("copy_from") as pgc:
-        pgc.execute(f"CREATE TABLE t {TABLE}")
+        pgc.execute("SET TIME ZONE 'UTC'")
+        pgc.execute(f"CREATE TABLE t {table}")
         with pgc.cursor().copy(f"COPY t FROM STDIN {options}") as copy:
             copy.write(data)
-        want = pgc.execute("SELECT i, n, f, b, d, ts, s, iv::text FROM t ORDER BY i").fetchall()
+        want = pgc.execute(select).fetchall()
     (tmp_path / "in.txt").write_text(data)
     cur = _connect(tmp_path).cursor()
-    cur.execute(f"CREATE TABLE t {TABLE}")
+    cur.execute(f"CREATE TABLE t {table}")
     cur.execute(f"COPY t FROM '{tmp_path / 'in.txt'}' {options}")
     assert cur.rowcount == len(want)
-    got = _rows(cur, "SELECT i, n, f, b, d, ts, s, CAST(iv AS text) FROM t ORDER BY i")
-    assert [_nan(r) for r in got] == [_nan(r) for r in want]
+    return want, _rows(cur, select)
 
 
 def _nan(row: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -381,15 +391,5 @@ EXOTIC_DATA = (
 def test_types_with_input_rules_of_their_own_read_as_postgresql_reads_them(
     pg: Any, tmp_path: Path
 ) -> None:
-    with pg.database("copy_exotic") as pgc:
-        pgc.execute("SET TIME ZONE 'UTC'")
-        pgc.execute(f"CREATE TABLE t {EXOTIC}")
-        with pgc.cursor().copy("COPY t FROM STDIN") as copy:
-            copy.write(EXOTIC_DATA)
-        want = pgc.execute("SELECT * FROM t ORDER BY k").fetchall()
-    (tmp_path / "in.txt").write_text(EXOTIC_DATA)
-    cur = _connect(tmp_path).cursor()
-    cur.execute(f"CREATE TABLE t {EXOTIC}")
-    cur.execute(f"COPY t FROM '{tmp_path / 'in.txt'}'")
-    got = _rows(cur, "SELECT * FROM t ORDER BY k")
+    want, got = _both_read(pg, tmp_path, EXOTIC, "", EXOTIC_DATA, "SELECT * FROM t ORDER BY k")
     assert [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in want] == got
