@@ -29,6 +29,7 @@ Streaming's file source for big inputs is not used yet: files are read in the dr
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,8 @@ class FileSources:
         return name in self.by_name
 
     def create(self, stmt: Any) -> None:
-        """CREATE SOURCE: the relation, its quarantine table if asked, and a first poll."""
+        """CREATE SOURCE: the relation and its quarantine table if asked; the files
+        already there are read by the next statement's poll, like any that arrive."""
         s = self.session
         if stmt.name in s.relations and stmt.if_not_exists:
             return
@@ -233,6 +235,15 @@ class FileSources:
             else pa.array([], types.to_arrow(kinds[n]))
             for k, n in enumerate(given)
         ]
+
+    def progress(self) -> dict[str, tuple[str, ...]]:
+        """Each source's progress: the names of the files it has read, sorted (what a
+        durable session persists to read each file once across restarts)."""
+        return {name: tuple(sorted(x.seen)) for name, x in self.by_name.items()}
+
+    def restore(self, name: str, seen: Iterable[str]) -> None:
+        """Resume source `name` from its persisted progress: those files are not read again."""
+        self.by_name[name].seen.update(seen)
 
     def rows(self) -> dict[str, list[Any]]:
         """SHOW SOURCES: each source's name, directory, format, files read, rows

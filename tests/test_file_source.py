@@ -169,3 +169,18 @@ def test_a_symlink_out_of_the_sandbox_is_not_followed(tmp_path: Path, inbox: Pat
     (inbox / "link.txt").symlink_to(tmp_path / "secret.txt")
     with pytest.warns(dsql.errors.DsqlWarning, match="outside the paths SQL may reach"):
         assert _rows(cur, "SELECT count(*) FROM s") == [(0,)]
+
+
+def test_progress_is_the_files_read_and_a_restored_source_skips_them(inbox: Path) -> None:
+    _arrive(inbox, "a.txt", "1\n")
+    con = dsql.connect(kernel="local", allowed_paths=[inbox])
+    con.cursor().execute(f"CREATE SOURCE s (x int) FROM FILES '{inbox}' WITH (FORMAT = 'text')")
+    assert _rows(con.cursor(), "SELECT x FROM s") == [(1,)]
+    progress = con.session.sources.progress()
+    assert progress == {"s": ("a.txt",)}
+    _arrive(inbox, "b.txt", "2\n")
+    again = dsql.connect(kernel="local", allowed_paths=[inbox])
+    cur = again.cursor()
+    cur.execute(f"CREATE SOURCE s (x int) FROM FILES '{inbox}' WITH (FORMAT = 'text')")
+    again.session.sources.restore("s", progress["s"])
+    assert _rows(cur, "SELECT x FROM s") == [(2,)]
