@@ -132,7 +132,11 @@ class FileSources:
 
     def poll(self) -> list[str]:
         """Read every new file of every source (module docstring); the notices of the
-        files that failed."""
+        files that failed. Not inside a transaction: its writes share one time, which
+        files arriving meanwhile are no part of (they come at the next statement after
+        COMMIT)."""
+        if self.session.clock.in_transaction:
+            return []
         notices: list[str] = []
         for source in list(self.by_name.values()):
             notices += self._poll(source)

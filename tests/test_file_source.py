@@ -184,3 +184,16 @@ def test_progress_is_the_files_read_and_a_restored_source_skips_them(inbox: Path
     cur.execute(f"CREATE SOURCE s (x int) FROM FILES '{inbox}' WITH (FORMAT = 'text')")
     again.session.sources.restore("s", progress["s"])
     assert _rows(cur, "SELECT x FROM s") == [(2,)]
+
+
+def test_files_arriving_in_a_transaction_come_after_it(inbox: Path) -> None:
+    con = dsql.connect(kernel="local", allowed_paths=[inbox])
+    cur = con.cursor()
+    cur.execute(f"CREATE SOURCE s (x int) FROM FILES '{inbox}' WITH (FORMAT = 'text')")
+    cur.execute("CREATE TABLE t (x int)")
+    cur.execute("BEGIN")
+    _arrive(inbox, "a.txt", "1\n")
+    cur.execute("INSERT INTO t VALUES (1)")
+    assert _rows(cur, "SELECT count(*) FROM s") == [(0,)]  # no part of the transaction
+    cur.execute("COMMIT")
+    assert _rows(cur, "SELECT count(*) FROM s") == [(1,)]
