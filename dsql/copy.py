@@ -30,7 +30,7 @@ from dsql.assignment import assign
 from dsql.copy_format import CopyFormat, RecordError, plain_columns, records, render
 from dsql.errors import DataError, DsqlError, SchemaError, SourceError, UnsupportedError
 from dsql.printer import column_texts
-from dsql.results import Result, python_values
+from dsql.results import Result
 from dsql.text_input import BadValue, from_text
 
 
@@ -60,7 +60,7 @@ def copy_from(executor: Any, stmt: Any) -> Result:
         where = "STDIN"
         path = None
     else:
-        path = local(s.sandbox.check(stmt.path, "read"))
+        path = local(s.sandbox.check(stmt.path, "read"), "read")
         where = str(path)
         text = None
     types = {c.name: c.type for c in rel.columns}
@@ -96,14 +96,23 @@ def copy_from(executor: Any, stmt: Any) -> Result:
     return Result(status=f"COPY {count}", rowcount=count)
 
 
-def local(location: Path | str) -> Path:
-    """A checked location as a local path; a URI (`s3a://...`) is refused: COPY reads
-    and writes local files (Spark reads URIs for `create_table`)."""
+def local(location: Path | str, action: str) -> Path:
+    """A checked location as a local path to `action` ("read", "write"): a URI
+    (`s3a://...`) is refused (COPY reads and writes local files; Spark reads URIs for
+    `create_table`), and so is what is no regular file (a directory; a FIFO or device,
+    whose reading would block the session)."""
     if isinstance(location, str):
         raise UnsupportedError(
             f"COPY reads and writes local files, not {location}",
             hint="load a URI from Python: con.create_table(name, uri) reads it on Spark",
         )
+    if action == "read" and not location.exists():
+        raise SourceError(
+            f'could not open file "{location}" for reading: No such file or directory'
+        )
+    if location.exists() and not location.is_file():
+        kind = "a directory" if location.is_dir() else "not a regular file"
+        raise SourceError(f'"{location}" is {kind}', hint="name a file")
     return location
 
 
@@ -253,7 +262,7 @@ def copy_to(executor: Any, stmt: Any) -> Result:
         return Result(
             status=f"COPY {rows.num_rows}", rowcount=rows.num_rows, output=_text(rows, fmt)
         )
-    _write(local(s.sandbox.check(stmt.path, "write")), rows, fmt)
+    _write(local(s.sandbox.check(stmt.path, "write"), "write"), rows, fmt)
     return Result(status=f"COPY {rows.num_rows}", rowcount=rows.num_rows)
 
 
@@ -278,26 +287,46 @@ def _texts(column: pa.Array) -> pa.Array:
     )
 
 
+def _json_values(column: pa.Array) -> list[Any]:
+    """A column's values as JSON holds them: numbers, booleans and text as themselves,
+    every other type in PostgreSQL's text (which COPY FROM reads back)."""
+    kind = column.type
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
+        return column.to_pylist()
+    return _texts(column).to_pylist()
+
+
 def _write(path: Path, rows: pa.Table, fmt: CopyFormat) -> None:
     """Write `rows` to `path` whole or not at all: into a file beside it, renamed over it."""
     if not path.parent.is_dir():
         raise SourceError(f'could not open file "{path}" for writing: no such directory')
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as error:
+        raise SourceError(f'could not open file "{path}" for writing: {error.strerror}') from None
     os.close(handle)
     try:
         if fmt.format == "parquet":
             import pyarrow.parquet as pq
 
-            pq.write_table(rows, temporary)
+            # Parquet has no month-day-nanosecond interval: PostgreSQL's text stands for it.
+            columns = [
+                _texts(c.combine_chunks()) if pa.types.is_interval(c.type) else c
+                for c in rows.columns
+            ]
+            pq.write_table(pa.table(columns, names=rows.column_names), temporary)
         elif fmt.format == "json":
             with open(temporary, "w", encoding="utf-8") as out:
-                values = [python_values(c) for c in rows.columns]
+                values = [_json_values(c.combine_chunks()) for c in rows.columns]
                 for row in zip(*values, strict=True):
                     record = dict(zip(rows.column_names, row, strict=True))
                     out.write(json.dumps(record, default=str) + "\n")
         else:
             Path(temporary).write_text(_text(rows, fmt), encoding="utf-8")
         os.replace(temporary, path)
+    except OSError as error:
+        Path(temporary).unlink(missing_ok=True)
+        raise SourceError(f'could not write file "{path}": {error.strerror}') from None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise

@@ -200,6 +200,43 @@ def test_copy_to_stdout_from_python_is_the_cursors_copy_output(tmp_path: Path) -
     assert cur.copy_output is None
 
 
+def test_what_is_no_regular_file_is_refused_not_waited_on(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    cur = _connect(tmp_path).cursor()
+    cur.execute("CREATE TABLE t (a int)")
+    for statement, error in (
+        (f"COPY t FROM '{tmp_path / 'fifo'}'", "not a regular file"),
+        (f"COPY t FROM '{tmp_path / 'dir'}' (FORMAT parquet)", "is a directory"),
+        (f"COPY t FROM '{tmp_path / 'missing.csv'}'", "No such file or directory"),
+        (f"COPY t TO '{tmp_path / 'dir'}'", "is a directory"),
+        (f"COPY t TO '{tmp_path / 'nodir' / 'x.csv'}'", "no such directory"),
+    ):
+        with pytest.raises(dsql.errors.SourceError, match=error):
+            cur.execute(statement)
+
+
+def test_every_type_round_trips_through_every_format(tmp_path: Path) -> None:
+    cur = _connect(tmp_path).cursor()
+    columns = (
+        "(i int, n numeric(6,2), f float8, b boolean, d date, ts timestamp, s text, iv interval)"
+    )
+    cur.execute(f"CREATE TABLE t {columns}")
+    cur.execute(
+        "INSERT INTO t VALUES (1, 1.5, 0.25, true, '2024-01-02', '2024-01-02 03:04:05.5', "
+        "'a,\"b\"\tc\\d', '1 year 2 days 03:00'), (2, NULL, NULL, NULL, NULL, NULL, '', NULL)"
+    )
+    for options in ("", "(FORMAT csv, HEADER)", "(FORMAT parquet)", "(FORMAT json)"):
+        out = tmp_path / "out"
+        cur.execute(f"COPY t TO '{out}' {options}")
+        cur.execute("DROP TABLE IF EXISTS back")
+        cur.execute(f"CREATE TABLE back {columns}")
+        cur.execute(f"COPY back FROM '{out}' {options}")
+        assert _rows(cur, "SELECT * FROM back ORDER BY i") == _rows(
+            cur, "SELECT * FROM t ORDER BY i"
+        ), options
+
+
 def test_listed_columns_defaults_and_not_null(tmp_path: Path) -> None:
     cur = _connect(tmp_path).cursor()
     cur.execute("CREATE TABLE t (a int NOT NULL, b text DEFAULT 'd', c int)")
