@@ -84,6 +84,7 @@ def connect(
     checkpoint_bytes: int | None = None,
     on_recovery: Callable[[int, int], None] | None = None,
     spark_conf: Mapping[str, Any] | None = None,
+    allowed_paths: Sequence[str | os.PathLike[str]] = (),
     **spark_settings: Any,
 ) -> Connection:
     """A connection to a new dsql session.
@@ -110,6 +111,9 @@ def connect(
 
     Spark settings go by their full names, `**{"spark.sql.shuffle.partitions": "4"}`, or
     in `spark_conf`; any other keyword is an `InterfaceError`.
+
+    `allowed_paths`: the directories (or URI prefixes) SQL may read and write files in
+    (COPY, file sources; `dsql.sandbox`); by default none, but `files/` in `data_dir`.
     """
     unknown = [k for k in spark_settings if not k.startswith("spark.")]
     if unknown:
@@ -156,6 +160,10 @@ def connect(
             state_uri=state_uri,
             start_tick=None if durable is None else durable.start_tick,
         )
+        for path in allowed_paths:
+            session.sandbox.allow(path)
+        if durable is not None:
+            session.sandbox.allow(durable.files)
         connection = Connection(session)
         connection.executor.statement_timeout = parse_duration(statement_timeout)
         if durable is not None:
@@ -374,6 +382,8 @@ class Cursor:
         self.status = ""
         #: The last statement's notices (also issued as `DsqlWarning`s).
         self.notices: list[str] = []
+        #: The data of the last `COPY ... TO STDOUT` (text or CSV), else None.
+        self.copy_output: str | None = None
 
     @_serialized
     def execute(self, sql: str, parameters: Sequence[Any] | None = None) -> Cursor:
@@ -426,6 +436,7 @@ class Cursor:
         self._pos = 0
         self.rowcount = result.rowcount
         self.status = result.status
+        self.copy_output = result.output
         self.notices = []
         self._notify(result.notices)
         self.description = (

@@ -27,7 +27,7 @@ import warnings
 from pathlib import Path
 from typing import Any, TextIO
 
-from dsql import errors, grammar
+from dsql import copy_in, errors, grammar
 from dsql.grammar.source import Source
 from dsql.printer import Printer, one_line
 
@@ -81,29 +81,37 @@ class Script:
         Errors say where the statement is (`filename:line`) unless `filename` is None.
         """
         failed = False
-        try:
-            source = Source(text)
-        except errors.DsqlError as error:
-            line = (error.position or (1, 1))[0]
-            self.printer.error(error, f"{filename}:{line}" if filename else None)
-            return 1
-        for fragment in source.statements():
-            line = source.position(fragment.start)[0]
-            if not self.statement(fragment.text, f"{filename}:{line}" if filename else None):
-                failed = True
-                if not self.keep_going:
-                    break
+        for chunk, data in copy_in.chunks(text):
+            try:
+                source = Source(chunk)
+            except errors.DsqlError as error:
+                line = (error.position or (1, 1))[0]
+                self.printer.error(error, f"{filename}:{line}" if filename else None)
+                return 1
+            fragments = list(source.statements())
+            for k, fragment in enumerate(fragments):
+                line = source.position(fragment.start)[0]
+                rows = data if k == len(fragments) - 1 else None
+                if not self.statement(
+                    fragment.text, f"{filename}:{line}" if filename else None, rows
+                ):
+                    failed = True
+                    if not self.keep_going:
+                        break
+            if failed and not self.keep_going:
+                break
         self.finish()
         return 1 if failed else 0
 
-    def statement(self, text: str, where: str | None) -> bool:
-        """Parse and execute one statement's text; False (error printed) if it failed."""
+    def statement(self, text: str, where: str | None, data: str | None = None) -> bool:
+        """Parse and execute one statement's text; False (error printed) if it failed.
+        `data`: the rows that followed it, for a `COPY ... FROM STDIN`."""
         if self.echo:
             self.printer.echo(text)
         started = time.perf_counter()
         try:
             for stmt in grammar.parse(text):
-                self.execute(stmt)
+                self.execute(copy_in.with_data(stmt, data))
         except errors.DsqlError as error:
             if error.statement is None:
                 error.statement = text
@@ -244,14 +252,23 @@ def _options(after_command: bool) -> argparse.ArgumentParser:
         help="keep the catalog and every committed write in DIR and recover them on start "
         "(default $DSQL_DATA_DIR; without one, state is in memory)",
     )
-    common.add_argument(
-        "--conf",
-        action="append",
-        dest="conf_after" if after_command else "conf",
-        default=argparse.SUPPRESS if after_command else [],
-        metavar="K=V",
-        help="a Spark setting",
-    )
+    for flag, metavar, text in (
+        (
+            "--allow-path",
+            "DIR",
+            "a directory SQL may read and write files in (COPY, CREATE SOURCE); none by default",
+        ),
+        ("--conf", "K=V", "a Spark setting"),
+    ):
+        dest = flag.removeprefix("--").replace("-", "_")
+        common.add_argument(
+            flag,
+            action="append",
+            dest=f"{dest}_after" if after_command else dest,
+            default=argparse.SUPPRESS if after_command else [],
+            metavar=metavar,
+            help=text,
+        )
     return common
 
 
@@ -286,6 +303,7 @@ def parse(args: list[str]) -> argparse.Namespace:
     (after it wins; `--conf` items from both sides, in order)."""
     options = _parser().parse_args(args)
     options.conf = options.conf + vars(options).pop("conf_after", [])
+    options.allow_path = options.allow_path + vars(options).pop("allow_path_after", [])
     return options
 
 
@@ -321,6 +339,7 @@ def connect(options: argparse.Namespace, default_clock: str, err: TextIO) -> Any
         state_uri=options.state_uri,
         data_dir=options.data_dir or os.environ.get("DSQL_DATA_DIR") or None,
         on_recovery=RecoveryBar(err) if err.isatty() else None,
+        allowed_paths=getattr(options, "allow_path", []),
         spark_conf=conf,
     )
 

@@ -64,6 +64,9 @@ CHECKPOINT_BYTES = 64 * 2**20
 Progress = Callable[[int, int], None]
 
 _CHECKPOINT = "checkpoint-"
+#: The kinds of relation whose rows are logged and checkpointed (a source's come from
+#: its files, read once).
+_WRITTEN = ("table", "source")
 _LOG = "wal-"
 
 
@@ -77,6 +80,10 @@ class Durable:
                 f"data directory {self.path} is a file", hint="give a directory's path"
             )
         self.path.mkdir(parents=True, exist_ok=True)
+        #: The folder SQL may read and write files in (COPY, sources) without
+        #: `allowed_paths`: the log and checkpoints beside it stay out of SQL's reach.
+        self.files = self.path / "files"
+        self.files.mkdir(exist_ok=True)
         self.checkpoint_bytes = checkpoint_bytes or CHECKPOINT_BYTES
         self._lock_fd = _lock(self.path)
         #: The statement that creates each catalog object that exists, by name, in
@@ -116,6 +123,9 @@ class Durable:
                 self._entry({"sql": create_table_sql(s.relations[stmt.name]), "tick": tick})
             case grammar.CreateTable() | grammar.CreateView() | grammar.CreateIndex():
                 self._entry({"sql": stmt.text, "tick": tick})
+            case grammar.CreateSource() if stmt.name not in before:
+                self._entry({"sql": stmt.text, "tick": tick})
+                before = before | {f"{stmt.name}_quarantine"}  # made again by the source
             case grammar.Drop():  # with what CASCADE took: replayed, it takes the same
                 self._entry({"sql": stmt.text, "tick": tick})
             case grammar.Advance():
@@ -123,6 +133,15 @@ class Durable:
         self._writes(writes)
         replaced = stmt.name if isinstance(stmt, grammar.CreateView) and stmt.or_replace else None
         self._follow_catalog(before, lambda name: self._definition(stmt, name), replaced)
+        self.settle()
+
+    def polled(
+        self, writes: list[tuple[str, pa.Table, int, int]], progress: dict[str, tuple[str, ...]]
+    ) -> None:
+        """Log the rows a poll of the file sources wrote, with the files each source has
+        read, as one record: recovered, each file stays read once."""
+        self._writes(writes)
+        self._entry({"sources": {name: list(seen) for name, seen in progress.items()}})
         self.settle()
 
     def table_loaded(
@@ -222,7 +241,7 @@ class Durable:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         tables = []
-        for i, rel in enumerate(r for r in s.relations.values() if r.kind == "table"):
+        for i, rel in enumerate(r for r in s.relations.values() if r.kind in _WRITTEN):
             rows = s.read(s.plan(exp.select("*").from_(exp.to_table(_quoted(rel.name)))))
             tables.append([rel.name, _write_rows(rows, tmp / str(i))])
         manifest = {
@@ -230,6 +249,7 @@ class Durable:
             "tick": s.clock.tick,
             "catalog": list(self.catalog.items()),
             "tables": tables,
+            "sources": {name: list(seen) for name, seen in s.sources.progress().items()},
         }
         with open(tmp / "manifest.json", "w", encoding="utf-8") as f:
             json.dump(manifest, f)
@@ -347,7 +367,8 @@ class Durable:
                     f"the checkpoint file {folder / file} is unreadable: {error}",
                     hint="restore the data directory from a backup",
                 ) from None
-            s.write(name, rows, 1)
+            s.write(name, rows, 1, kinds=_WRITTEN)
+        self._restore_sources(manifest.get("sources", {}))
         return int(manifest["tick"])
 
     def _apply(self, entry: dict[str, Any], tables: list[pa.Table], path: Path) -> None:
@@ -355,11 +376,21 @@ class Durable:
         if "advance" in entry:
             s.clock.advance_to(entry["advance"])
             return
+        if "sources" in entry:
+            self._restore_sources(entry["sources"])
+            return
         self._at(entry["tick"])
         if "sql" in entry:
             self._run(entry["sql"], path)
         else:
-            s.write(entry["write"], tables[entry["rows"]], entry["diff"])
+            s.write(entry["write"], tables[entry["rows"]], entry["diff"], kinds=_WRITTEN)
+
+    def _restore_sources(self, progress: dict[str, list[str]]) -> None:
+        """The files each source had read (sources dropped since are not there)."""
+        sources = self._session().sources
+        for name, seen in progress.items():
+            if name in sources:
+                sources.restore(name, seen)
 
     def _run(self, sql: str, path: Path) -> None:
         assert self.executor is not None

@@ -135,6 +135,10 @@ class TypeMismatchError(ProgrammingError):
     """Values or expressions of types that cannot be combined."""
 
 
+class AccessError(ProgrammingError):
+    """SQL named a file outside the directories it may reach (`dsql.sandbox`)."""
+
+
 class TimeError(ProgrammingError):
     """An update or read at a time the collection can no longer accept or show."""
 

@@ -21,6 +21,7 @@ from sqlglot import exp
 
 from dsql import exports, fast_path, grammar
 from dsql.assignment import assign, typed_literals
+from dsql.copy import copy_from, copy_to
 from dsql.errors import (
     DsqlError,
     ResourceLimitError,
@@ -46,7 +47,7 @@ from dsql.timeout import interrupt_cancels, parse_duration, statement_deadline
 POLL_SECONDS = 0.05
 
 #: The statements whose writes reach the views before they return (`Executor.deliver`).
-_WRITES = (grammar.Insert, grammar.Update, grammar.Delete, grammar.Commit)
+_WRITES = (grammar.Insert, grammar.Update, grammar.Delete, grammar.Commit, grammar.Copy)
 
 #: PostgreSQL client settings that drivers set on connecting and that cannot change
 #: what dsql computes: accepted and ignored. Every other name but dsql's is refused.
@@ -83,19 +84,22 @@ class Executor:
         s = self.session
         with self.lock:
             try:
+                durable = s.durable
                 with self.guarded(None):  # a rebuilt view's nodes stay if the statement fails
                     s.healing.retry()
+                    s.writes = []
+                    polled = self._poll()  # files arrived since: a write of their own
                 s.writes = []
-                durable, tick = s.durable, s.clock.tick
+                tick = s.clock.tick
                 before = durable.names() if durable is not None else set()
                 try:
                     with self.guarded(getattr(stmt, "text", None)):
                         with statement_deadline(s.worker, self.statement_timeout):
                             result = self._execute(stmt)
                     if deliver and isinstance(stmt, _WRITES):
-                        result.notices = self.deliver()
+                        result.notices = polled + self.deliver()
                     else:
-                        result.notices = s.healing.take_notices()
+                        result.notices = polled + s.healing.take_notices()
                     if durable is not None:  # on disk before the statement returns
                         durable.statement(stmt, s.writes, before, tick)
                 except BaseException:
@@ -158,12 +162,25 @@ class Executor:
         with self.lock:
             while True:
                 with self.guarded(None):
+                    self.session.sources.poll()
                     table = fetch()
                 remaining = deadline - time.monotonic()
                 if table.num_rows or remaining <= 0:
                     return table
                 wall = self.session.clock.kind == "wall"
                 self.updated.wait(min(remaining, POLL_SECONDS) if wall else remaining)
+
+    def _poll(self) -> list[str]:
+        """Read the files arrived in the sources' directories (`dsql.file_source`), logged
+        with the sources' progress before the statement runs; the notices of bad files.
+        A recovering session does not poll: its sources' rows come from the log."""
+        s = self.session
+        if s.durable is not None and s.durable.replaying:
+            return []
+        notices = s.sources.poll()
+        if s.durable is not None and s.writes:
+            s.durable.polled(s.writes, s.sources.progress())
+        return notices
 
     def _execute(self, stmt: Any) -> Result:
         s = self.session
@@ -187,6 +204,11 @@ class Executor:
                 return self._create_table_as(stmt)
             case grammar.Insert():
                 return self._insert(stmt)
+            case grammar.Copy():
+                return copy_from(self, stmt) if stmt.direction == "from" else copy_to(self, stmt)
+            case grammar.CreateSource():
+                s.sources.create(stmt)
+                return Result(status="CREATE SOURCE")
             case grammar.Delete():
                 old = self._matching(stmt.table, stmt.where)
                 n = s.write(stmt.table, old, -1)
@@ -216,6 +238,7 @@ class Executor:
                         dropped += s.indexes.drop(name, stmt.if_exists)
                         continue
                     dropped += s.drop(name, stmt.cascade, stmt.kind, stmt.if_exists)
+                    dropped += s.sources.drop(name)
                 return Result(status=f"DROP {stmt.kind.upper()}")
             case grammar.Select():
                 return self._select(stmt)
@@ -468,6 +491,8 @@ class Executor:
             if index is None:
                 raise SchemaError(f"unknown index '{stmt.of}'", hint="SHOW INDEXES lists them")
             return _rows({"name": [index.name], "create_sql": [index.sql]})
+        if what == "sources":
+            return _rows(s.sources.rows())
         if what == "subscriptions":
             return _rows(subscription_rows(s.subscriptions))
         if what.startswith("create "):

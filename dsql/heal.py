@@ -263,7 +263,7 @@ class Healing:
             r = s.relations.get(todo.pop())
             if r is None:
                 continue
-            if r.kind == "table":
+            if r.kind in ("table", "source"):  # rows written, not computed
                 tables[r.name] = r.version
             elif r.plan is not None and _mentions_mz_now(r.plan):  # time alone may heal it
                 tables[""] = s.clock.now_ms()

@@ -183,8 +183,12 @@ class Printer:
         self._write(statement.strip() + ";")
 
     def result(self, result: Any) -> None:
-        """A statement's result: its rows (or plan), else its status line."""
-        if result.status == "EXPLAIN" and result.table is not None:
+        """A statement's result: its rows (or plan), COPY TO STDOUT's data as it is, else
+        its status line."""
+        if getattr(result, "output", None) is not None:
+            self.out.write(result.output)
+            self.out.flush()
+        elif result.status == "EXPLAIN" and result.table is not None:
             self.plan(None, "\n".join(result.table.column(0).to_pylist()))
         elif result.table is not None:
             rows = result.table

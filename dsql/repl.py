@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 from rich.markup import escape
 
-from dsql import errors
+from dsql import copy_in, errors
 from dsql.cli import Script, connect
 from dsql.grammar.source import Source
 from dsql.printer import Printer, one_line
@@ -269,6 +269,8 @@ def interact(connection: Any, printer: Printer) -> int:
             text = "\n".join(buffer)
             if is_complete(text):
                 buffer = []
+                if copy_in.wants_data(text):
+                    text += "\n" + _copy_rows(printer)
                 try:
                     script.run(text, None)
                 except KeyboardInterrupt:
@@ -279,6 +281,22 @@ def interact(connection: Any, printer: Printer) -> int:
                 readline.write_history_file(_history_file())
             except OSError:
                 pass  # an unwritable history file must not break the shell
+
+
+def _copy_rows(printer: Printer) -> str:
+    """The rows typed after a `COPY ... FROM STDIN`, through the line `\\.` (psql's
+    prompt and end marker; Ctrl-D ends them too)."""
+    printer.console.print(copy_in.PROMPT, markup=False)
+    lines = []
+    while True:
+        try:
+            line = input(">> ")
+        except EOFError:
+            break
+        lines.append(line)
+        if line == "\\.":
+            break
+    return "".join(line + "\n" for line in lines)
 
 
 def main(options: argparse.Namespace) -> int:

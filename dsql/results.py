@@ -50,6 +50,8 @@ class Result:
     #: For a result streamed from Spark (`dsql.exports`): the rows after `table`, a
     #: bounded batch at a time.
     batches: Generator[pa.Table, None, None] | None = None
+    #: For COPY ... TO STDOUT: the data, which the client writes out as it is.
+    output: str | None = None
 
 
 def reads_nothing(plan: Plan) -> bool:

@@ -27,6 +27,7 @@ from dsql import fast_path
 from dsql.clock import TICKS_PER_MS, Clock, tick_of
 from dsql.errors import DsqlError, ExecutionError, SchemaError, TypeMismatchError
 from dsql.exports import FETCH_ROWS
+from dsql.file_source import FileSources
 from dsql.heal import Healing, is_data_error
 from dsql.history import History
 from dsql.indexes import Indexes
@@ -46,6 +47,10 @@ from dsql.runtime.input import InputSession
 from dsql.runtime.lattice import DIFF, TIME
 from dsql.runtime.memory import parse_size
 from dsql.runtime.switch import SwitchNode
+from dsql.sandbox import Sandbox
+
+#: The kinds of relation whose rows are written, not computed: tables and file sources.
+INPUTS = ("table", "source")
 
 
 class Session:
@@ -107,6 +112,10 @@ class Session:
         #: (`dsql.exports`; `SET fetch_rows`).
         self.fetch_rows = FETCH_ROWS
         self.history = History(self)
+        #: The directories SQL may read and write files in (`dsql.sandbox`).
+        self.sandbox = Sandbox()
+        #: The file sources, by name (`dsql.file_source`), polled at statement boundaries.
+        self.sources = FileSources(self)
         self._unit = self._new_input(pa.schema([("_c0", pa.int32())]))
         self._unit.update_at((0,), self.clock.write_tick(), 1)
         self._unit_arrangement = self._unit.to_collection().arrange_by_self()
@@ -157,7 +166,7 @@ class Session:
         if not self.worker.failed:
             return
         for rel in self.relations.values():
-            if rel.kind != "table" or rel.input is None or rel.arrangement is None:
+            if rel.kind not in INPUTS or rel.input is None or rel.arrangement is None:
                 continue
             error = self.worker.vital_failure((rel.input.node, rel.arrangement.node))
             if error is not None:
@@ -218,10 +227,13 @@ class Session:
         self.relations[name] = rel
         self.history.register(name, rel.arrangement, retain_ms)
 
-    def write(self, name: str, rows: pa.Table, diff: int) -> int:
+    def write(
+        self, name: str, rows: pa.Table, diff: int, kinds: tuple[str, ...] = ("table",)
+    ) -> int:
         """Add (diff=1) or remove (diff=-1) rows of a table at the clock's tick; returns the
-        count. The statement's `writes` record it with its tick (`dsql.durable` logs them)."""
-        rel = self._table(name)
+        count. `kinds`: the relations the caller may write (a file source writes its own).
+        The statement's `writes` record it with its tick (`dsql.durable` logs them)."""
+        rel = self._table(name, kinds)
         self._check_not_null(rel, rows)
         if rows.num_rows == 0:
             return 0
@@ -257,11 +269,11 @@ class Session:
         rel.input.load_frame(kernel.stamped(frame, rel.schema, tick), rows)
         return rows
 
-    def _table(self, name: str) -> Relation:
+    def _table(self, name: str, kinds: tuple[str, ...] = ("table",)) -> Relation:
         rel = self.relations.get(name)
         if rel is None:
             raise unknown_relation(name, self.names())
-        if rel.kind != "table":
+        if rel.kind not in kinds:
             raise SchemaError(
                 f"'{name}' is a {rel.kind}, not a table", hint="only tables can be changed"
             )

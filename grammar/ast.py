@@ -155,9 +155,10 @@ class CreateIndex(Statement):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Drop(Statement):
-    """`DROP TABLE|VIEW|MATERIALIZED VIEW|INDEX [IF EXISTS] name, ... [CASCADE|RESTRICT]`."""
+    """`DROP TABLE|VIEW|MATERIALIZED VIEW|INDEX|SOURCE [IF EXISTS] name, ...
+    [CASCADE|RESTRICT]`."""
 
-    kind: Literal["table", "view", "index"]
+    kind: Literal["table", "view", "materialized view", "index", "source"]
     names: tuple[str, ...]
     if_exists: bool = False
     cascade: bool = False
@@ -269,3 +270,39 @@ class SetVariable(Statement):
 
     name: str
     value: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Copy(Statement):
+    """`COPY t [(cols)] FROM 'file' | STDIN`, `COPY t [(cols)] | (query) TO 'file' | STDOUT`,
+    each `[[WITH] (option value, ...)]`: PostgreSQL's COPY.
+
+    Exactly one of `table` and `query` is set (a query only TO); `path` is None for the
+    client (STDIN, STDOUT). `options` are (lower-case name, value) pairs as written
+    (a bare option has the value "true"), checked against COPY's options when read.
+    `data` is what a client sends after `COPY ... FROM STDIN` (the CLI: the lines up
+    to `\\.`); the parser never sets it.
+    """
+
+    direction: Literal["from", "to"]
+    table: str | None = None
+    columns: tuple[str, ...] | None = None
+    query: Query | None = None
+    path: str | None = None
+    options: tuple[tuple[str, str], ...] = ()
+    data: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateSource(Statement):
+    """`CREATE SOURCE [IF NOT EXISTS] s (col type, ...) FROM FILES 'dir' [WITH (FORMAT =
+    'csv', ...)]`: a relation fed by the files that arrive in a directory.
+
+    `options` are (lower-case name, value) pairs, checked when the source is created.
+    """
+
+    name: str
+    columns: tuple[ColumnDef, ...]
+    location: str
+    options: tuple[tuple[str, str], ...] = ()
+    if_not_exists: bool = False

@@ -277,6 +277,52 @@ class _Builder(Transformer):
             retain = option.value
         return retain
 
+    def copy_table(self, meta, table, columns) -> tuple[str, tuple[str, ...] | None]:
+        return table, None if columns is None else self._inside(columns, "names")
+
+    def copy_query(self, meta, group: Token) -> ast.Query:
+        return self._inside(group, "query")
+
+    def copy_target(self, meta, *tokens: Token) -> str | None:
+        if tokens[0].type == "PROGRAM":
+            raise self.fragment.error_at(
+                self._at(tokens[0]),
+                "COPY ... PROGRAM is not supported: dsql runs no commands",
+                "name a file, or use STDIN / STDOUT",
+            )
+        return string_value(self._text(tokens[0])) if tokens[0].type == "STRING" else None
+
+    def copy(self, meta, _c, subject, direction, path, _with, group) -> ast.Copy:
+        if not isinstance(subject, tuple) and direction.type == "FROM":
+            raise self.fragment.error_at(
+                self._at(direction),
+                "COPY FROM needs a table, not a query",
+                "write COPY t [(a, b)] FROM ...",
+            )
+        options = tuple(_option_pair(o) for o in self._options(group))
+        table, columns = subject if isinstance(subject, tuple) else (None, None)
+        return ast.Copy(
+            direction="from" if direction.type == "FROM" else "to",
+            table=table,
+            columns=columns,
+            query=None if isinstance(subject, tuple) else subject,
+            path=path,
+            options=options,
+            **self._located(meta),
+        )
+
+    def create_source(
+        self, meta, _c, _s, if_not_exists, name, group, _from, _files, location, _with, options
+    ) -> ast.CreateSource:
+        return ast.CreateSource(
+            name=name,
+            columns=parse_columns(self.fragment, self._text(group), self._at(group)),
+            location=string_value(self._text(location)),
+            options=tuple(_option_pair(o) for o in self._options(options)),
+            if_not_exists=bool(if_not_exists),
+            **self._located(meta),
+        )
+
     def insert(self, meta, _i, _into, table, columns, query) -> ast.Insert:
         names = None if columns is None else self._inside(columns, "names")
         return ast.Insert(
