@@ -720,7 +720,14 @@ def check(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
                 f"function {name}() does not take {count} argument{'s' * (count != 1)}",
                 hint=f"{name} takes {_arity_text(entry.arity)}",
             )
-    return entry.spell(call, arg_types) if entry.spell is not None else call
+    spelled = entry.spell(call, arg_types) if entry.spell is not None else call
+    if entry.returns == "int" and not (
+        isinstance(spelled, exp.Cast) and spelled.to.is_type(exp.DType.INT)
+    ):
+        # The declared type made explicit: the engines' own may be a bigint, or one the
+        # planner cannot infer (it divides an integer as an integer, not as a float).
+        return exp.Cast(this=spelled, to=types.build("int"))
+    return spelled
 
 
 def _arity_text(arity: tuple[int, int | None]) -> str:
