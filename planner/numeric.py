@@ -169,7 +169,7 @@ def _shape_kind(e: exp.Expr, inputs: Sequence[exp.DataType]) -> Kind | None:
         case exp.Anonymous() if e.name.upper() in _FUNCTIONS:
             return "numeric"
         case exp.Coalesce() | exp.Greatest() | exp.Least() | exp.Case() | exp.Nullif():
-            found = {kind(b, inputs) for b in _branches(e) if not isinstance(b, exp.Null)}
+            found = {kind(b, inputs) for b in branches(e) if not isinstance(b, exp.Null)}
             widest: Kind | None = "integer" if found else None
             for k in found:
                 widest = _widest(widest, k)
@@ -177,7 +177,7 @@ def _shape_kind(e: exp.Expr, inputs: Sequence[exp.DataType]) -> Kind | None:
     return None
 
 
-def _branches(e: exp.Expr) -> list[exp.Expr]:
+def branches(e: exp.Expr) -> list[exp.Expr]:
     """The values a conditional expression may take (CASE's arms, COALESCE's arguments)."""
     if isinstance(e, exp.Case):
         arms = [i.args["true"] for i in e.args.get("ifs") or []]
@@ -227,7 +227,7 @@ def scale(e: exp.Expr, inputs: Sequence[exp.DataType], default: int = 10) -> int
         case exp.Count():
             return 0
         case exp.Coalesce() | exp.Greatest() | exp.Least() | exp.Case() | exp.Nullif():
-            values = [b for b in _branches(e) if not isinstance(b, exp.Null)]
+            values = [b for b in branches(e) if not isinstance(b, exp.Null)]
             return max((scale(b, inputs, default) for b in values), default=default)
     return default
 

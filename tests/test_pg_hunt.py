@@ -142,6 +142,32 @@ DISTINCT_AGGREGATES = (
     "SELECT sum(DISTINCT a) / 2 AS x, sum(DISTINCT n) / 3 AS y, sum(DISTINCT b) / 2 AS z FROM t1",
 )
 
+#: COALESCE, GREATEST, LEAST and CASE over numerics of different scales (or numerics and
+#: integers) keep every value's digits (the engines' common type dropped them).
+NUMERIC_BRANCHES = (
+    "SELECT coalesce(n, round(n, -1)) AS x, coalesce(round(n, -1), n) AS y FROM t1",
+    "SELECT coalesce(n, round(n)) AS x, coalesce(n, round(n, 1)) AS y FROM t1",
+    "SELECT coalesce(n, trunc(n)) AS x, coalesce(n, ceil(n)) AS y FROM t1",
+    "SELECT coalesce(n, CAST(a AS numeric)) AS x, coalesce(CAST(a AS numeric), n) AS y FROM t1",
+    "SELECT greatest(n, round(n, -1)) AS x, least(n, round(n, -1)) AS y FROM t1",
+    "SELECT CASE WHEN a > 0 THEN n ELSE round(n, -1) END AS x FROM t1",
+    "SELECT CASE a WHEN 1 THEN n WHEN 2 THEN 7 ELSE round(n, -1) END AS x FROM t1",
+    "SELECT coalesce(n / 3, b) AS x, greatest(n, a, 0.5) AS y FROM t1",
+    "SELECT coalesce(max(n), round(avg(n), 0)) AS x FROM t1",
+)
+
+#: `x op ANY (subquery)` and `x op ALL (subquery)`, NULLs and empty subqueries among them.
+QUANTIFIED_SUBQUERIES = (
+    "SELECT a FROM t1 WHERE a > ALL (SELECT k FROM t3 WHERE k IS NOT NULL)",
+    "SELECT a FROM t1 WHERE a = SOME (SELECT k FROM t3)",
+    "SELECT a, a > ANY (SELECT k FROM t3) AS x, a <= ALL (SELECT k FROM t3 WHERE k IS NOT NULL) "
+    "AS y, a <> ALL (SELECT k FROM t3 WHERE k > 100) AS z, a = ANY (SELECT k FROM t3 "
+    "WHERE k > 100) AS w FROM t1",
+    "SELECT a, s = ANY (SELECT w FROM t3 WHERE t3.k = t1.a) AS x, "
+    "a < ALL (SELECT v FROM t3 WHERE t3.w = t1.s) AS y FROM t1",
+    "SELECT a FROM t1 WHERE a > ANY (SELECT k, v FROM t3)",
+)
+
 #: A function spelled as an operator (`bit_length(s)` is `octet_length(s) * 8`) inside
 #: another operator keeps its own precedence.
 PRECEDENCE = (
@@ -161,14 +187,28 @@ GROUP_BY_CONSTANTS = (
 
 
 @pytest.mark.parametrize(
-    "sql", INTEGER_DIVISIONS + DATE_DIFFERENCES + DISTINCT_AGGREGATES + PRECEDENCE
+    "sql",
+    INTEGER_DIVISIONS
+    + DATE_DIFFERENCES
+    + DISTINCT_AGGREGATES
+    + NUMERIC_BRANCHES
+    + QUANTIFIED_SUBQUERIES
+    + PRECEDENCE,
 )
 def test_found_wrong_answers_agree(pgdb: Any, sql: str) -> None:
     con = _fresh(pgdb)
     assert differs(con, pgdb, sql) is None, sql
 
 
-@pytest.mark.parametrize("sql", INTEGER_DIVISIONS[:4] + DATE_DIFFERENCES[2:] + PRECEDENCE[:1])
+@pytest.mark.parametrize(
+    "sql",
+    INTEGER_DIVISIONS[:4]
+    + DATE_DIFFERENCES[2:]
+    + NUMERIC_BRANCHES[:1]
+    + NUMERIC_BRANCHES[5:6]
+    + QUANTIFIED_SUBQUERIES[2:4]
+    + PRECEDENCE[:1],
+)
 def test_found_wrong_answers_agree_as_views(pgdb: Any, sql: str) -> None:
     con = _fresh(pgdb)
     con.execute(f"CREATE MATERIALIZED VIEW v AS {sql}")
