@@ -298,7 +298,7 @@ def _quantified_array(e: exp.Expr) -> tuple[exp.Expression, bool] | None:
     return inner, every
 
 
-def _quantified_query(e: exp.Expr) -> tuple[exp.Expression, bool] | None:
+def _quantified_query(e: exp.Expr) -> tuple[exp.Expr, bool] | None:
     """The query of `ANY (subquery)` / `ALL (subquery)` and whether it is ALL; None for
     anything else."""
     if not isinstance(e, exp.Any | exp.All):
@@ -668,11 +668,11 @@ class ExprBinder:
         query = subquery.this if isinstance(subquery, exp.Subquery) else subquery
         return self._against_rows(exp.EQ(this=e.this, expression=query), query, False)
 
-    def _against_rows(self, e: exp.Binary, query: exp.Expression, every: bool) -> exp.Expression:
+    def _against_rows(self, e: exp.Binary, query: exp.Expr, every: bool) -> exp.Expression:
         """`x op ANY (S)` (`every` False): TRUE if `x op s` holds for some s; else NULL if
         x or some s is NULL (S non-empty); else FALSE. `x op ALL (S)`: FALSE if `x op s`
         fails for some s; else NULL if x or some s is NULL (S non-empty); else TRUE."""
-        plan = self._subquery(query)
+        plan = self._subquery(as_expression(query))
         if plan.arity != 1:
             raise SchemaError("the subquery of IN, ANY or ALL must return exactly one column")
         x = self._bind(e.this.copy())
