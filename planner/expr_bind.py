@@ -26,6 +26,7 @@ from dsql.planner import (
     interval_spellings,
     numeric,
     regex_spellings,
+    row_comparison,
     spellings,
     temporal,
     text_spellings,
@@ -445,6 +446,8 @@ class ExprBinder:
                 return SubqueryExpr(this=self._subquery(e.this), kind="exists")
             case exp.In() if e.args.get("query") is not None:
                 return self._in_subquery(e)
+            case exp.Expression() if row_comparison.is_row_comparison(e):
+                return self._bind(row_comparison.expanded(e))
             case exp.EQ() | exp.NEQ() | exp.LT() | exp.LTE() | exp.GT() | exp.GTE() if (
                 _quantified_array(e.expression) is not None
             ):

@@ -113,6 +113,16 @@ def _as_arg_type(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     return call if types.is_unknown(first) else exp.Cast(this=call, to=first.copy())
 
 
+def _date_trunc(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """`date_trunc(unit, x)` of x's type (`_as_arg_type`); a date is first a timestamp with
+    time zone, the type PostgreSQL resolves `date_trunc(text, date)` to."""
+    if arg_types and arg_types[0].is_type(exp.DType.DATE):
+        zoned = types.build("timestamptz")
+        call.set("this", exp.Cast(this=call.this, to=zoned))
+        return _as_arg_type(call, [zoned, *arg_types[1:]])
+    return _as_arg_type(call, arg_types)
+
+
 def _log10(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     """PostgreSQL's one-argument `log` is base 10 (Spark's is natural): the base made
     explicit."""
@@ -501,7 +511,7 @@ _OTHER = (
         (2, 2),
         "arg",
         "date_trunc('day', ts)",
-        _as_arg_type,
+        _date_trunc,
     ),
     _F(
         ("to_timestamp",),

@@ -168,6 +168,29 @@ QUANTIFIED_SUBQUERIES = (
     "SELECT a FROM t1 WHERE a > ANY (SELECT k, v FROM t3)",
 )
 
+#: Row constructor comparisons: field by field, a NULL field making an undecided
+#: comparison NULL (the engines compare rows as structs, where NULL is a value).
+ROW_COMPARISONS = (
+    "SELECT a, s FROM t1 WHERE (a, s) > (1, 'a')",
+    "SELECT a, s, (a, s) > (1, 'a') AS gt, (a, s) >= (1, 'a') AS ge, (a, s) < (1, 'a') AS lt, "
+    "(a, s) <= (1, 'a') AS le FROM t1",
+    "SELECT a, b, (a, b) = (1, 10) AS eq, (a, b) <> (1, 10) AS ne, NOT ((a, b) = (1, 10)) AS nn "
+    "FROM t1",
+    "SELECT a, b, (a, b) IS DISTINCT FROM (1, 10) AS d, "
+    "(a, b) IS NOT DISTINCT FROM (NULL, -7) AS nd FROM t1",
+    "SELECT a, b, (a, b) IN ((1, 10), (NULL, -7), (2, NULL)) AS i, "
+    "(a, b) NOT IN ((1, 10), (0, 0)) AS ni FROM t1",
+    "SELECT a, (a, b, s) > (1, 10, 'a') AS x, (a, b, s) <= (0, 0, 'ab') AS y FROM t1",
+    "SELECT (1, 2) < (1, 3) AS a, (1, NULL) < (2, 0) AS b, (NULL, 1) = (NULL, 1) AS c",
+    "SELECT (1, 2) = (1, 2, 3) AS a",
+)
+
+#: `date_trunc` of a date is a timestamp with time zone, as PostgreSQL resolves it.
+DATE_TRUNC = (
+    "SELECT date_trunc('month', d) AS x, date_trunc('day', d) AS y FROM t1",
+    "SELECT d FROM t1 WHERE date_trunc('month', d) = TIMESTAMP '2024-01-01'",
+)
+
 #: A function spelled as an operator (`bit_length(s)` is `octet_length(s) * 8`) inside
 #: another operator keeps its own precedence.
 PRECEDENCE = (
@@ -193,6 +216,8 @@ GROUP_BY_CONSTANTS = (
     + DISTINCT_AGGREGATES
     + NUMERIC_BRANCHES
     + QUANTIFIED_SUBQUERIES
+    + ROW_COMPARISONS
+    + DATE_TRUNC
     + PRECEDENCE,
 )
 def test_found_wrong_answers_agree(pgdb: Any, sql: str) -> None:
@@ -207,6 +232,8 @@ def test_found_wrong_answers_agree(pgdb: Any, sql: str) -> None:
     + NUMERIC_BRANCHES[:1]
     + NUMERIC_BRANCHES[5:6]
     + QUANTIFIED_SUBQUERIES[2:4]
+    + ROW_COMPARISONS[1:3]
+    + DATE_TRUNC[:1]
     + PRECEDENCE[:1],
 )
 def test_found_wrong_answers_agree_as_views(pgdb: Any, sql: str) -> None:
