@@ -362,6 +362,10 @@ class Generator:
             return self.subquery_predicate(scope)
         if roll == 15:
             return f"({e('bool', scope, depth)} = {e('bool', scope, depth)})"
+        if roll == 16:
+            op = c.pick(("=", "<>", "<", "<=", ">", ">=", "IS DISTINCT FROM"))
+            left = f"({e('int', scope, depth)}, {e('text', scope, depth)})"
+            return f"({left} {op} ({e('int', scope, depth)}, {e('text', scope, depth)}))"
         if scope.of("bool"):
             return c.pick(scope.of("bool"))
         return c.pick(LITERALS["bool"])
