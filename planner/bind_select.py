@@ -19,12 +19,12 @@ expressions go back to `bind.bind_query`, imported where called (it dispatches h
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
-from dsql.errors import SchemaError
+from dsql.errors import DsqlError, SchemaError
 from dsql.planner import numeric
 from dsql.planner.bind_from import bind_from
 from dsql.planner.bind_shape import (
@@ -50,6 +50,8 @@ from dsql.planner.stateful import Distinct, Reduce
 
 if TYPE_CHECKING:
     from dsql.planner.bind import Env
+
+E = TypeVar("E", bound=DsqlError)
 
 
 def bind_select(sel: exp.Select, env: Env, parent: Scope | None, top: bool) -> Query:
@@ -176,7 +178,7 @@ def _set_returning_calls(e: exp.Expression) -> list[exp.Expression]:
     return found
 
 
-def _located(error: SchemaError, node: exp.Expression) -> SchemaError:
+def _located(error: E, node: exp.Expression) -> E:
     error.position = position_of(node)
     return error
 
@@ -280,9 +282,29 @@ def _group_exprs(
 ) -> list[exp.Expression]:
     if group is None:
         return []
+    for kind in ("grouping_sets", "rollup", "cube"):
+        if group.args.get(kind):
+            raise unsupported(
+                "GROUPING SETS, ROLLUP and CUBE are",
+                "write one GROUP BY query per grouping set and combine them with UNION ALL",
+            )
     out = []
     for g in group.expressions:
-        if isinstance(g, exp.Literal) and not g.is_string:
+        if isinstance(g, exp.GroupingSets | exp.Rollup | exp.Cube):
+            raise _located(
+                unsupported(
+                    "GROUPING SETS, ROLLUP and CUBE are",
+                    "write one GROUP BY query per grouping set and combine them with UNION ALL",
+                ),
+                g,
+            )
+        if isinstance(g, exp.Boolean | exp.Null) or (
+            isinstance(g, exp.Literal) and (g.is_string or not g.this.isdigit())
+        ):
+            # PostgreSQL reads a constant as an output position only when it is an integer;
+            # any other constant is an error rather than one group of every row.
+            raise _located(SchemaError("non-integer constant in GROUP BY"), g)
+        if isinstance(g, exp.Literal):
             n = int(g.this)
             if not 1 <= n <= len(items):
                 raise SchemaError(f"GROUP BY position {n} is not in the select list")

@@ -26,6 +26,7 @@ from dsql.planner import (
     interval_spellings,
     numeric,
     regex_spellings,
+    row_comparison,
     spellings,
     temporal,
     text_spellings,
@@ -298,6 +299,21 @@ def _quantified_array(e: exp.Expr) -> tuple[exp.Expression, bool] | None:
     return inner, every
 
 
+def _quantified_query(e: exp.Expr) -> tuple[exp.Expr, bool] | None:
+    """The query of `ANY (subquery)` / `ALL (subquery)` and whether it is ALL; None for
+    anything else."""
+    if not isinstance(e, exp.Any | exp.All):
+        return None
+    inner = e.this
+    while isinstance(inner, exp.Paren | exp.Subquery) and not (
+        isinstance(inner, exp.Subquery) and inner.args.get("alias")
+    ):
+        inner = inner.this
+    if isinstance(inner, exp.Query):
+        return inner, isinstance(e, exp.All)
+    return None
+
+
 class ExprBinder:
     """Binds expressions in one scope; `bind_query` binds subqueries (injected)."""
 
@@ -430,10 +446,17 @@ class ExprBinder:
                 return SubqueryExpr(this=self._subquery(e.this), kind="exists")
             case exp.In() if e.args.get("query") is not None:
                 return self._in_subquery(e)
+            case exp.Expression() if row_comparison.is_row_comparison(e):
+                return self._bind(row_comparison.expanded(e))
             case exp.EQ() | exp.NEQ() | exp.LT() | exp.LTE() | exp.GT() | exp.GTE() if (
                 _quantified_array(e.expression) is not None
             ):
                 return self._quantified(e)
+            case exp.EQ() | exp.NEQ() | exp.LT() | exp.LTE() | exp.GT() | exp.GTE() if (
+                _quantified_query(e.expression) is not None
+            ):
+                query, every = _quantified_query(e.expression) or (e.expression, False)
+                return self._against_rows(e, query, every)
             case exp.EQ() | exp.NEQ() | exp.LT() | exp.LTE() | exp.GT() | exp.GTE() if any(
                 temporal.is_mz_now(side) for side in (e.this, e.expression)
             ):
@@ -589,6 +612,28 @@ class ExprBinder:
             case exp.Func() if functions.is_listed_call(e):
                 return self._function(e)
         self._bind_children(e)
+        if isinstance(e, exp.Coalesce | exp.Greatest | exp.Least | exp.Case):
+            return self._numeric_branches(e)
+        return e
+
+    def _numeric_branches(self, e: exp.Expr) -> exp.Expr:
+        """A bound COALESCE, GREATEST, LEAST or CASE whose values are numerics of
+        different scales (or numerics and integers) with each value cast to the largest
+        scale: the engines' common type of `decimal(38, 2)` and `decimal(38, 0)` has no
+        room for both and drops the digits after the point; PostgreSQL keeps each
+        value's."""
+        if self._types is None:
+            return e
+        values = [b for b in numeric.branches(e) if not isinstance(b, exp.Null)]
+        kinds = self._kinds(*values)
+        if "numeric" not in kinds or not kinds <= {"numeric", "integer"}:
+            return e
+        scales = self._scales(*values)
+        if len(set(scales)) == 1:
+            return e
+        target = numeric.numeric_type(max(scales))
+        for value in values:
+            value.replace(exp.Cast(this=value.copy(), to=target.copy()))
         return e
 
     def _bind_children(self, e: exp.Expr) -> None:
@@ -607,7 +652,10 @@ class ExprBinder:
                 functions.check(call, ())  # refuses before the arguments bind
             self._bind_children(call)
             arg_types = [types.infer(a.copy(), self.input_types()) for a in arguments(call)]
-            return functions.check(call, arg_types)
+            spelled = functions.check(call, arg_types)
+            if isinstance(spelled, exp.Coalesce | exp.Greatest | exp.Least):
+                return self._numeric_branches(spelled)
+            return spelled
         except DsqlError as error:
             if error.position is None:
                 error.position = position
@@ -618,12 +666,18 @@ class ExprBinder:
         return visible_plan(self.bind_query(query, self.env, self.scope))
 
     def _in_subquery(self, e: exp.In) -> exp.Expression:
-        """`x IN (S)`: TRUE if some s = x; else NULL if x or some s is NULL (S non-empty);
-        else FALSE."""
+        """`x IN (S)`: `x = ANY (S)` (`_against_rows`)."""
         subquery = e.args["query"]
-        plan = self._subquery(subquery.this if isinstance(subquery, exp.Subquery) else subquery)
+        query = subquery.this if isinstance(subquery, exp.Subquery) else subquery
+        return self._against_rows(exp.EQ(this=e.this, expression=query), query, False)
+
+    def _against_rows(self, e: exp.Binary, query: exp.Expr, every: bool) -> exp.Expression:
+        """`x op ANY (S)` (`every` False): TRUE if `x op s` holds for some s; else NULL if
+        x or some s is NULL (S non-empty); else FALSE. `x op ALL (S)`: FALSE if `x op s`
+        fails for some s; else NULL if x or some s is NULL (S non-empty); else TRUE."""
+        plan = self._subquery(as_expression(query))
         if plan.arity != 1:
-            raise SchemaError("the subquery of IN must return exactly one column")
+            raise SchemaError("the subquery of IN, ANY or ALL must return exactly one column")
         x = self._bind(e.this.copy())
         # `x` is read one level further out inside the subquery's filters.
         outer_x = x.transform(
@@ -635,7 +689,8 @@ class ExprBinder:
                 else n
             )
         )
-        equal = Filter(plan, (exp.EQ(this=col(0), expression=outer_x.copy()),))
+        holds = type(e)(this=outer_x.copy(), expression=col(0))
+        decisive = Filter(plan, (exp.Not(this=holds) if every else holds,))
         unknown = Filter(
             plan,
             (
@@ -649,10 +704,13 @@ class ExprBinder:
         )
         return exp.Case(
             ifs=[
-                exp.If(this=SubqueryExpr(this=equal, kind="exists"), true=exp.true()),
+                exp.If(
+                    this=SubqueryExpr(this=decisive, kind="exists"),
+                    true=exp.false() if every else exp.true(),
+                ),
                 exp.If(this=SubqueryExpr(this=unknown, kind="exists"), true=exp.Null()),
             ],
-            default=exp.false(),
+            default=exp.true() if every else exp.false(),
         )
 
     def _typed(self, e: exp.Expr) -> exp.Expr:

@@ -113,6 +113,16 @@ def _as_arg_type(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     return call if types.is_unknown(first) else exp.Cast(this=call, to=first.copy())
 
 
+def _date_trunc(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """`date_trunc(unit, x)` of x's type (`_as_arg_type`); a date is first a timestamp with
+    time zone, the type PostgreSQL resolves `date_trunc(text, date)` to."""
+    if arg_types and arg_types[0].is_type(exp.DType.DATE):
+        zoned = types.build("timestamptz")
+        call.set("this", exp.Cast(this=call.this, to=zoned))
+        return _as_arg_type(call, [zoned, *arg_types[1:]])
+    return _as_arg_type(call, arg_types)
+
+
 def _log10(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     """PostgreSQL's one-argument `log` is base 10 (Spark's is natural): the base made
     explicit."""
@@ -501,7 +511,7 @@ _OTHER = (
         (2, 2),
         "arg",
         "date_trunc('day', ts)",
-        _as_arg_type,
+        _date_trunc,
     ),
     _F(
         ("to_timestamp",),
@@ -720,7 +730,14 @@ def check(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
                 f"function {name}() does not take {count} argument{'s' * (count != 1)}",
                 hint=f"{name} takes {_arity_text(entry.arity)}",
             )
-    return entry.spell(call, arg_types) if entry.spell is not None else call
+    spelled = entry.spell(call, arg_types) if entry.spell is not None else call
+    if entry.returns == "int" and not (
+        isinstance(spelled, exp.Cast) and spelled.to.is_type(exp.DType.INT)
+    ):
+        # The declared type made explicit: the engines' own may be a bigint, or one the
+        # planner cannot infer (it divides an integer as an integer, not as a float).
+        return exp.Cast(this=spelled, to=types.build("int"))
+    return spelled
 
 
 def _arity_text(arity: tuple[int, int | None]) -> str:

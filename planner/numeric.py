@@ -124,7 +124,23 @@ def is_overflowing_literal(e: exp.Expr) -> bool:
 
 def kind(e: exp.Expr, inputs: Sequence[exp.DataType]) -> Kind | None:
     """The kind of number `e` is over columns `_c0.._cN` of types `inputs` (None: not a
-    number, or not known here)."""
+    number, or not known here).
+
+    Read from the expression's shape where that tells; otherwise "integer" where the
+    expression's inferred type is an integer (`length(s)`, `d1 - d2`), since PostgreSQL
+    divides those as integers whatever function produced them.
+    """
+    found = _shape_kind(e, inputs)
+    if found is None and isinstance(e, exp.Expr):
+        from dsql.planner import types
+
+        if types.is_integer(types.annotated(e.copy(), inputs)):
+            return "integer"
+    return found
+
+
+def _shape_kind(e: exp.Expr, inputs: Sequence[exp.DataType]) -> Kind | None:
+    """`kind` as the expression's shape tells it (None where it does not)."""
     match e:
         case exp.Literal() if not e.is_string:
             if e.this.isdigit() and int(e.this) <= BIGINT_MAX:
@@ -138,10 +154,14 @@ def kind(e: exp.Expr, inputs: Sequence[exp.DataType]) -> Kind | None:
         case exp.Paren() | exp.Neg() | exp.Abs() | exp.Min() | exp.Max():
             return kind(e.this, inputs)
         case exp.Sum():
-            inner = e.this.this if isinstance(e.this, exp.Distinct) else e.this
+            inner = e.this.expressions[0] if isinstance(e.this, exp.Distinct) else e.this
             return kind(inner, inputs)
         case exp.Count():
             return "integer"
+        case exp.Extract():
+            # PostgreSQL's extract is a numeric with a fraction (`epoch`, `second`), which
+            # the engines give as whole numbers or floats: never divided as integers.
+            return "float"
         case exp.Avg():
             return "float" if kind(e.this, inputs) == "float" else "numeric"
         case exp.Add() | exp.Sub() | exp.Mul() | exp.Div() | exp.Mod() | exp.IntDiv():
@@ -149,7 +169,7 @@ def kind(e: exp.Expr, inputs: Sequence[exp.DataType]) -> Kind | None:
         case exp.Anonymous() if e.name.upper() in _FUNCTIONS:
             return "numeric"
         case exp.Coalesce() | exp.Greatest() | exp.Least() | exp.Case() | exp.Nullif():
-            found = {kind(b, inputs) for b in _branches(e) if not isinstance(b, exp.Null)}
+            found = {kind(b, inputs) for b in branches(e) if not isinstance(b, exp.Null)}
             widest: Kind | None = "integer" if found else None
             for k in found:
                 widest = _widest(widest, k)
@@ -157,7 +177,7 @@ def kind(e: exp.Expr, inputs: Sequence[exp.DataType]) -> Kind | None:
     return None
 
 
-def _branches(e: exp.Expr) -> list[exp.Expr]:
+def branches(e: exp.Expr) -> list[exp.Expr]:
     """The values a conditional expression may take (CASE's arms, COALESCE's arguments)."""
     if isinstance(e, exp.Case):
         arms = [i.args["true"] for i in e.args.get("ifs") or []]
@@ -188,7 +208,7 @@ def scale(e: exp.Expr, inputs: Sequence[exp.DataType], default: int = 10) -> int
         case exp.Paren() | exp.Neg() | exp.Abs() | exp.Min() | exp.Max():
             return scale(e.this, inputs, default)
         case exp.Sum():
-            inner = e.this.this if isinstance(e.this, exp.Distinct) else e.this
+            inner = e.this.expressions[0] if isinstance(e.this, exp.Distinct) else e.this
             return scale(inner, inputs, default)
         case exp.Add() | exp.Sub() | exp.Mod():
             return max(scale(e.this, inputs, default), scale(e.expression, inputs, default))
@@ -207,7 +227,7 @@ def scale(e: exp.Expr, inputs: Sequence[exp.DataType], default: int = 10) -> int
         case exp.Count():
             return 0
         case exp.Coalesce() | exp.Greatest() | exp.Least() | exp.Case() | exp.Nullif():
-            values = [b for b in _branches(e) if not isinstance(b, exp.Null)]
+            values = [b for b in branches(e) if not isinstance(b, exp.Null)]
             return max((scale(b, inputs, default) for b in values), default=default)
     return default
 

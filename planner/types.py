@@ -198,7 +198,7 @@ def infer(expression: exp.Expr, inputs: Sequence[exp.DataType]) -> exp.DataType:
     if key is not None and key in _LEAF_TYPES:  # a literal: typed once per spelling
         expression.type = _LEAF_TYPES[key].copy()
         return _LEAF_TYPES[key].copy()
-    dtype = _annotate(expression, inputs)
+    dtype = annotated(expression, inputs)
     if isinstance(expression, exp.Sub) and dtype.this in (T.TIMESTAMP, T.TIMESTAMPTZ):
         # sqlglot types `ts - ts` as a timestamp; PostgreSQL's is an interval.
         operands = (
@@ -237,6 +237,20 @@ def _leaf_key(e: exp.Expr) -> tuple[str, str] | None:
         shape = "int" if text.isdigit() else "".join(sorted({c for c in text if not c.isdigit()}))
         return ("number", shape)
     return None
+
+
+def annotated(expression: exp.Expr, inputs: Sequence[exp.DataType]) -> exp.DataType:
+    """The type sqlglot's annotation gives `expression` over columns `_c0.._cN` of types
+    `inputs`, where PostgreSQL's differs corrected: `date - date` is an int (the days
+    between), not a date. Numeric literals stay sqlglot's doubles (`infer` corrects
+    those)."""
+    dtype = _annotate(expression, inputs)
+    if isinstance(expression, exp.Sub) and dtype.this == T.DATE:
+        sides = (expression.this, expression.expression)
+        if all(_annotate(side.copy(), inputs).this == T.DATE for side in sides):
+            expression.type = build("int")
+            return build("int")
+    return dtype
 
 
 def _annotate(expression: exp.Expr, inputs: Sequence[exp.DataType]) -> exp.DataType:
@@ -304,6 +318,7 @@ def common_type(a: exp.DataType, b: exp.DataType, where: str) -> exp.DataType:
 
 
 __all__ = [
+    "annotated",
     "build",
     "common_type",
     "from_arrow",

@@ -236,6 +236,18 @@ def create_both(con: Any, pg: Any, tables: Mapping[str, str], seed: Sequence[str
         pg.execute(sql)
 
 
+def apply_both(con: Any, pg: Any, transaction: Sequence[str]) -> None:
+    """The statements of one transaction run in dsql's connection `con` (at one
+    timestamp) and in PostgreSQL's `pg` (one transaction)."""
+    con.execute("BEGIN")
+    for sql in transaction:
+        con.execute(sql)
+    con.execute("COMMIT")
+    with pg.transaction():
+        for sql in transaction:
+            pg.execute(sql)
+
+
 def differs(
     con: Any, pg: Any, sql: str, dsql_sql: str | None = None, ordered: bool = False
 ) -> str | None:

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import multiset
-from pg_oracle import compare, create_both, differs, normalized, pg_rows
+from pg_oracle import apply_both, compare, create_both, differs, normalized, pg_rows
 
 import dsql
 
@@ -211,13 +211,7 @@ def _check_views(con: Any, pgdb: Any, views: dict[str, str], step: str) -> None:
 
 def _apply(con: Any, pgdb: Any, transaction: list[str]) -> None:
     """The statements of one transaction, run on both sides (one timestamp in dsql)."""
-    con.execute("BEGIN")
-    for sql in transaction:
-        con.execute(sql)
-    con.execute("COMMIT")
-    with pgdb.transaction():
-        for sql in transaction:
-            pgdb.execute(sql)
+    apply_both(con, pgdb, transaction)
 
 
 def _run_history(con: Any, pgdb: Any, views: dict[str, str], history: list[list[str]]) -> None:

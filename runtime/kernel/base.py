@@ -50,7 +50,7 @@ import sqlglot
 from sqlglot import exp
 
 from dsql.errors import UnsupportedError
-from dsql.runtime.kernel import numeric_division
+from dsql.runtime.kernel import numeric_division, precedence
 from dsql.runtime.lattice import Antichain
 
 if TYPE_CHECKING:
@@ -517,8 +517,10 @@ class Kernel(ABC):
     def sql(self, select: exp.Expr) -> str:
         """The text of `select` in this kernel's dialect: each `PER_KERNEL` call as its
         spelling for this kernel (`per_kernel`), numeric quotients written out as exact
-        division (`numeric_division.py`)."""
+        division (`numeric_division.py`), operators nested in operators parenthesized
+        (`precedence.py`)."""
         tree = numeric_division.expand(per_kernel(select, self.dialect), self.dialect)
+        tree = precedence.parenthesized(tree)
         return tree.sql(dialect=self.dialect, comments=False)  # comments are user text
 
 
