@@ -25,6 +25,7 @@ from dsql.errors import (
     DsqlError,
     ResourceLimitError,
     SchemaError,
+    StateLostError,
     TypeMismatchError,
     UnsupportedError,
 )
@@ -109,7 +110,7 @@ class Executor:
         s = self.session
         writes, s.writes = s.writes or [], None
         for name, rows, diff in reversed(writes):
-            if name in s.relations:
+            if name in s.relations and name not in s.lost_state.lost:
                 s.write(name, rows, -diff)
 
     def deliver(self) -> list[str]:
@@ -130,6 +131,8 @@ class Executor:
             with nesting_room(), interrupt_cancels(worker):
                 yield
         except DsqlError as error:
+            if isinstance(error, StateLostError):  # named, and its relation fenced
+                self.session.lost_state.record(error)
             if error.statement is None:
                 error.statement = text
             raise

@@ -97,6 +97,7 @@ class Healing:
         """Raise the error of `relation`, of an index on it, or of a relation it reads,
         when it is in error now (`tick` None) or was at `tick`."""
         s = self.session
+        s.lost_state.check(relation.name)
         self._raise_if_in_error(relation.name, tick, f"materialized view '{relation.name}'")
         for index in s.indexes.on(relation.name):
             self._raise_if_in_error(index.name, tick, f"index '{index.name}' on '{index.on}'")

@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from dsql.errors import DsqlError, ExecutionError, QueryCanceledError, SchemaError
+from dsql.errors import (
+    DsqlError,
+    ExecutionError,
+    QueryCanceledError,
+    SchemaError,
+    StateLostError,
+)
 from dsql.runtime.kernel.base import Frame, Kernel
 from dsql.runtime.lattice import DIFF, Antichain, Time, time_columns
 
@@ -415,8 +421,18 @@ class Worker:
                     own = node.id >= self.cancelable_from
                     self.kernel.set_deadline(self.deadline if own else None)
                 stepped.append(node)
+                self.kernel.set_owner(node.id)
                 try:
                     batch = node.step(rnd)
+                except StateLostError as error:
+                    # Stored state is gone: no node's error, and no round to finish. The
+                    # round is undone as an interrupted one is; the session names and
+                    # fences the relation whose state it was (`dsql.lost_state`).
+                    if error.owner is None:
+                        error.owner = self.kernel.owner_of(error.path)
+                    if error.owner is None:
+                        error.owner = node.id
+                    raise
                 except DsqlError as error:
                     # A round cut in the middle would leave nodes that stepped unfinished:
                     # the node fails alone (it steps no more), the round ends, then the
@@ -443,13 +459,19 @@ class Worker:
                 if batch is not None:
                     for reader in node.readers:
                         add(reader)
-        except BaseException:  # an interrupt (Ctrl-C) inside a step: no node has finished
+        except BaseException:  # an interrupt (Ctrl-C), lost state: no node has finished
             self._undo_round(stepped, queued)
             raise
+        finally:
+            self.kernel.set_owner(None)
         self._standing = {}
         self.kernel.set_deadline(None)  # finishing (traces merging) is never cut short
         for node in ran:
-            node.finish(rnd)
+            self.kernel.set_owner(node.id)
+            try:
+                node.finish(rnd)
+            finally:
+                self.kernel.set_owner(None)
             if node.pending():
                 self._standing[node.id] = node
         self.kernel.set_deadline(self.deadline)
