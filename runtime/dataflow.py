@@ -428,10 +428,7 @@ class Worker:
                     # Stored state is gone: no node's error, and no round to finish. The
                     # round is undone as an interrupted one is; the session names and
                     # fences the relation whose state it was (`dsql.lost_state`).
-                    if error.owner is None:
-                        error.owner = self.kernel.owner_of(error.path)
-                    if error.owner is None:
-                        error.owner = node.id
+                    self._owned(error, node)
                     raise
                 except DsqlError as error:
                     # A round cut in the middle would leave nodes that stepped unfinished:
@@ -470,11 +467,26 @@ class Worker:
             self.kernel.set_owner(node.id)
             try:
                 node.finish(rnd)
+            except StateLostError as error:
+                # A merge met lost state: the other nodes still finish (their batches
+                # are the round's), the error is raised after it (`abort`), and the
+                # session fences the relation whose state it was.
+                self.abort(self._owned(error, node))
+                continue
             finally:
                 self.kernel.set_owner(None)
             if node.pending():
                 self._standing[node.id] = node
         self.kernel.set_deadline(self.deadline)
+
+    def _owned(self, error: StateLostError, node: Node) -> StateLostError:
+        """`error` with the node whose state was lost: the one that stored it (the
+        kernel's `owner_of` its path), else `node`, which met it."""
+        if error.owner is None:
+            error.owner = self.kernel.owner_of(error.path)
+        if error.owner is None:
+            error.owner = node.id
+        return error
 
     def _undo_round(self, stepped: list[Node], queued: set[int]) -> None:
         """Leave the graph as before a round that an interrupt cut short, so that the next
