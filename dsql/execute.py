@@ -218,9 +218,10 @@ class Executor:
                 return self._select(stmt)
             case grammar.Subscribe():
                 sub = self._subscribe(stmt)
-                table = sub.poll()
+                table = sub.next_batch()  # a snapshot Spark stored: its pieces follow
                 self.cursors[f"__subscribe{id(sub)}"] = sub
-                return Result(table=table, status="SUBSCRIBE", subscription=sub)
+                more = sub.backlog() if sub.streaming else None
+                return Result(table=table, status="SUBSCRIBE", subscription=sub, batches=more)
             case grammar.DeclareCursor():
                 if stmt.name in self.cursors:
                     raise SchemaError(f"cursor '{stmt.name}' already exists", hint="CLOSE it first")
