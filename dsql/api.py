@@ -353,7 +353,7 @@ class Updates:
         with self.executor.lock:
             if self.sub.closed:
                 raise StopIteration
-            return self.executor.wait(self.sub.poll, 0)
+            return self.executor.wait(self.sub.next_batch, 0)  # a stored snapshot: a piece
 
     def rows(self) -> list[tuple[Any, ...]]:
         """The next batch as tuples."""

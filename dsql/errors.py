@@ -30,6 +30,8 @@ says which stage refused the input. PEP 249's names (`ProgrammingError`,
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class DsqlError(Exception):
     """An error with a message, an optional statement position, and a hint."""
@@ -157,6 +159,24 @@ class ExecutionError(OperationalError):
 
 class SourceError(OperationalError):
     """A file or other external source could not be read (missing, unreadable, bad format)."""
+
+
+class StateLostError(OperationalError):
+    """State a relation keeps off the driver (Spark's stored batches) is missing or
+    unreadable: the statement that meets it is rolled back, and every statement over
+    that relation refuses until it is dropped and created again; it does not heal.
+
+    `path`: where the lost state was stored (a URI); `owner`: the id of the dataflow
+    node that stored it, when the kernel knows it; `relation`: the table or view the
+    state belongs to, once the session has named it."""
+
+    def __init__(
+        self, message: str, *, path: str | None = None, owner: int | None = None, **kw: Any
+    ) -> None:
+        super().__init__(message, **kw)
+        self.path = path
+        self.owner = owner
+        self.relation: str | None = None
 
 
 class EnvironmentSetupError(OperationalError):

@@ -26,6 +26,7 @@ from dsql.errors import (
     DsqlError,
     ResourceLimitError,
     SchemaError,
+    StateLostError,
     TypeMismatchError,
     UnsupportedError,
 )
@@ -119,8 +120,8 @@ class Executor:
         s = self.session
         writes, s.writes = s.writes or [], None
         for name, rows, diff, _ in reversed(writes):
-            if name in s.relations:
-                s.write(name, rows, -diff)
+            if name in s.relations and name not in s.lost_state.lost:
+                s.write(name, rows, -diff, kinds=("table", "source"))
 
     def deliver(self) -> list[str]:
         """Deliver the writes made so far to the views (`Healing.deliver`); returns the
@@ -140,6 +141,8 @@ class Executor:
             with nesting_room(), interrupt_cancels(worker):
                 yield
         except DsqlError as error:
+            if isinstance(error, StateLostError):  # named, and its relation fenced
+                self.session.lost_state.record(error)
             if error.statement is None:
                 error.statement = text
             raise
@@ -244,9 +247,10 @@ class Executor:
                 return self._select(stmt)
             case grammar.Subscribe():
                 sub = self._subscribe(stmt)
-                table = sub.poll()
+                table = sub.next_batch()  # a snapshot Spark stored: its pieces follow
                 self.cursors[f"__subscribe{id(sub)}"] = sub
-                return Result(table=table, status="SUBSCRIBE", subscription=sub)
+                more = sub.backlog() if sub.streaming else None
+                return Result(table=table, status="SUBSCRIBE", subscription=sub, batches=more)
             case grammar.DeclareCursor():
                 if stmt.name in self.cursors:
                     raise SchemaError(f"cursor '{stmt.name}' already exists", hint="CLOSE it first")

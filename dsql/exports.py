@@ -168,6 +168,16 @@ def _accumulated(session: Any, parts: list[Any], tick: int, arity: int) -> Any:
     as `results.accumulate` does in the driver."""
     from pyspark.sql import functions as F  # noqa: N812
 
+    union = on_spark(session, parts)
+    data = [f"_c{i}" for i in range(arity)]
+    total = F.sum(F.col(DIFF)).cast("bigint").alias(DIFF)
+    summed = union.where(F.col(TIME) <= tick).groupBy(*data).agg(total)
+    return summed.where(F.col(DIFF) != 0)
+
+
+def on_spark(session: Any, parts: list[Any]) -> Any:
+    """The union of `parts` (Spark frames, and Arrow tables shipped to Spark) as one Spark
+    frame; at least one part is a Spark frame."""
     spark_kernel = _spark_kernel(session)
     frames = [
         spark_kernel.from_arrow(p) if isinstance(p, pa.Table) else p
@@ -177,10 +187,15 @@ def _accumulated(session: Any, parts: list[Any], tick: int, arity: int) -> Any:
     union = frames[0]
     for frame in frames[1:]:
         union = union.unionByName(frame)
-    data = [f"_c{i}" for i in range(arity)]
-    total = F.sum(F.col(DIFF)).cast("bigint").alias(DIFF)
-    summed = union.where(F.col(TIME) <= tick).groupBy(*data).agg(total)
-    return summed.where(F.col(DIFF) != 0)
+    return union
+
+
+def streamed(session: Any, frame: Any, schema: pa.Schema) -> Generator[pa.Table, None, None]:
+    """A Spark frame's rows in its order (`schema`: their names and types), written out
+    by the executors and read back at most `Session.fetch_rows` at a time (`_files`;
+    first an empty table of the columns). The write happens before this returns (its
+    errors are raised here); the copy is deleted once read or when the generator closes."""
+    return _files(session, _store(session, frame), schema.names, schema)
 
 
 def _presented(counts: Any, bound: Any) -> Any:

@@ -97,6 +97,7 @@ class Healing:
         """Raise the error of `relation`, of an index on it, or of a relation it reads,
         when it is in error now (`tick` None) or was at `tick`."""
         s = self.session
+        s.lost_state.check(relation.name)
         self._raise_if_in_error(relation.name, tick, f"materialized view '{relation.name}'")
         for index in s.indexes.on(relation.name):
             self._raise_if_in_error(index.name, tick, f"index '{index.name}' on '{index.on}'")
@@ -274,6 +275,14 @@ class Healing:
     def restamp(self, plan: Plan, times: pa.Array) -> pa.Array:
         """Times of updates of a subscription to `plan`, each inside an error period of a
         relation it reads moved to the period's end."""
+        for start, end in self.closed_periods(plan):
+            inside = pc.and_(pc.greater_equal(times, start), pc.less(times, end))
+            times = pc.if_else(inside, pa.scalar(end, times.type), times)
+        return times
+
+    def closed_periods(self, plan: Plan) -> list[tuple[int, int]]:
+        """The ended error periods `[start, end)` (ticks) of the relations `plan` reads,
+        directly or through views, in the order `restamp` applies them."""
         s = self.session
         names: set[str] = set()
         todo = [n.name for n in walk_deep(plan) if isinstance(n, Get)]
@@ -282,13 +291,12 @@ class Healing:
             if name not in names and name in s.relations:
                 names.add(name)
                 todo.extend(s.relations[name].depends_on)
-        for name in names:
-            for period in self.periods.get(name, ()):
-                if period.end is None:
-                    continue
-                inside = pc.and_(pc.greater_equal(times, period.start), pc.less(times, period.end))
-                times = pc.if_else(inside, pa.scalar(period.end, times.type), times)
-        return times
+        return [
+            (period.start, period.end)
+            for name in names
+            for period in self.periods.get(name, ())
+            if period.end is not None
+        ]
 
 
 def _mentions_mz_now(plan: Plan) -> bool:

@@ -31,6 +31,7 @@ from dsql.file_source import FileSources
 from dsql.heal import Healing, is_data_error
 from dsql.history import History
 from dsql.indexes import Indexes
+from dsql.lost_state import LostState
 from dsql.planner.bind import bind
 from dsql.planner.catalog import unknown_relation
 from dsql.planner.decorrelate import decorrelate
@@ -87,6 +88,8 @@ class Session:
         self.memory_limit = 0
         self.set_memory_limit(memory_limit)
         self.healing = Healing(self)
+        #: Relations whose stored state is lost (`dsql.lost_state`).
+        self.lost_state = LostState(self)
         self.relations: dict[str, Relation] = {}
         #: Whether reads of an arrangement, and INSERTs of literal rows, skip the
         #: dataflow (`dsql.fast_path`).
@@ -234,6 +237,7 @@ class Session:
         count. `kinds`: the relations the caller may write (a file source writes its own).
         The statement's `writes` record it with its tick (`dsql.durable` logs them)."""
         rel = self._table(name, kinds)
+        self.lost_state.check(name)
         self._check_not_null(rel, rows)
         if rows.num_rows == 0:
             return 0
@@ -398,6 +402,7 @@ class Session:
         self.indexes.drop_on(name)
         self.history.forget(name)
         self.healing.forget(name)
+        self.lost_state.forget(name)
         if rel.nodes:
             self.worker.drop([*rel.computation, *rel.nodes])
         if rel.input is not None:

@@ -53,7 +53,8 @@ class CaptureNode(Node):
     ) -> None:
         super().__init__(source.worker, (source,), source.schema, source.depth)
         self._callback = callback
-        self._spill = spill
+        #: Whether a batch the kernel stores off the driver stays there (`spilled`).
+        self.spill = spill
         self._held: list[pa.Table] = []
         #: How many tables `_held` had before the latest step (`rewind` cuts back to it).
         self._mark = 0
@@ -70,7 +71,7 @@ class CaptureNode(Node):
         delta = rnd.delta(self.inputs[0])
         if delta is not None:
             table = None
-            if self._spill and self.kernel.takes(Capability.STORAGE, (delta.frame,)):
+            if self.spill and self.kernel.takes(Capability.STORAGE, (delta.frame,)):
                 stored = self.kernel.materialize(delta.frame, estimate=delta.rows)
                 if stored.table is None:  # too big for the driver: it stays stored
                     self.spilled.append(stored.frame)

@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from dsql.errors import DsqlError, ExecutionError, QueryCanceledError, SchemaError
+from dsql.errors import (
+    DsqlError,
+    ExecutionError,
+    QueryCanceledError,
+    SchemaError,
+    StateLostError,
+)
 from dsql.runtime.kernel.base import Frame, Kernel
 from dsql.runtime.lattice import DIFF, Antichain, Time, time_columns
 
@@ -415,8 +421,15 @@ class Worker:
                     own = node.id >= self.cancelable_from
                     self.kernel.set_deadline(self.deadline if own else None)
                 stepped.append(node)
+                self.kernel.set_owner(node.id)
                 try:
                     batch = node.step(rnd)
+                except StateLostError as error:
+                    # Stored state is gone: no node's error, and no round to finish. The
+                    # round is undone as an interrupted one is; the session names and
+                    # fences the relation whose state it was (`dsql.lost_state`).
+                    self._owned(error, node)
+                    raise
                 except DsqlError as error:
                     # A round cut in the middle would leave nodes that stepped unfinished:
                     # the node fails alone (it steps no more), the round ends, then the
@@ -443,16 +456,37 @@ class Worker:
                 if batch is not None:
                     for reader in node.readers:
                         add(reader)
-        except BaseException:  # an interrupt (Ctrl-C) inside a step: no node has finished
+        except BaseException:  # an interrupt (Ctrl-C), lost state: no node has finished
             self._undo_round(stepped, queued)
             raise
+        finally:
+            self.kernel.set_owner(None)
         self._standing = {}
         self.kernel.set_deadline(None)  # finishing (traces merging) is never cut short
         for node in ran:
-            node.finish(rnd)
+            self.kernel.set_owner(node.id)
+            try:
+                node.finish(rnd)
+            except StateLostError as error:
+                # A merge met lost state: the other nodes still finish (their batches
+                # are the round's), the error is raised after it (`abort`), and the
+                # session fences the relation whose state it was.
+                self.abort(self._owned(error, node))
+                continue
+            finally:
+                self.kernel.set_owner(None)
             if node.pending():
                 self._standing[node.id] = node
         self.kernel.set_deadline(self.deadline)
+
+    def _owned(self, error: StateLostError, node: Node) -> StateLostError:
+        """`error` with the node whose state was lost: the one that stored it (the
+        kernel's `owner_of` its path), else `node`, which met it."""
+        if error.owner is None:
+            error.owner = self.kernel.owner_of(error.path)
+        if error.owner is None:
+            error.owner = node.id
+        return error
 
     def _undo_round(self, stepped: list[Node], queued: set[int]) -> None:
         """Leave the graph as before a round that an interrupt cut short, so that the next

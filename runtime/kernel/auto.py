@@ -274,6 +274,12 @@ class AutoKernel(Kernel):
     def set_state_uri(self, uri: str) -> None:
         self.remote.set_state_uri(uri)
 
+    def set_owner(self, owner: int | None) -> None:
+        self.remote.set_owner(owner)
+
+    def owner_of(self, path: str | None) -> int | None:
+        return self.remote.owner_of(path)
+
     def run(self, prepared: Prepared, inputs: Mapping[str, Frame]) -> Frame:
         assert isinstance(prepared, _Dual), "prepare queries with this kernel"
         used = {name: inputs[name] for name, _ in prepared.tables if name in inputs}

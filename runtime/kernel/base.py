@@ -228,6 +228,17 @@ class Kernel(ABC):
         engine lets the driver bound it (Spark's executors manage their own memory)."""
         return None
 
+    def set_owner(self, owner: int | None) -> None:
+        """Attribute the batches stored from now on to dataflow node `owner` (None: to
+        none), so that state found lost later names whose it was (`owner_of`); the
+        worker sets it while a node steps and finishes."""
+        return None
+
+    def owner_of(self, path: str | None) -> int | None:
+        """The node (`set_owner`) that stored the batch at URI `path`, or that a file at
+        `path` belongs to; None when unknown or the kernel stores nothing off the driver."""
+        return None
+
     def set_state_uri(self, uri: str) -> None:
         """Store the batches that live on Spark under `uri` (`kernel/spark/state.py`);
         kernels that keep everything in-process ignore it."""

@@ -22,9 +22,16 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dsql.errors import ExecutionError, SchemaError, UnsupportedError, numeric_overflow
+from dsql.errors import (
+    ExecutionError,
+    SchemaError,
+    StateLostError,
+    UnsupportedError,
+    numeric_overflow,
+)
 from dsql.runtime import memory
 from dsql.runtime.kernel.base import Frame, Kernel, Placement, Prepared, engine_message
+from dsql.runtime.kernel.spark.state import LOST_HINT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -234,7 +241,15 @@ class SparkFrames(Kernel):
 
 #: What Spark's error says when a file it listed (a stored batch's) cannot be read: a
 #: read that would otherwise come out short, so an error of its own.
-_FILE_GONE = ("FILE_NOT_EXIST", "FileNotFoundException")
+_FILE_GONE = (
+    "FILE_NOT_EXIST",
+    "FileNotFoundException",
+    "PATH_NOT_FOUND",
+    "CANNOT_READ_FILE_FOOTER",
+)
+
+#: A file's URI in Spark's message (`file:///...parquet`), without the sentence's full stop.
+_URI = re.compile(r"([A-Za-z][\w+.-]*:/\S*?)\.?(?:\s|$)")
 
 
 def _engine_error(error: Exception, text: str | None = None) -> Exception:
@@ -249,10 +264,11 @@ def _engine_error(error: Exception, text: str | None = None) -> Exception:
             return SchemaError(raised[-1].split(":", 1)[1].strip())
     gone = [line for line in lines if any(sign in line for sign in _FILE_GONE)]
     if gone:
-        return ExecutionError(
-            f"a file of dsql's stored state is gone: {gone[0]}",
-            hint="the executors and the driver must share the storage root (state_uri), "
-            "and dsql's state must not be deleted while a session runs",
+        found = _URI.search(gone[0])
+        return StateLostError(
+            f"a file of dsql's stored state is gone: {gone[0].lstrip(': ')}",
+            path=found.group(1) if found else None,
+            hint=LOST_HINT,
         )
     if "UNRESOLVED_COLUMN" in message or "cannot be resolved" in message:
         return SchemaError(

@@ -36,7 +36,7 @@ import tempfile
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from dsql.errors import EnvironmentSetupError, ExecutionError
+from dsql.errors import EnvironmentSetupError, ExecutionError, StateLostError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Observation, SparkSession
@@ -212,11 +212,19 @@ def check_written(uri: str, written: int, committed: int) -> None:
         )
 
 
-def lost(uri: str, stored: int, found: int | str) -> ExecutionError:
+#: The hint of stored state that is gone (`lost`, `frames._engine_error`).
+LOST_HINT = (
+    "the storage root (state_uri) must be reachable from every executor and the driver, "
+    "and dsql's state under it must not be deleted while a session runs"
+)
+
+
+def lost(uri: str, stored: int, found: int | str) -> StateLostError:
     """The error of a read of the batch stored at `uri` (`stored` rows) that finds fewer
     (`found`: a count, or what went wrong): its files went away or were never seen."""
-    return ExecutionError(
+    return StateLostError(
         f"the batch of {stored} rows stored at {uri} reads as {found}: its files were "
         "deleted, or written where this node does not see them",
-        hint=_SHARED_HINT + "; dsql's state must not be deleted while a session runs",
+        path=uri,
+        hint=LOST_HINT,
     )

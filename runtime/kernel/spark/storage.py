@@ -90,9 +90,28 @@ class SparkStorage(SparkFrames):
         self._tables: dict[int, str] = {}
         #: Per bucketed stored batch's path, its files' fragments by bucket (for probes).
         self._bucket_files: dict[str, dict[int, list[Any]]] = {}
+        #: The node batches are stored for now (`set_owner`), and per stored batch's
+        #: path, the node it was stored for (`owner_of`).
+        self._owner: int | None = None
+        self._owners: dict[str, int] = {}
 
     #: Parquet row-group size for stored batches: small groups make key probes selective.
     row_group_bytes = 1024 * 1024
+
+    def set_owner(self, owner: int | None) -> None:
+        self._owner = owner
+
+    def owner_of(self, path: str | None) -> int | None:
+        """The node a stored batch was stored for (`set_owner`), by the batch's URI or the
+        URI of one of its files (Spark may spell `file:///x` as `file:/x`)."""
+        if path is None:
+            return None
+        wanted = _plain(path)
+        for stored, owner in self._owners.items():
+            base = _plain(stored)
+            if wanted == base or wanted.startswith(base + "/"):
+                return owner
+        return None
 
     def set_state_uri(self, uri: str) -> None:
         """Store batches under `uri` from now on (those stored already stay where they are)."""
@@ -296,6 +315,8 @@ class SparkStorage(SparkFrames):
         its files deleted on `release`; its row count `rows`, else from the footers where
         the driver sees them (no job), else counted."""
         self._paths[id(stored)] = path
+        if self._owner is not None:
+            self._owners[path] = self._owner
         if order:
             self._order[stored] = tuple(order)
         if rows is None and self._driver_sees_files():
@@ -327,6 +348,7 @@ class SparkStorage(SparkFrames):
             self._rows.pop(path, None)
             self._footers.pop(path, None)
             self._bucket_files.pop(path, None)
+            self._owners.pop(path, None)
             self.state.delete(path)
 
     def _read_in_driver(
@@ -502,6 +524,17 @@ def _spark_columns(schema: pa.Schema) -> str | None:
     except (TypeError, ValueError, NotImplementedError):
         return None
     return ", ".join(f"{_quote(f.name)} {f.dataType.simpleString()}" for f in fields)
+
+
+def _plain(uri: str) -> str:
+    """`uri` with a `file:` scheme's slashes made one, so two spellings compare equal.
+
+    >>> _plain("file:///tmp/a/b") == _plain("file:/tmp/a/b") == "file:/tmp/a/b"
+    True
+    """
+    if uri.startswith("file:"):
+        return "file:/" + uri[len("file:") :].lstrip("/")
+    return uri
 
 
 def _table_name() -> str:
