@@ -132,8 +132,8 @@ def snapshot_now(local: dsql.Connection) -> list[tuple]:
 
 @pytest.mark.parametrize(
     "options",
-    ["", " WITH (PROGRESS)", " WITH (SNAPSHOT = false)"],
-    ids=["plain", "progress", "no-snapshot"],
+    ["", " WITH (PROGRESS)"],
+    ids=["plain", "progress"],
 )
 def test_fetch_streams_the_snapshot_in_bounded_pieces_exactly(
     pair: tuple[dsql.Connection, dsql.Connection], options: str
@@ -290,7 +290,7 @@ def temporal_stream(con: dsql.Connection, options: str) -> list[list[tuple]]:
 
 @pytest.mark.parametrize(
     ("kernel", "options"),
-    [("spark", ""), ("spark", " WITH (SNAPSHOT = false)"), ("auto", " WITH (PROGRESS)")],
+    [("spark", " WITH (SNAPSHOT = false)"), ("auto", " WITH (PROGRESS)")],
 )
 def test_a_temporal_views_stored_snapshot_holds_back_future_updates(
     spark: Any,
