@@ -290,7 +290,7 @@ def temporal_stream(con: dsql.Connection, options: str) -> list[list[tuple]]:
 
 @pytest.mark.parametrize(
     ("kernel", "options"),
-    [("spark", " WITH (SNAPSHOT = false)"), ("auto", " WITH (PROGRESS)")],
+    [("spark", ""), ("auto", " WITH (PROGRESS)")],
 )
 def test_a_temporal_views_stored_snapshot_holds_back_future_updates(
     spark: Any,
