@@ -114,11 +114,52 @@ def _as_arg_type(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
 
 
 def _log10(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
-    """PostgreSQL's one-argument `log` is base 10 (Spark's is natural): the base made
-    explicit."""
+    """`log(x)`, `log10(x)` and `log(b, x)`: PostgreSQL's one-argument `log` is base 10
+    (Spark's is natural), so the base is made explicit; of numerics (or a numeric and
+    an integer, and `log(b, x)` of integers, which PostgreSQL has only for numerics)
+    PostgreSQL's numeric logarithm (`_transcendental`)."""
     if call.args.get("expression") is None:
-        return exp.Log(this=exp.Literal.number(10), expression=call.this)
+        ten = exp.Literal.number(10)
+        if numeric.kind_of_type(_first(arg_types)) == "numeric":
+            return _transcendental(numeric.NUMERIC_LOG, ten, call.this, [_INTEGER, arg_types[0]])
+        return exp.Log(this=ten, expression=call.this)
+    kinds = {numeric.kind_of_type(t) for t in arg_types}
+    if kinds <= {"numeric", "integer"}:
+        return _transcendental(numeric.NUMERIC_LOG, call.this, call.expression, arg_types)
     return call
+
+
+def _first(arg_types: Sequence[exp.DataType]) -> exp.DataType:
+    return arg_types[0] if arg_types else types.build("unknown")
+
+
+_INTEGER = exp.DataType.build("int")
+
+
+def _transcendental(
+    name: str, a: exp.Expr, b: exp.Expr, arg_types: Sequence[exp.DataType]
+) -> exp.Expr:
+    """`name` (`numeric.transcendental`) of `a` and `b`, whose types are `arg_types`;
+    an `UnsupportedError` for an argument with more than `ROOT_SCALE` digits after the
+    point (PostgreSQL's result keeps at least as many, more than dsql's column holds)."""
+    scales = [numeric.type_scale(t, 0) for t in arg_types]
+    if max(scales, default=0) > numeric.ROOT_SCALE:
+        what = {"NUMERIC_LN": "ln", "NUMERIC_EXP": "exp", "NUMERIC_LOG": "log"}.get(name, "power")
+        raise UnsupportedError(
+            f"{what} of a numeric with more than {numeric.ROOT_SCALE} digits after the point",
+            hint=f"cast the argument to numeric(38, {numeric.ROOT_SCALE}) or to double precision",
+        )
+    sb = scales[1] if len(scales) > 1 else 0
+    return numeric.transcendental(name, a, b, scales[0], sb)
+
+
+def _ln_exp(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """`ln(x)` and `exp(x)`: of a numeric, PostgreSQL's numeric result
+    (`_transcendental`); of any other number, double precision."""
+    if numeric.kind_of_type(_first(arg_types)) != "numeric":
+        return call
+    name = numeric.NUMERIC_LN if isinstance(call, exp.Ln) else numeric.NUMERIC_EXP
+    return _transcendental(name, call.this, exp.Literal.number(0), [arg_types[0], _INTEGER])
 
 
 def _sqrt(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
@@ -188,26 +229,16 @@ def _power(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     """`power(a, b)` and `a ^ b`: double precision unless an operand is numeric and none
     a float, where PostgreSQL computes a numeric. For a constant whole exponent `n` from
     0 to `MAX_EXPONENT` that is `a` multiplied by itself, exact, rounded half away from
-    zero at PostgreSQL's scale `max(16, scale of a)` (`power_var_int` in numeric.c);
-    other exponents of a numeric are refused (PostgreSQL goes through its numeric
-    `ln` and `exp`)."""
+    zero at PostgreSQL's scale `max(16, scale of a)` (`power_var_int` in numeric.c),
+    while its exact digits fit 38; any other exponent is PostgreSQL's numeric power
+    per row (`_transcendental`)."""
     kinds = {numeric.kind_of_type(t) for t in arg_types}
     if "numeric" not in kinds or "float" in kinds:
         return call
     n = _whole_constant(call.expression)
-    if n is None or not 0 <= n <= MAX_EXPONENT:
-        raise UnsupportedError(
-            "power of a numeric is supported for a constant whole exponent from 0 to "
-            f"{MAX_EXPONENT}",
-            hint="cast an operand to double precision: power(x::float8, y)",
-        )
     s = numeric.type_scale(arg_types[0], 0)
-    if s * n > numeric.MAX_PRECISION:
-        raise UnsupportedError(
-            f"power of a numeric whose exact value has more than {numeric.MAX_PRECISION} "
-            f"digits after the point ({s} times {n})",
-            hint="cast the base to a numeric of fewer digits after the point, or to float8",
-        )
+    if n is None or not 0 <= n <= MAX_EXPONENT or s * n > numeric.MAX_PRECISION:
+        return _transcendental(numeric.NUMERIC_POWER, call.this, call.expression, arg_types)
     result = max(POWER_SCALE, s)
     base = call.this
     if n == 0:  # 1, of a NULL base NULL
@@ -328,9 +359,16 @@ _MATH = (
     _F(("sign",), exp.Sign, (1, 1), "numeric|float8", "sign(j) + sign(x)", _float8_unless_numeric),
     _F(("sqrt",), exp.Sqrt, (1, 1), "numeric|float8", "sqrt(x) + sqrt(n)", _sqrt),
     _F(("cbrt",), exp.Cbrt, (1, 1), "float8", "cbrt(x)"),
-    _F(("exp",), exp.Exp, (1, 1), "float8", "exp(y)"),
-    _F(("ln",), exp.Ln, (1, 1), "float8", "ln(x)"),
-    _F(("log", "log10"), exp.Log, (1, 2), "float8", "log(x) + log(2.0, x) + log10(x)", _log10),
+    _F(("exp",), exp.Exp, (1, 1), "numeric|float8", "exp(y) + exp(n)", _ln_exp),
+    _F(("ln",), exp.Ln, (1, 1), "numeric|float8", "ln(x) + ln(n + 1)", _ln_exp),
+    _F(
+        ("log", "log10"),
+        exp.Log,
+        (1, 2),
+        "numeric|float8",
+        "log(x) + log(2.0, x) + log10(x) + log(n + 1) + log(2, n + 1)",
+        _log10,
+    ),
     _F(
         ("power", "pow"),
         exp.Pow,

@@ -44,6 +44,12 @@ NUMERIC_MOD = "NUMERIC_MOD"
 NUMERIC_SQRT_DIV = "NUMERIC_SQRT_DIV"
 NUMERIC_SQRT = "NUMERIC_SQRT"
 NUMERIC_MUL = "NUMERIC_MUL"
+#: `ln`, `log`, `exp` and `power` of numerics (`runtime/kernel/numeric_transcendental.py`).
+NUMERIC_LN = "NUMERIC_LN"
+NUMERIC_LOG = "NUMERIC_LOG"
+NUMERIC_EXP = "NUMERIC_EXP"
+NUMERIC_POWER = "NUMERIC_POWER"
+_TRANSCENDENTAL = frozenset({NUMERIC_LN, NUMERIC_LOG, NUMERIC_EXP, NUMERIC_POWER})
 
 #: The scale a numeric square root is stored with: every row's PostgreSQL scale (at most
 #: 19 over the values whose roots dsql takes; `runtime/kernel/numeric_sqrt.py`).
@@ -56,7 +62,9 @@ MAX_PRECISION = 38
 #: for quotients from 0.0001 on (its scale for smaller ones is larger).
 QUOTIENT_SCALE = 20
 
-_FUNCTIONS = frozenset({NUMERIC_DIV, NUMERIC_MOD, NUMERIC_SQRT_DIV, NUMERIC_SQRT, NUMERIC_MUL})
+_FUNCTIONS = frozenset(
+    {NUMERIC_DIV, NUMERIC_MOD, NUMERIC_SQRT_DIV, NUMERIC_SQRT, NUMERIC_MUL} | _TRANSCENDENTAL
+)
 _FLOATS = frozenset({T.FLOAT, T.DOUBLE})
 _DECIMALS = frozenset({T.DECIMAL, T.BIGDECIMAL})
 _RANK: dict[Kind, int] = {"integer": 0, "numeric": 1, "float": 2}
@@ -197,7 +205,7 @@ def scale(e: exp.Expr, inputs: Sequence[exp.DataType], default: int = 10) -> int
             return min(both, MAX_PRECISION)
         case exp.Anonymous() if e.name.upper() in (NUMERIC_DIV, NUMERIC_SQRT_DIV):
             return quotient_scale(int(e.expressions[2].this), int(e.expressions[3].this))
-        case exp.Anonymous() if e.name.upper() == NUMERIC_SQRT:
+        case exp.Anonymous() if e.name.upper() == NUMERIC_SQRT or e.name.upper() in _TRANSCENDENTAL:
             return ROOT_SCALE
         case exp.Anonymous() if e.name.upper() == NUMERIC_MUL:
             both = int(e.expressions[2].this) + int(e.expressions[3].this)
@@ -267,6 +275,17 @@ def square_root(a: exp.Expr, scale_a: int) -> exp.Expr:
     return exp.Anonymous(this=NUMERIC_SQRT, expressions=[a, exp.Literal.number(1), *scales])
 
 
+def transcendental(name: str, a: exp.Expr, b: exp.Expr, scale_a: int, scale_b: int) -> exp.Expr:
+    """`ln(a)`, `exp(a)` (`b` is 0), `log(a, b)` (base `a`) or `power(a, b)` of numerics
+    (or a numeric and an integer) of these scales, `name` one of `NUMERIC_LN`,
+    `NUMERIC_EXP`, `NUMERIC_LOG`, `NUMERIC_POWER`: PostgreSQL's digits at its scale for
+    the row, stored with `ROOT_SCALE` digits after the point; PostgreSQL's errors, and
+    dsql's for a row whose result the column does not hold."""
+    assert name in _TRANSCENDENTAL, name
+    scales = [exp.Literal.number(scale_a), exp.Literal.number(scale_b)]
+    return exp.Anonymous(this=name, expressions=[a, b, *scales])
+
+
 def remainder(a: exp.Expr, b: exp.Expr, scale_a: int, scale_b: int) -> exp.Expr:
     """`a % b` of numerics (or a numeric and an integer) of these scales: exact, of the
     larger scale, an error for a zero `b`."""
@@ -313,6 +332,10 @@ __all__ = [
     "BIGINT_MAX",
     "DIVISION_BY_ZERO",
     "NUMERIC_DIV",
+    "NUMERIC_EXP",
+    "NUMERIC_LN",
+    "NUMERIC_LOG",
+    "NUMERIC_POWER",
     "NUMERIC_MOD",
     "NUMERIC_MUL",
     "NUMERIC_SQRT",
@@ -334,6 +357,7 @@ __all__ = [
     "root_of_quotient",
     "scale",
     "square_root",
+    "transcendental",
     "type_scale",
     "zero_guard",
 ]
