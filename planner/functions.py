@@ -98,7 +98,11 @@ def _digits(call: exp.Func, what: str) -> int:
 
 
 def _numeric_only(call: exp.Func, first: exp.DataType, what: str) -> None:
-    """Refuse `round(x, n)` or `trunc(x, n)` of a non-numeric `x`, as PostgreSQL does."""
+    """`round(x, n)` or `trunc(x, n)` of a numeric `x`, an integer `x` made one (PostgreSQL
+    casts it implicitly); refused for any other `x`, as PostgreSQL does."""
+    if numeric.kind_of_type(first) == "integer":
+        call.set("this", exp.Cast(this=call.this, to=numeric.numeric_type(0)))
+        return
     if not first.is_type(exp.DataType.Type.DECIMAL):
         raise SchemaError(
             f"function {what}({first.sql('postgres').lower()}, integer) does not exist",
@@ -212,6 +216,28 @@ def _min_scale(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     return exp.Cast(this=guarded, to=types.build("int"))
 
 
+def _scale(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """`scale(x)`: the digits after the point of `x`, PostgreSQL's display scale. That is
+    the type's scale, and for a numeric without a declared scale (stored with
+    `types.DEFAULT_DECIMAL`'s, read back without trailing zeros) `min_scale(x)`: the
+    digits dsql shows. Refused for an expression whose scale PostgreSQL picks per row
+    (a quotient, a root, a logarithm, ...): its column's scale is not the row's."""
+    s = _numeric_argument(call, arg_types)
+    x = call.expressions[0]
+    per_row = {n.name.upper() for n in x.find_all(exp.Anonymous)} & numeric.PER_ROW_SCALE
+    if per_row or x.find(exp.Avg) is not None:
+        raise UnsupportedError(
+            "scale of a quotient, average, root, logarithm or power of numerics "
+            "(PostgreSQL picks its scale per row)",
+            hint="round it first: scale(round(x, 4))",
+        )
+    if s is None or (numeric.MAX_PRECISION, s) == types.DEFAULT_DECIMAL:
+        return _min_scale(call, arg_types)
+    null = exp.Is(this=x.copy(), expression=exp.Null())
+    value = exp.Case(ifs=[exp.If(this=null, true=exp.Null())], default=exp.Literal.number(s))
+    return exp.Cast(this=value, to=types.build("int"))
+
+
 def _trim_scale(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     """`trim_scale(x)`: `x` without the zeros ending its fraction. A value of at most 10
     digits after the point becomes a numeric without precision (read back without
@@ -320,10 +346,10 @@ def _half_even(x: exp.Expr) -> exp.Expr:
 
 
 def _trunc(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
-    """`trunc(x)` as `_float8_unless_numeric`; `trunc(x, n)` of a numeric: `x` moved half
-    a unit of the n-th digit towards zero, then rounded half away from zero (exact on
-    both engines, where DuckDB's remainder of wide decimals is a double's; Spark has no
-    `trunc(x, n)`)."""
+    """`trunc(x)` as `_float8_unless_numeric`; `trunc(x, n)` of a numeric: `x` other
+    than 0 moved half a unit of the n-th digit towards zero, then rounded half away from
+    zero (exact on both engines, where DuckDB's remainder of wide decimals is a double's;
+    Spark has no `trunc(x, n)`)."""
     if call.args.get("decimals") is None:
         return _float8_unless_numeric(call, arg_types)
     first = arg_types[0] if arg_types else types.build("unknown")
@@ -332,9 +358,14 @@ def _trunc(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     half = exp.Literal.number(f"{Decimal(5).scaleb(-n - 1):f}")
     x = call.this
     negative = exp.LT(this=x.copy(), expression=exp.Literal.number(0))
+    positive = exp.GT(this=x.copy(), expression=exp.Literal.number(0))
+    # Zero stays: moved by half a unit it would round away from zero to a whole unit.
     inward = exp.Case(
-        ifs=[exp.If(this=negative, true=exp.Add(this=x.copy(), expression=half.copy()))],
-        default=exp.Sub(this=x.copy(), expression=half),
+        ifs=[
+            exp.If(this=negative, true=exp.Add(this=x.copy(), expression=half.copy())),
+            exp.If(this=positive, true=exp.Sub(this=x.copy(), expression=half)),
+        ],
+        default=x.copy(),
     )
     rounded = exp.Round(this=inward, decimals=exp.Literal.number(n))
     return exp.Cast(this=rounded, to=numeric.numeric_type(max(n, 0)))
@@ -379,6 +410,7 @@ _MATH = (
     ),
     _F(("mod",), exp.Mod, (2, 2), "arg", "mod(i, 3)"),
     _F(("min_scale",), exp.Anonymous, (1, 1), "int", "min_scale(n) + min_scale(i)", _min_scale),
+    _F(("scale",), exp.Anonymous, (1, 1), "int", "scale(n) + scale(i) + scale(n * 2)", _scale),
     _F(("trim_scale",), exp.Anonymous, (1, 1), "numeric", "trim_scale(n * 10)", _trim_scale),
     _F(("gcd",), exp.Anonymous, (2, 2), "common", "gcd(i, 21) + gcd(j, -12)", spellings.gcd),
     _F(("lcm",), exp.Anonymous, (2, 2), "common", "lcm(i, 21) + lcm(j, -12)", spellings.lcm),

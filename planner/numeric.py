@@ -50,6 +50,12 @@ NUMERIC_LOG = "NUMERIC_LOG"
 NUMERIC_EXP = "NUMERIC_EXP"
 NUMERIC_POWER = "NUMERIC_POWER"
 _TRANSCENDENTAL = frozenset({NUMERIC_LN, NUMERIC_LOG, NUMERIC_EXP, NUMERIC_POWER})
+#: `gcd` and `lcm` of numerics, exact, of the larger scale (the same kernel function).
+NUMERIC_GCD = "NUMERIC_GCD"
+NUMERIC_LCM = "NUMERIC_LCM"
+_DIVISORS = frozenset({NUMERIC_GCD, NUMERIC_LCM})
+#: The functions whose scale PostgreSQL picks per row (dsql's column holds the widest).
+PER_ROW_SCALE = frozenset({NUMERIC_DIV, NUMERIC_SQRT_DIV, NUMERIC_SQRT} | _TRANSCENDENTAL)
 
 #: The scale a numeric square root is stored with: every row's PostgreSQL scale (at most
 #: 19 over the values whose roots dsql takes; `runtime/kernel/numeric_sqrt.py`).
@@ -63,7 +69,9 @@ MAX_PRECISION = 38
 QUOTIENT_SCALE = 20
 
 _FUNCTIONS = frozenset(
-    {NUMERIC_DIV, NUMERIC_MOD, NUMERIC_SQRT_DIV, NUMERIC_SQRT, NUMERIC_MUL} | _TRANSCENDENTAL
+    {NUMERIC_DIV, NUMERIC_MOD, NUMERIC_SQRT_DIV, NUMERIC_SQRT, NUMERIC_MUL}
+    | _TRANSCENDENTAL
+    | _DIVISORS
 )
 _FLOATS = frozenset({T.FLOAT, T.DOUBLE})
 _DECIMALS = frozenset({T.DECIMAL, T.BIGDECIMAL})
@@ -210,7 +218,7 @@ def scale(e: exp.Expr, inputs: Sequence[exp.DataType], default: int = 10) -> int
         case exp.Anonymous() if e.name.upper() == NUMERIC_MUL:
             both = int(e.expressions[2].this) + int(e.expressions[3].this)
             return min(both, MAX_PRECISION)
-        case exp.Anonymous() if e.name.upper() == NUMERIC_MOD:
+        case exp.Anonymous() if e.name.upper() == NUMERIC_MOD or e.name.upper() in _DIVISORS:
             return max(int(e.expressions[2].this), int(e.expressions[3].this))
         case exp.Count():
             return 0
@@ -280,8 +288,9 @@ def transcendental(name: str, a: exp.Expr, b: exp.Expr, scale_a: int, scale_b: i
     (or a numeric and an integer) of these scales, `name` one of `NUMERIC_LN`,
     `NUMERIC_EXP`, `NUMERIC_LOG`, `NUMERIC_POWER`: PostgreSQL's digits at its scale for
     the row, stored with `ROOT_SCALE` digits after the point; PostgreSQL's errors, and
-    dsql's for a row whose result the column does not hold."""
-    assert name in _TRANSCENDENTAL, name
+    dsql's for a row whose result the column does not hold. `NUMERIC_GCD` and
+    `NUMERIC_LCM`: exact, of the larger scale."""
+    assert name in _TRANSCENDENTAL | _DIVISORS, name
     scales = [exp.Literal.number(scale_a), exp.Literal.number(scale_b)]
     return exp.Anonymous(this=name, expressions=[a, b, *scales])
 
@@ -333,6 +342,8 @@ __all__ = [
     "DIVISION_BY_ZERO",
     "NUMERIC_DIV",
     "NUMERIC_EXP",
+    "NUMERIC_GCD",
+    "NUMERIC_LCM",
     "NUMERIC_LN",
     "NUMERIC_LOG",
     "NUMERIC_POWER",
@@ -340,6 +351,7 @@ __all__ = [
     "NUMERIC_MUL",
     "NUMERIC_SQRT",
     "NUMERIC_SQRT_DIV",
+    "PER_ROW_SCALE",
     "ROOT_SCALE",
     "ZERO_GUARD",
     "divide",

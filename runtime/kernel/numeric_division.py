@@ -26,8 +26,8 @@ which overflow where the product has more).
 root of the same rounded quotient, rounded at the row's scale (`numeric_sqrt.py`);
 `NUMERIC_SQRT(a, 1, sa, 0)` is `sqrt(a)` of a numeric (`numeric_sqrt.square_root`).
 `NUMERIC_LN(a, 0, sa, 0)`, `NUMERIC_EXP(a, 0, sa, 0)`, `NUMERIC_LOG(base, x, sa, sb)` and
-`NUMERIC_POWER(a, b, sa, sb)` are the kernel's `dsql_numeric_fn` read back as a numeric
-(`numeric_transcendental.py`).
+`NUMERIC_POWER(a, b, sa, sb)`, `NUMERIC_GCD` and `NUMERIC_LCM` are the kernel's
+`dsql_numeric_fn` read back as a numeric (`numeric_transcendental.py`).
 
 The operands' weights are estimated in double precision: an operand within a few units
 in the 16th digit of a power of 10000 may get the scale of its neighbour.
@@ -251,6 +251,8 @@ TRANSCENDENTAL = {
     "NUMERIC_LOG": "log",
     "NUMERIC_EXP": "exp",
     "NUMERIC_POWER": "power",
+    "NUMERIC_GCD": "gcd",
+    "NUMERIC_LCM": "lcm",
 }
 
 _BUILDERS: dict[str, Callable[[str, int, int], exp.Expr]] = {

@@ -1,4 +1,4 @@
-"""PostgreSQL's `ln`, `log`, `exp` and `power` of numerics, digit for digit.
+"""PostgreSQL's `ln`, `log`, `exp`, `power`, `gcd` and `lcm` of numerics, digit for digit.
 
 PostgreSQL computes these in its own numeric arithmetic (numeric.c) and picks each
 row's result scale from the argument (`rscale`): at least 16 significant digits
@@ -13,6 +13,8 @@ scale (its `dscale`; dsql's is the column's scale):
 - `power(b, e)` of a whole `e` (within 32 bits): `max(16, dscale(b))`
   (`power_var_int`); of another `e`: `16 - trunc(w)`, `w` the weight estimated from
   `e·ln(b)` computed to about 8 significant digits, and at least both dscales.
+
+`gcd` and `lcm` are exact, of the larger scale.
 
 `value(op, a, sa, b, sb)` is one row's result as text, rounded half away from zero at
 that scale from a value computed with guard digits (Python's `decimal`, whose `ln`,
@@ -50,13 +52,15 @@ WHOLE = 38 - SCALE
 #: PostgreSQL's constants (numeric.c).
 _MIN_SIG_DIGITS = 16
 _MAX_RESULT_SCALE = 2000
+_MAX_DISPLAY_SCALE = 1000
 _LOG10_E = 0.434294481903252
 _LN_10 = 2.302585092994046
 #: Digits computed past a row's scale before rounding at it.
 _GUARD = 12
 
 #: The errors, by the code `value` answers: PostgreSQL's words, and dsql's for a result
-#: its 38-digit numeric does not hold.
+#: its 38-digit numeric does not hold (no quote in any: they are SQL strings on every
+#: kernel).
 MESSAGES: dict[str, str] = {
     "zero": "cannot take logarithm of zero",
     "negative": "cannot take logarithm of a negative number",
@@ -64,6 +68,7 @@ MESSAGES: dict[str, str] = {
     "zero_power": "zero raised to a negative power is undefined",
     "complex": "a negative number raised to a non-integer power yields a complex result",
     "overflow": "value overflows numeric format",
+    "wide": "a numeric result of more than 38 digits (the most a dsql numeric holds)",
     "range": (
         f"ln, log, exp and power of a numeric are supported where the result PostgreSQL "
         f"gives has at most {SCALE} digits after the point and fewer than {WHOLE} before it "
@@ -145,7 +150,7 @@ def _exp(x: Decimal, sx: int) -> Decimal:
     if abs(float(x)) >= _MAX_RESULT_SCALE * 3:
         if x > 0:
             raise _Refused("overflow")
-        return Decimal(0)
+        return _zero(rscale)
     return _check(_rounded(x.exp, rscale, int(estimate) + 1), rscale)
 
 
@@ -155,7 +160,7 @@ def _power(b: Decimal, sb: int, e: Decimal, se: int) -> Decimal:
     if e == e.to_integral_value() and abs(e) <= 2**31 - 1:
         return _whole_power(b, sb, int(e))
     if b == 0:
-        return Decimal(0)
+        return _zero(_MIN_SIG_DIGITS)
     if b < 0:
         raise _Refused("complex")
     # The weight estimate from e·ln(b) to about 8 significant digits, as PostgreSQL's.
@@ -168,7 +173,7 @@ def _power(b: Decimal, sb: int, e: Decimal, se: int) -> Decimal:
     if abs(estimate) > _MAX_RESULT_SCALE * 3.01:
         if estimate > 0:
             raise _Refused("overflow")
-        return Decimal(0)
+        return _zero(_MAX_DISPLAY_SCALE)
     weight = int(estimate * _LOG10_E)
     rscale = max(_MIN_SIG_DIGITS - weight, sb, se, 0)
     return _check(_rounded(lambda: b**e, rscale, weight + 1), rscale)
@@ -185,8 +190,25 @@ def _whole_power(b: Decimal, sb: int, n: int) -> Decimal:
     if weight > 32768 * 4:
         raise _Refused("overflow")
     if weight < -(2 * _MAX_RESULT_SCALE):
-        return Decimal(0)
+        return _zero(_MAX_DISPLAY_SCALE)
     return _check(_rounded(lambda: b**n, rscale, weight), rscale)
+
+
+def _divisor(op: str, x: Decimal, y: Decimal, scale: int) -> Decimal:
+    """`gcd(x, y)` or `lcm(x, y)` of numerics, of the larger scale `scale` (PostgreSQL's
+    `numeric_gcd`, `numeric_lcm`): the integers `x·10^scale` and `y·10^scale`'s, never
+    negative, 0 where either operand is (`lcm`) or both are (`gcd`)."""
+    nx, ny = int(x.scaleb(scale)), int(y.scaleb(scale))
+    whole = math.gcd(nx, ny) if op == "gcd" else math.lcm(nx, ny)
+    result = Decimal(whole).scaleb(-scale)
+    if result.adjusted() >= 38 - scale:
+        raise _Refused("wide")
+    return result.quantize(Decimal(1).scaleb(-scale))
+
+
+def _zero(rscale: int) -> Decimal:
+    """PostgreSQL's zero result of scale `rscale`, with the digits dsql's column keeps."""
+    return Decimal(0).quantize(Decimal(1).scaleb(-min(rscale, SCALE)))
 
 
 def _check(result: Decimal, rscale: int) -> Decimal:
@@ -202,20 +224,25 @@ def value(op: str, a: str, sa: int, b: str, sb: int) -> str:
     """The text of one row's `op` (`ln`, `exp`: of `a`; `log`: base `a` of `b`;
     `power`: `a` to the `b`), the operands of scales `sa` and `sb`; `!code` for an error."""
     x, y = Decimal(a), Decimal(b)
-    try:
-        match op:
-            case "ln":
-                result = _ln(x, sa)
-            case "log":
-                result = _log(x, sa, y, sb)
-            case "exp":
-                result = _exp(x, sa)
-            case "power":
-                result = _power(x, sa, y, sb)
-            case _:
-                raise ValueError(f"no numeric function {op!r}")
-    except _Refused as refused:
-        return f"!{refused.args[0]}"
+    with localcontext() as context:
+        # Exact steps (the weight, `x - 1`) on operands of up to 38 digits.
+        context.prec = 100
+        try:
+            match op:
+                case "ln":
+                    result = _ln(x, sa)
+                case "log":
+                    result = _log(x, sa, y, sb)
+                case "exp":
+                    result = _exp(x, sa)
+                case "power":
+                    result = _power(x, sa, y, sb)
+                case "gcd" | "lcm":
+                    result = _divisor(op, x, y, max(sa, sb))
+                case _:
+                    raise ValueError(f"no numeric function {op!r}")
+        except _Refused as refused:
+            return f"!{refused.args[0]}"
     return f"{result:f}"
 
 
@@ -257,12 +284,17 @@ def register_spark(spark: Any) -> None:
     spark.udf.register(NAME, call)
 
 
+def result_scale(op: str, sa: int, sb: int) -> int:
+    """The scale of dsql's column of `op` of numerics of scales `sa` and `sb`."""
+    return max(sa, sb) if op in ("gcd", "lcm") else SCALE
+
+
 def expression(op: str, dialect: str, sa: int, sb: int) -> str:
     """The call of `op` on `__dsql_a` and `__dsql_b` (numerics of scales `sa` and `sb`)
-    in `dialect`, as dsql's numeric of scale `SCALE`: each error code raised as its
-    message."""
+    in `dialect`, as dsql's numeric of scale `result_scale`: each error code raised as
+    its message."""
     text = "STRING" if dialect == "spark" else "VARCHAR"
-    decimal = f"DECIMAL(38, {SCALE})"
+    decimal = f"DECIMAL(38, {result_scale(op, sa, sb)})"
     call = f"{NAME}('{op}', CAST(__dsql_a AS {text}), {sa}, CAST(__dsql_b AS {text}), {sb})"
     errors = " ".join(
         f"WHEN __dsql_r = '!{code}' THEN CAST(RAISE_ERROR('{message}') AS {decimal})"
@@ -282,6 +314,7 @@ __all__ = [
     "ln_dweight",
     "register_duckdb",
     "register_spark",
+    "result_scale",
     "value",
     "values",
 ]
