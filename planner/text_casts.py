@@ -1,0 +1,111 @@
+"""Casts of text to numbers and booleans as PostgreSQL reads the text, on every kernel.
+
+DuckDB and Spark read text more loosely than PostgreSQL's input functions: DuckDB takes
+`'1.5'::int` (rounding it), `'1e3'`, `'0x1F'` and `'1_000'` as integers and `'1_000.5'`
+as a numeric, and refuses the booleans `'on'`, `'off'` and `' true '`. `spelled`
+writes a cast of a text expression as PostgreSQL's reading of it:
+
+- an integer (`int4in`): blanks, an optional sign, digits, blanks;
+- a numeric (`numeric_in`): blanks, an optional sign, digits with an optional point
+  (or a point and digits), an optional exponent, blanks (`NaN` and `Infinity`, which
+  PostgreSQL reads, dsql's numeric does not hold: refused like other text);
+- a boolean (`boolin`): trimmed and in any case, a prefix of `true`, `false`, `yes` or
+  `no`, or `on`, `off`, `of`, `1`, `0`.
+
+Any other text is PostgreSQL's error, `invalid input syntax for type t: "text"`, raised
+per row. Blanks are PostgreSQL's `isspace` characters.
+
+A cast of text computed per row to an interval is refused (`interval_refused`):
+PostgreSQL's interval grammar (`planner/interval.py`) reads literals at plan time, and
+the engines' readers differ from it (DuckDB takes `'1 day -5 seconds'` as 23:59:55,
+refuses `'P1D'`).
+
+>>> text = spelled(exp.column("s"), exp.DataType.build("int")).sql("duckdb")
+>>> text.startswith("CASE WHEN NOT REGEXP_MATCHES(s, "), "invalid input syntax" in text
+(True, True)
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dsql.errors import UnsupportedError
+from dsql.planner import types
+from dsql.planner.expr import RaiseError
+
+#: PostgreSQL's blanks (C's `isspace`), as a regular expression class both engines read.
+_BLANK = r"[ \t\n\r\f\x0B]"
+_BLANKS = " \t\n\r\f\x0b"
+_INTEGER = rf"^{_BLANK}*[+-]?[0-9]+{_BLANK}*$"
+_NUMERIC = rf"^{_BLANK}*[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?{_BLANK}*$"
+_TRUE = ("t", "tr", "tru", "true", "y", "ye", "yes", "on", "1")
+_FALSE = ("f", "fa", "fal", "fals", "false", "n", "no", "of", "off", "0")
+
+
+def _invalid(value: exp.Expr, name: str) -> exp.Expr:
+    """PostgreSQL's error for text `value` that is no `name`, naming the text."""
+    message = exp.DPipe(
+        this=exp.DPipe(
+            this=exp.Literal.string(f'invalid input syntax for type {name}: "'),
+            expression=value.copy(),
+        ),
+        expression=exp.Literal.string('"'),
+    )
+    return RaiseError(this=message)
+
+
+def _checked(value: exp.Expr, pattern: str, name: str, cast: exp.Expr) -> exp.Expr:
+    """`cast` where text `value` matches `pattern`, else PostgreSQL's error for `name`."""
+    matches = exp.RegexpLike(this=value.copy(), expression=exp.Literal.string(pattern))
+    return exp.Case(
+        ifs=[exp.If(this=exp.Not(this=matches), true=_invalid(value, name))], default=cast
+    )
+
+
+def _trimmed(value: exp.Expr) -> exp.Expr:
+    return exp.Trim(this=value.copy(), expression=exp.Literal.string(_BLANKS))
+
+
+def _boolean(value: exp.Expr) -> exp.Expr:
+    word = exp.Lower(this=_trimmed(value))
+
+    def among(words: tuple[str, ...]) -> exp.Expr:
+        return exp.In(this=word.copy(), expressions=[exp.Literal.string(w) for w in words])
+
+    return exp.Case(
+        ifs=[
+            exp.If(this=among(_TRUE), true=exp.true()),
+            exp.If(this=among(_FALSE), true=exp.false()),
+        ],
+        default=exp.Cast(this=_invalid(value, "boolean"), to=types.build("boolean")),
+    )
+
+
+def spelled(value: exp.Expr, target: exp.DataType) -> exp.Expr | None:
+    """`value::target` of a text `value` as PostgreSQL reads the text (module docstring);
+    None for a target whose engine reading needs no check here."""
+    if types.is_integer(target):
+        name = {"SMALLINT": "smallint", "INT": "integer", "BIGINT": "bigint"}.get(
+            target.this.name, "integer"
+        )
+        cast = exp.Cast(this=_trimmed(value), to=target.copy())
+        return _checked(value, _INTEGER, name, cast)
+    if target.this in (types.T.DECIMAL, types.T.BIGDECIMAL):
+        cast = exp.Cast(this=_trimmed(value), to=target.copy())
+        return _checked(value, _NUMERIC, "numeric", cast)
+    if target.is_type(exp.DataType.Type.BOOLEAN):
+        return _boolean(value)
+    return None
+
+
+def interval_refused() -> UnsupportedError:
+    """dsql's error for a cast of text computed per row to an interval."""
+    return UnsupportedError(
+        "a cast of text computed per row to interval (PostgreSQL's interval grammar is read "
+        "for literals only)",
+        hint="write the interval as a literal, or build it from numbers: "
+        "make_interval(days => n) or n * interval '1 day'",
+    )
+
+
+__all__ = ["interval_refused", "spelled"]
