@@ -27,6 +27,8 @@ refuses `'P1D'`).
 
 from __future__ import annotations
 
+import re
+
 from sqlglot import exp
 
 from dsql.errors import UnsupportedError
@@ -81,9 +83,26 @@ def _boolean(value: exp.Expr) -> exp.Expr:
     )
 
 
+def _literal(value: exp.Expr, target: exp.DataType) -> exp.Expr | None:
+    """`value::target` of a string literal PostgreSQL reads: the engine's plain cast of
+    the trimmed text (a boolean's value itself); None for text PostgreSQL refuses."""
+    if not isinstance(value, exp.Literal) or not value.is_string:
+        return None
+    text = value.this
+    if target.is_type(exp.DataType.Type.BOOLEAN):
+        word = text.strip(_BLANKS).lower()
+        return exp.true() if word in _TRUE else exp.false() if word in _FALSE else None
+    pattern = _INTEGER if types.is_integer(target) else _NUMERIC
+    if re.fullmatch(pattern, text) is None:
+        return None
+    return exp.Cast(this=exp.Literal.string(text.strip(_BLANKS)), to=target.copy())
+
+
 def spelled(value: exp.Expr, target: exp.DataType) -> exp.Expr | None:
     """`value::target` of a text `value` as PostgreSQL reads the text (module docstring);
     None for a target whose engine reading needs no check here."""
+    if _is_target(target) and (plain := _literal(value, target)) is not None:
+        return plain
     if types.is_integer(target):
         name = {"SMALLINT": "smallint", "INT": "integer", "BIGINT": "bigint"}.get(
             target.this.name, "integer"
@@ -96,6 +115,14 @@ def spelled(value: exp.Expr, target: exp.DataType) -> exp.Expr | None:
     if target.is_type(exp.DataType.Type.BOOLEAN):
         return _boolean(value)
     return None
+
+
+def _is_target(target: exp.DataType) -> bool:
+    return (
+        types.is_integer(target)
+        or target.this in (types.T.DECIMAL, types.T.BIGDECIMAL)
+        or target.is_type(exp.DataType.Type.BOOLEAN)
+    )
 
 
 def interval_refused() -> UnsupportedError:

@@ -98,3 +98,19 @@ def test_a_cast_of_text_per_row_to_interval_is_refused() -> None:
     # A literal is read by PostgreSQL's grammar at plan time.
     (value,) = con.execute("SELECT '1 day -5 seconds'::interval::text").fetchone()
     assert value == "1 day -00:00:05"
+
+
+@pytest.mark.parametrize(("target", "text"), _cases())
+def test_literal_text_casts_read_as_postgres(pgdb: Any, target: str, text: str) -> None:
+    """A literal is checked while the statement is planned: a plain cast where PostgreSQL
+    reads it, PostgreSQL's error where it does not."""
+    con = dsql.connect(kernel="local")
+    literal = "'" + text.replace("'", "''") + "'"
+    sql = f"SELECT {literal}::{target} AS v"
+    try:
+        (want,) = pgdb.execute(sql).fetchone()
+    except psycopg.DataError:
+        with pytest.raises(DsqlError):
+            con.execute(sql).fetchall()
+        return
+    assert con.execute(sql).fetchall() == [(want,)], (target, text)
