@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from pg_oracle import create_both, follow_steps
+from pg_oracle import create_both, differs, follow_steps
 
 import dsql
 from dsql.errors import DsqlError, UnsupportedError
@@ -114,3 +114,16 @@ def test_literal_text_casts_read_as_postgres(pgdb: Any, target: str, text: str) 
             con.execute(sql).fetchall()
         return
     assert con.execute(sql).fetchall() == [(want,)], (target, text)
+
+
+def test_spark_reads_text_as_postgres(pgdb: Any) -> None:
+    con = dsql.connect(kernel="spark")
+    create_both(con, pgdb, {"c": "k int, s text, b text"}, ())
+    for row in ((1, " +3 ", "on"), (2, "-0012", " F "), (3, "7", "yes")):
+        con.execute("INSERT INTO c VALUES (?, ?, ?)", row)
+        pgdb.execute("INSERT INTO c VALUES (%s, %s, %s)", row)
+    sql = "SELECT k, s::int AS i, s::numeric(10, 2) AS n, b::boolean AS v FROM c"
+    assert differs(con, pgdb, sql) is None
+    con.execute("INSERT INTO c VALUES (4, '1_000', 'of')")
+    with pytest.raises(DsqlError, match=r'^invalid input syntax for type integer: "1_000"'):
+        con.execute("SELECT s::int FROM c").fetchall()
