@@ -397,7 +397,7 @@ _MATH = (
         exp.Log,
         (1, 2),
         "numeric|float8",
-        "log(x) + log(2.0, x) + log10(x) + log(n + 1) + log(2, n + 1)",
+        "log(x) + log(2.0, x) + log10(x)",
         _log10,
     ),
     _F(
