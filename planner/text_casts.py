@@ -15,6 +15,12 @@ writes a cast of a text expression as PostgreSQL's reading of it:
 Any other text is PostgreSQL's error, `invalid input syntax for type t: "text"`, raised
 per row. Blanks are PostgreSQL's `isspace` characters.
 
+A cast of text computed per row to a date or a timestamp takes ISO text only (a 4-digit
+year; a timestamp's seconds to 6 places, any zone ignored as PostgreSQL's timestamp
+ignores it); other text is refused per row: DuckDB reads `'1/2/24'` as 0001-02-24,
+truncates a 7th digit of a second PostgreSQL rounds, and its infinite dates do not
+convert.
+
 A cast of text computed per row to an interval is refused (`interval_refused`):
 PostgreSQL's interval grammar (`planner/interval.py`) reads literals at plan time, and
 the engines' readers differ from it (DuckDB takes `'1 day -5 seconds'` as 23:59:55,
@@ -40,17 +46,28 @@ _BLANK = r"[ \t\n\r\f\x0B]"
 _BLANKS = " \t\n\r\f\x0b"
 _INTEGER = rf"^{_BLANK}*[+-]?[0-9]+{_BLANK}*$"
 _NUMERIC = rf"^{_BLANK}*[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?{_BLANK}*$"
+#: The date and time text both engines read as PostgreSQL does: ISO dates of a 4-digit
+#: year, a time to the minute, second or microsecond, a zone a timestamp ignores.
+_DAY = r"[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}"
+_CLOCK = r"[0-9]{1,2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
+_DATE = rf"^{_BLANK}*{_DAY}( {_CLOCK})?{_BLANK}*$"
+_TIMESTAMP = (
+    rf"^{_BLANK}*{_DAY}([ T]{_CLOCK}( ?([A-Za-z]{{1,5}}|[+-][0-9]{{1,2}}(:?[0-9]{{2}})?))?)?"
+    rf"{_BLANK}*$"
+)
 _TRUE = ("t", "tr", "tru", "true", "y", "ye", "yes", "on", "1")
 _FALSE = ("f", "fa", "fal", "fals", "false", "n", "no", "of", "off", "0")
 
 
 def _invalid(value: exp.Expr, name: str) -> exp.Expr:
     """PostgreSQL's error for text `value` that is no `name`, naming the text."""
+    return _raised(f'invalid input syntax for type {name}: "', value)
+
+
+def _raised(said: str, value: exp.Expr) -> exp.Expr:
+    """The error `said` followed by the text `value` and a closing quote."""
     message = exp.DPipe(
-        this=exp.DPipe(
-            this=exp.Literal.string(f'invalid input syntax for type {name}: "'),
-            expression=value.copy(),
-        ),
+        this=exp.DPipe(this=exp.Literal.string(said), expression=value.copy()),
         expression=exp.Literal.string('"'),
     )
     return RaiseError(this=message)
@@ -114,7 +131,30 @@ def spelled(value: exp.Expr, target: exp.DataType) -> exp.Expr | None:
         return _checked(value, _NUMERIC, "numeric", cast)
     if target.is_type(exp.DataType.Type.BOOLEAN):
         return _boolean(value)
+    if target.this in (types.T.DATE, types.T.TIMESTAMP) and not isinstance(value, exp.Literal):
+        name = "date" if target.this == types.T.DATE else "timestamp"
+        pattern = _DATE if name == "date" else _TIMESTAMP
+        matches = exp.RegexpLike(this=value.copy(), expression=exp.Literal.string(pattern))
+        refused = RaiseError(
+            this=exp.DPipe(
+                this=exp.Literal.string(
+                    f"{name} text dsql reads only in ISO form ({_FORMS[name]}): "
+                ),
+                expression=value.copy(),
+            )
+        )
+        return exp.Case(
+            ifs=[exp.If(this=exp.Not(this=matches), true=refused)],
+            default=exp.Cast(this=value.copy(), to=target.copy()),
+        )
     return None
+
+
+#: The forms `_DATE` and `_TIMESTAMP` take, as the error for other text says them.
+_FORMS = {
+    "date": "YYYY-MM-DD[ HH:MM[:SS[.ffffff]]]",
+    "timestamp": "YYYY-MM-DD[ HH:MM[:SS[.ffffff]][ zone]]",
+}
 
 
 def _is_target(target: exp.DataType) -> bool:

@@ -127,3 +127,53 @@ def test_spark_reads_text_as_postgres(pgdb: Any) -> None:
     con.execute("INSERT INTO c VALUES (4, '1_000', 'of')")
     with pytest.raises(DsqlError, match=r'^invalid input syntax for type integer: "1_000"'):
         con.execute("SELECT s::int FROM c").fetchall()
+
+
+DATES = {
+    "date": [
+        "2024-01-02", "  2024-1-2 ", "2024-01-02 10:00", "0001-01-01", "1/2/24", "02/01/2024",
+        "2024.01.02", "99999-01-01", "infinity", "-infinity", "2024-13-01", "2024-01-02 junk",
+        "J2451187", "2024-01-02BC",
+    ],
+    "timestamp": [
+        "2024-01-02 03:04:05", "2024-01-02T03:04", "2024-01-02", "2024-01-02 03:04:05.123456",
+        "2024-01-02 03:04:05.1234567", "2024-01-02 03:04:05 +05:30", "2024-01-02 03:04:05.5Z",
+        "infinity", "2024-01-02 25:00", "Jan 2 2024 3:04", "20240102 030405",
+    ],
+}  # fmt: skip
+
+
+#: The text dsql reads (its ISO forms).
+ISO = {
+    "2024-01-02", "  2024-1-2 ", "2024-01-02 10:00", "0001-01-01", "2024-01-02 03:04:05",
+    "2024-01-02T03:04", "2024-01-02 03:04:05.123456", "2024-01-02 03:04:05 +05:30",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("target", "text"), [(t, text) for t, texts in DATES.items() for text in texts]
+)
+def test_date_text_is_postgres_or_refused(pgdb: Any, target: str, text: str) -> None:
+    """Text computed per row becomes PostgreSQL's date or timestamp, or an error: never
+    another value (DuckDB reads '1/2/24' as 0001-02-24, truncates a 7th digit of a second
+    PostgreSQL rounds, and has infinite dates that do not convert)."""
+    con = dsql.connect(kernel="local")
+    create_both(con, pgdb, {"c": "s text"}, ())
+    con.execute("INSERT INTO c VALUES (?)", (text,))
+    pgdb.execute("INSERT INTO c VALUES (%s)", (text,))
+    try:
+        want = pgdb.execute(
+            f"SELECT CASE WHEN isfinite(s::{target}) THEN s::{target} END FROM c"
+        ).fetchone()[0]
+    except psycopg.DataError:
+        want = None  # PostgreSQL refuses the text: so must dsql
+    try:
+        (got,) = con.execute(f"SELECT s::{target} FROM c").fetchone()
+    except DsqlError as error:
+        assert (
+            "invalid input" in str(error)
+            or "out of range" in str(error)
+            or ("reads only in ISO form" in str(error))
+        ), error
+        return
+    assert want is not None and got == want, (text, got, want)
