@@ -268,12 +268,13 @@ def test_trim_scale_prints_as_postgres(pg: Any) -> None:
         con.execute("SELECT min_scale(1.5::float8)")
 
 
-def test_gcd_and_lcm_of_a_numeric_are_refused() -> None:
+def test_gcd_and_lcm_of_a_numeric_are_postgres_numeric(pg: Any) -> None:
+    """Exact, of the larger scale (`tests/test_pg_numeric_exact.py` checks more)."""
     con = dsql.connect(kernel="local")
     for sql in ("SELECT gcd(12.0, 8)", "SELECT lcm(1.5, 2)"):
-        with pytest.raises(UnsupportedError, match="of a numeric is not supported") as error:
-            con.execute(sql)
-        assert "bigint" in (error.value.hint or "")
+        want = pg.psql(sql, "-A", "-t").strip()
+        (got,) = con.execute(sql).fetchone()
+        assert str(got) == want, sql
     assert con.execute("SELECT gcd(12, 8), lcm(4, 6)").fetchone() == (4, 12)
 
 
