@@ -63,7 +63,10 @@ class SparkKernel(SparkMerge):
         if has_intervals(select):
             raise refuse_intervals()
         text = super().sql(select)
-        if numeric_transcendental.NAME in text and self._numeric_fn_on is not self.spark:
+        if (
+            numeric_transcendental.NAME.upper() in text.upper()
+            and self._numeric_fn_on is not self.spark
+        ):
             numeric_transcendental.register_spark(self.spark)
             self._numeric_fn_on = self.spark
         return text
