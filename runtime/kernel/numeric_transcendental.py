@@ -275,13 +275,15 @@ def register_spark(spark: Any) -> None:
     """Define `NAME` on a Spark session: a pandas UDF, evaluated by the executors."""
     import pandas as pd
     from pyspark.sql.functions import pandas_udf
+    from pyspark.sql.types import StringType
 
-    @pandas_udf("string")  # type: ignore[call-overload]
-    def call(ops: pd.Series, a: pd.Series, sa: pd.Series, b: pd.Series, sb: pd.Series) -> pd.Series:
-        na, nb = a.where(a.notna(), None), b.where(b.notna(), None)
-        return pd.Series(values(ops, na, sa, nb, sb), dtype=object)
+    def call(ops: Any, a: Any, sa: Any, b: Any, sb: Any) -> Any:
+        columns = ([None if pd.isna(v) else v for v in c.tolist()] for c in (ops, a, sa, b, sb))
+        return pd.Series(values(*columns), dtype=object)
 
-    spark.udf.register(NAME, call)
+    # PySpark reads the kind of pandas UDF from the hints, evaluated: real objects.
+    call.__annotations__ = {name: pd.Series for name in ("ops", "a", "sa", "b", "sb", "return")}
+    spark.udf.register(NAME, pandas_udf(call, StringType()))  # type: ignore[call-overload]
 
 
 def result_scale(op: str, sa: int, sb: int) -> int:
