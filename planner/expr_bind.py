@@ -790,11 +790,11 @@ class ExprBinder:
         of a literal as written, of a numeric as typed, 0 of an integer (else the default);
         text is read as PostgreSQL reads it (`text_casts.spelled`)."""
         arg = self._bind(e.this)
+        scale = _literal_scale(arg)
         if self._types is not None and _is_text(types.infer(self._typed(arg), self._types)):
             precision, default = types.DEFAULT_DECIMAL
-            to = types.build(f"decimal({precision}, {default})")
+            to = types.build(f"decimal({precision}, {default if scale is None else scale})")
             return as_expression(text_casts.spelled(as_expression(arg), to) or e)
-        scale = _literal_scale(arg)
         if scale is None and self._types is not None:
             t = types.infer(arg.copy(), self._types)
             if types.is_integer(t):
