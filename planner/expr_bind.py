@@ -29,6 +29,7 @@ from dsql.planner import (
     row_comparison,
     spellings,
     temporal,
+    text_casts,
     text_spellings,
     types,
 )
@@ -237,6 +238,11 @@ def filtered(call: exp.Expression, condition: exp.Expression) -> exp.Expression:
     else:
         call.set("this", only_where(call.this))
     return call
+
+
+def _is_text(t: exp.DataType) -> bool:
+    """Whether a type is text (text, varchar, char)."""
+    return t.is_type(*exp.DataType.TEXT_TYPES)
 
 
 def _unbounded_numeric(t: exp.DataType) -> bool:
@@ -602,6 +608,7 @@ class ExprBinder:
                 )
             case exp.Cast() if isinstance(e.args.get("to"), exp.DataType):
                 types.check_cast_target(e.args["to"])
+                return self._cast(e)
             case exp.If() if isinstance(e.parent, exp.Case):
                 pass  # a WHEN branch; a call `if(...)` is DuckDB's and Spark's, not SQL's
             case exp.Window():
@@ -825,11 +832,27 @@ class ExprBinder:
         wide = "decimal(38, 0)" if t.this == types.T.BIGINT else "bigint"
         return exp.Cast(this=arg, to=types.build(wide))
 
+    def _cast(self, e: exp.Cast) -> exp.Expression:
+        """`x::t`; of text, as PostgreSQL reads it (`text_casts.spelled`), a cast of text
+        computed per row to an interval refused."""
+        self._bind_children(e)
+        if self._types is None or not _is_text(types.infer(self._typed(e.this), self._types)):
+            return e
+        if interval_spellings.is_interval(e.to) and not isinstance(e.this, exp.Literal):
+            raise text_casts.interval_refused()
+        spelled = text_casts.spelled(as_expression(e.this), e.to)
+        return e if spelled is None else as_expression(spelled)
+
     def _to_numeric(self, e: exp.Cast) -> exp.Expression:
         """`x::numeric` keeps x's digits, as PostgreSQL's unbounded numeric does: the scale
-        of a literal as written, of a numeric as typed, 0 of an integer (else the default)."""
+        of a literal as written, of a numeric as typed, 0 of an integer (else the default);
+        text is read as PostgreSQL reads it (`text_casts.spelled`)."""
         arg = self._bind(e.this)
         scale = _literal_scale(arg)
+        if self._types is not None and _is_text(types.infer(self._typed(arg), self._types)):
+            precision, default = types.DEFAULT_DECIMAL
+            to = types.build(f"decimal({precision}, {default if scale is None else scale})")
+            return as_expression(text_casts.spelled(as_expression(arg), to) or e)
         if scale is None and self._types is not None:
             t = types.infer(arg.copy(), self._types)
             if types.is_integer(t):

@@ -98,7 +98,11 @@ def _digits(call: exp.Func, what: str) -> int:
 
 
 def _numeric_only(call: exp.Func, first: exp.DataType, what: str) -> None:
-    """Refuse `round(x, n)` or `trunc(x, n)` of a non-numeric `x`, as PostgreSQL does."""
+    """`round(x, n)` or `trunc(x, n)` of a numeric `x`, an integer `x` made one (PostgreSQL
+    casts it implicitly); refused for any other `x`, as PostgreSQL does."""
+    if numeric.kind_of_type(first) == "integer":
+        call.set("this", exp.Cast(this=call.this, to=numeric.numeric_type(0)))
+        return
     if not first.is_type(exp.DataType.Type.DECIMAL):
         raise SchemaError(
             f"function {what}({first.sql('postgres').lower()}, integer) does not exist",
@@ -124,11 +128,52 @@ def _date_trunc(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
 
 
 def _log10(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
-    """PostgreSQL's one-argument `log` is base 10 (Spark's is natural): the base made
-    explicit."""
+    """`log(x)`, `log10(x)` and `log(b, x)`: PostgreSQL's one-argument `log` is base 10
+    (Spark's is natural), so the base is made explicit; of numerics (or a numeric and
+    an integer, and `log(b, x)` of integers, which PostgreSQL has only for numerics)
+    PostgreSQL's numeric logarithm (`_transcendental`)."""
     if call.args.get("expression") is None:
-        return exp.Log(this=exp.Literal.number(10), expression=call.this)
+        ten = exp.Literal.number(10)
+        if numeric.kind_of_type(_first(arg_types)) == "numeric":
+            return _transcendental(numeric.NUMERIC_LOG, ten, call.this, [_INTEGER, arg_types[0]])
+        return exp.Log(this=ten, expression=call.this)
+    kinds = {numeric.kind_of_type(t) for t in arg_types}
+    if kinds <= {"numeric", "integer"}:
+        return _transcendental(numeric.NUMERIC_LOG, call.this, call.expression, arg_types)
     return call
+
+
+def _first(arg_types: Sequence[exp.DataType]) -> exp.DataType:
+    return arg_types[0] if arg_types else types.build("unknown")
+
+
+_INTEGER = exp.DataType.build("int")
+
+
+def _transcendental(
+    name: str, a: exp.Expr, b: exp.Expr, arg_types: Sequence[exp.DataType]
+) -> exp.Expr:
+    """`name` (`numeric.transcendental`) of `a` and `b`, whose types are `arg_types`;
+    an `UnsupportedError` for an argument with more than `ROOT_SCALE` digits after the
+    point (PostgreSQL's result keeps at least as many, more than dsql's column holds)."""
+    scales = [numeric.type_scale(t, 0) for t in arg_types]
+    if max(scales, default=0) > numeric.ROOT_SCALE:
+        what = {"NUMERIC_LN": "ln", "NUMERIC_EXP": "exp", "NUMERIC_LOG": "log"}.get(name, "power")
+        raise UnsupportedError(
+            f"{what} of a numeric with more than {numeric.ROOT_SCALE} digits after the point",
+            hint=f"cast the argument to numeric(38, {numeric.ROOT_SCALE}) or to double precision",
+        )
+    sb = scales[1] if len(scales) > 1 else 0
+    return numeric.transcendental(name, a, b, scales[0], sb)
+
+
+def _ln_exp(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """`ln(x)` and `exp(x)`: of a numeric, PostgreSQL's numeric result
+    (`_transcendental`); of any other number, double precision."""
+    if numeric.kind_of_type(_first(arg_types)) != "numeric":
+        return call
+    name = numeric.NUMERIC_LN if isinstance(call, exp.Ln) else numeric.NUMERIC_EXP
+    return _transcendental(name, call.this, exp.Literal.number(0), [arg_types[0], _INTEGER])
 
 
 def _sqrt(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
@@ -181,6 +226,28 @@ def _min_scale(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     return exp.Cast(this=guarded, to=types.build("int"))
 
 
+def _scale(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """`scale(x)`: the digits after the point of `x`, PostgreSQL's display scale. That is
+    the type's scale, and for a numeric without a declared scale (stored with
+    `types.DEFAULT_DECIMAL`'s, read back without trailing zeros) `min_scale(x)`: the
+    digits dsql shows. Refused for an expression whose scale PostgreSQL picks per row
+    (a quotient, a root, a logarithm, ...): its column's scale is not the row's."""
+    s = _numeric_argument(call, arg_types)
+    x = call.expressions[0]
+    per_row = {n.name.upper() for n in x.find_all(exp.Anonymous)} & numeric.PER_ROW_SCALE
+    if per_row or x.find(exp.Avg) is not None:
+        raise UnsupportedError(
+            "scale of a quotient, average, root, logarithm or power of numerics "
+            "(PostgreSQL picks its scale per row)",
+            hint="round it first: scale(round(x, 4))",
+        )
+    if s is None or (numeric.MAX_PRECISION, s) == types.DEFAULT_DECIMAL:
+        return _min_scale(call, arg_types)
+    null = exp.Is(this=x.copy(), expression=exp.Null())
+    value = exp.Case(ifs=[exp.If(this=null, true=exp.Null())], default=exp.Literal.number(s))
+    return exp.Cast(this=value, to=types.build("int"))
+
+
 def _trim_scale(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     """`trim_scale(x)`: `x` without the zeros ending its fraction. A value of at most 10
     digits after the point becomes a numeric without precision (read back without
@@ -198,26 +265,16 @@ def _power(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     """`power(a, b)` and `a ^ b`: double precision unless an operand is numeric and none
     a float, where PostgreSQL computes a numeric. For a constant whole exponent `n` from
     0 to `MAX_EXPONENT` that is `a` multiplied by itself, exact, rounded half away from
-    zero at PostgreSQL's scale `max(16, scale of a)` (`power_var_int` in numeric.c);
-    other exponents of a numeric are refused (PostgreSQL goes through its numeric
-    `ln` and `exp`)."""
+    zero at PostgreSQL's scale `max(16, scale of a)` (`power_var_int` in numeric.c),
+    while its exact digits fit 38; any other exponent is PostgreSQL's numeric power
+    per row (`_transcendental`)."""
     kinds = {numeric.kind_of_type(t) for t in arg_types}
     if "numeric" not in kinds or "float" in kinds:
         return call
     n = _whole_constant(call.expression)
-    if n is None or not 0 <= n <= MAX_EXPONENT:
-        raise UnsupportedError(
-            "power of a numeric is supported for a constant whole exponent from 0 to "
-            f"{MAX_EXPONENT}",
-            hint="cast an operand to double precision: power(x::float8, y)",
-        )
     s = numeric.type_scale(arg_types[0], 0)
-    if s * n > numeric.MAX_PRECISION:
-        raise UnsupportedError(
-            f"power of a numeric whose exact value has more than {numeric.MAX_PRECISION} "
-            f"digits after the point ({s} times {n})",
-            hint="cast the base to a numeric of fewer digits after the point, or to float8",
-        )
+    if n is None or not 0 <= n <= MAX_EXPONENT or s * n > numeric.MAX_PRECISION:
+        return _transcendental(numeric.NUMERIC_POWER, call.this, call.expression, arg_types)
     result = max(POWER_SCALE, s)
     base = call.this
     if n == 0:  # 1, of a NULL base NULL
@@ -299,10 +356,10 @@ def _half_even(x: exp.Expr) -> exp.Expr:
 
 
 def _trunc(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
-    """`trunc(x)` as `_float8_unless_numeric`; `trunc(x, n)` of a numeric: `x` moved half
-    a unit of the n-th digit towards zero, then rounded half away from zero (exact on
-    both engines, where DuckDB's remainder of wide decimals is a double's; Spark has no
-    `trunc(x, n)`)."""
+    """`trunc(x)` as `_float8_unless_numeric`; `trunc(x, n)` of a numeric: `x` other
+    than 0 moved half a unit of the n-th digit towards zero, then rounded half away from
+    zero (exact on both engines, where DuckDB's remainder of wide decimals is a double's;
+    Spark has no `trunc(x, n)`)."""
     if call.args.get("decimals") is None:
         return _float8_unless_numeric(call, arg_types)
     first = arg_types[0] if arg_types else types.build("unknown")
@@ -311,9 +368,14 @@ def _trunc(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     half = exp.Literal.number(f"{Decimal(5).scaleb(-n - 1):f}")
     x = call.this
     negative = exp.LT(this=x.copy(), expression=exp.Literal.number(0))
+    positive = exp.GT(this=x.copy(), expression=exp.Literal.number(0))
+    # Zero stays: moved by half a unit it would round away from zero to a whole unit.
     inward = exp.Case(
-        ifs=[exp.If(this=negative, true=exp.Add(this=x.copy(), expression=half.copy()))],
-        default=exp.Sub(this=x.copy(), expression=half),
+        ifs=[
+            exp.If(this=negative, true=exp.Add(this=x.copy(), expression=half.copy())),
+            exp.If(this=positive, true=exp.Sub(this=x.copy(), expression=half)),
+        ],
+        default=x.copy(),
     )
     rounded = exp.Round(this=inward, decimals=exp.Literal.number(n))
     return exp.Cast(this=rounded, to=numeric.numeric_type(max(n, 0)))
@@ -338,9 +400,16 @@ _MATH = (
     _F(("sign",), exp.Sign, (1, 1), "numeric|float8", "sign(j) + sign(x)", _float8_unless_numeric),
     _F(("sqrt",), exp.Sqrt, (1, 1), "numeric|float8", "sqrt(x) + sqrt(n)", _sqrt),
     _F(("cbrt",), exp.Cbrt, (1, 1), "float8", "cbrt(x)"),
-    _F(("exp",), exp.Exp, (1, 1), "float8", "exp(y)"),
-    _F(("ln",), exp.Ln, (1, 1), "float8", "ln(x)"),
-    _F(("log", "log10"), exp.Log, (1, 2), "float8", "log(x) + log(2.0, x) + log10(x)", _log10),
+    _F(("exp",), exp.Exp, (1, 1), "numeric|float8", "exp(y) + exp(n)", _ln_exp),
+    _F(("ln",), exp.Ln, (1, 1), "numeric|float8", "ln(x) + ln(n + 1)", _ln_exp),
+    _F(
+        ("log", "log10"),
+        exp.Log,
+        (1, 2),
+        "numeric|float8",
+        "log(x) + log(2.0, x) + log10(x)",
+        _log10,
+    ),
     _F(
         ("power", "pow"),
         exp.Pow,
@@ -351,6 +420,7 @@ _MATH = (
     ),
     _F(("mod",), exp.Mod, (2, 2), "arg", "mod(i, 3)"),
     _F(("min_scale",), exp.Anonymous, (1, 1), "int", "min_scale(n) + min_scale(i)", _min_scale),
+    _F(("scale",), exp.Anonymous, (1, 1), "int", "scale(n) + scale(i) + scale(n * 2)", _scale),
     _F(("trim_scale",), exp.Anonymous, (1, 1), "numeric", "trim_scale(n * 10)", _trim_scale),
     _F(("gcd",), exp.Anonymous, (2, 2), "common", "gcd(i, 21) + gcd(j, -12)", spellings.gcd),
     _F(("lcm",), exp.Anonymous, (2, 2), "common", "lcm(i, 21) + lcm(j, -12)", spellings.lcm),

@@ -44,6 +44,18 @@ NUMERIC_MOD = "NUMERIC_MOD"
 NUMERIC_SQRT_DIV = "NUMERIC_SQRT_DIV"
 NUMERIC_SQRT = "NUMERIC_SQRT"
 NUMERIC_MUL = "NUMERIC_MUL"
+#: `ln`, `log`, `exp` and `power` of numerics (`runtime/kernel/numeric_transcendental.py`).
+NUMERIC_LN = "NUMERIC_LN"
+NUMERIC_LOG = "NUMERIC_LOG"
+NUMERIC_EXP = "NUMERIC_EXP"
+NUMERIC_POWER = "NUMERIC_POWER"
+_TRANSCENDENTAL = frozenset({NUMERIC_LN, NUMERIC_LOG, NUMERIC_EXP, NUMERIC_POWER})
+#: `gcd` and `lcm` of numerics, exact, of the larger scale (the same kernel function).
+NUMERIC_GCD = "NUMERIC_GCD"
+NUMERIC_LCM = "NUMERIC_LCM"
+_DIVISORS = frozenset({NUMERIC_GCD, NUMERIC_LCM})
+#: The functions whose scale PostgreSQL picks per row (dsql's column holds the widest).
+PER_ROW_SCALE = frozenset({NUMERIC_DIV, NUMERIC_SQRT_DIV, NUMERIC_SQRT} | _TRANSCENDENTAL)
 
 #: The scale a numeric square root is stored with: every row's PostgreSQL scale (at most
 #: 19 over the values whose roots dsql takes; `runtime/kernel/numeric_sqrt.py`).
@@ -56,7 +68,11 @@ MAX_PRECISION = 38
 #: for quotients from 0.0001 on (its scale for smaller ones is larger).
 QUOTIENT_SCALE = 20
 
-_FUNCTIONS = frozenset({NUMERIC_DIV, NUMERIC_MOD, NUMERIC_SQRT_DIV, NUMERIC_SQRT, NUMERIC_MUL})
+_FUNCTIONS = frozenset(
+    {NUMERIC_DIV, NUMERIC_MOD, NUMERIC_SQRT_DIV, NUMERIC_SQRT, NUMERIC_MUL}
+    | _TRANSCENDENTAL
+    | _DIVISORS
+)
 _FLOATS = frozenset({T.FLOAT, T.DOUBLE})
 _DECIMALS = frozenset({T.DECIMAL, T.BIGDECIMAL})
 _RANK: dict[Kind, int] = {"integer": 0, "numeric": 1, "float": 2}
@@ -217,12 +233,12 @@ def scale(e: exp.Expr, inputs: Sequence[exp.DataType], default: int = 10) -> int
             return min(both, MAX_PRECISION)
         case exp.Anonymous() if e.name.upper() in (NUMERIC_DIV, NUMERIC_SQRT_DIV):
             return quotient_scale(int(e.expressions[2].this), int(e.expressions[3].this))
-        case exp.Anonymous() if e.name.upper() == NUMERIC_SQRT:
+        case exp.Anonymous() if e.name.upper() == NUMERIC_SQRT or e.name.upper() in _TRANSCENDENTAL:
             return ROOT_SCALE
         case exp.Anonymous() if e.name.upper() == NUMERIC_MUL:
             both = int(e.expressions[2].this) + int(e.expressions[3].this)
             return min(both, MAX_PRECISION)
-        case exp.Anonymous() if e.name.upper() == NUMERIC_MOD:
+        case exp.Anonymous() if e.name.upper() == NUMERIC_MOD or e.name.upper() in _DIVISORS:
             return max(int(e.expressions[2].this), int(e.expressions[3].this))
         case exp.Count():
             return 0
@@ -287,6 +303,18 @@ def square_root(a: exp.Expr, scale_a: int) -> exp.Expr:
     return exp.Anonymous(this=NUMERIC_SQRT, expressions=[a, exp.Literal.number(1), *scales])
 
 
+def transcendental(name: str, a: exp.Expr, b: exp.Expr, scale_a: int, scale_b: int) -> exp.Expr:
+    """`ln(a)`, `exp(a)` (`b` is 0), `log(a, b)` (base `a`) or `power(a, b)` of numerics
+    (or a numeric and an integer) of these scales, `name` one of `NUMERIC_LN`,
+    `NUMERIC_EXP`, `NUMERIC_LOG`, `NUMERIC_POWER`: PostgreSQL's digits at its scale for
+    the row, stored with `ROOT_SCALE` digits after the point; PostgreSQL's errors, and
+    dsql's for a row whose result the column does not hold. `NUMERIC_GCD` and
+    `NUMERIC_LCM`: exact, of the larger scale."""
+    assert name in _TRANSCENDENTAL | _DIVISORS, name
+    scales = [exp.Literal.number(scale_a), exp.Literal.number(scale_b)]
+    return exp.Anonymous(this=name, expressions=[a, b, *scales])
+
+
 def remainder(a: exp.Expr, b: exp.Expr, scale_a: int, scale_b: int) -> exp.Expr:
     """`a % b` of numerics (or a numeric and an integer) of these scales: exact, of the
     larger scale, an error for a zero `b`."""
@@ -333,10 +361,17 @@ __all__ = [
     "BIGINT_MAX",
     "DIVISION_BY_ZERO",
     "NUMERIC_DIV",
+    "NUMERIC_EXP",
+    "NUMERIC_GCD",
+    "NUMERIC_LCM",
+    "NUMERIC_LN",
+    "NUMERIC_LOG",
+    "NUMERIC_POWER",
     "NUMERIC_MOD",
     "NUMERIC_MUL",
     "NUMERIC_SQRT",
     "NUMERIC_SQRT_DIV",
+    "PER_ROW_SCALE",
     "ROOT_SCALE",
     "ZERO_GUARD",
     "divide",
@@ -354,6 +389,7 @@ __all__ = [
     "root_of_quotient",
     "scale",
     "square_root",
+    "transcendental",
     "type_scale",
     "zero_guard",
 ]

@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 import sqlglot
 from sqlglot import exp
 
-from dsql.errors import SchemaError, UnsupportedError
-from dsql.planner import types
+from dsql.errors import SchemaError
+from dsql.planner import numeric, types
 from dsql.planner.expr import arguments, as_expression
 
 #: The name the kernels know a per-kernel call by (`runtime.kernel.base.PER_KERNEL`).
@@ -80,9 +80,11 @@ def _element(t: exp.DataType) -> exp.DataType | None:
 
 def gcd(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     """`gcd(a, b)`, never negative (`gcd(-12, 18)` is 6): DuckDB's `gcd`; on Spark,
-    Euclid's algorithm as a fold (92 steps bound it for 64-bit integers). Of integers
-    only (PostgreSQL's numeric `gcd` is refused)."""
-    _integers_only(call, arg_types)
+    Euclid's algorithm as a fold (92 steps bound it for 64-bit integers). Of numerics,
+    PostgreSQL's exact numeric `gcd` (`_of_numerics`)."""
+    numeric_call = _of_numerics(call, arg_types, numeric.NUMERIC_GCD)
+    if numeric_call is not None:
+        return numeric_call
     return _as_common(
         call,
         arg_types,
@@ -98,8 +100,11 @@ def gcd(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
 
 
 def lcm(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
-    """`lcm(a, b)` of integers, never negative, 0 where either is 0."""
-    _integers_only(call, arg_types)
+    """`lcm(a, b)` of integers, never negative, 0 where either is 0; of numerics,
+    PostgreSQL's exact numeric `lcm` (`_of_numerics`)."""
+    numeric_call = _of_numerics(call, arg_types, numeric.NUMERIC_LCM)
+    if numeric_call is not None:
+        return numeric_call
     a, b = arguments(call)
     divisor = gcd(exp.Anonymous(this="gcd", expressions=[a, b]), arg_types)
     spelled = per_kernel(
@@ -110,14 +115,23 @@ def lcm(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     return _as_common(call, arg_types, spelled)
 
 
-def _integers_only(call: exp.Func, arg_types: Sequence[exp.DataType]) -> None:
-    """Refuse `gcd` or `lcm` of a non-integer argument."""
-    name = call.name.lower() if isinstance(call, exp.Anonymous) else call.sql_name().lower()
-    if any(not types.is_integer(t) and not types.is_unknown(t) for t in arg_types):
-        raise UnsupportedError(
-            f"{name} of a numeric is not supported (dsql's {name} takes integers)",
-            hint=f"cast the arguments to bigint: {name}(a::bigint, b::bigint)",
+def _of_numerics(call: exp.Func, arg_types: Sequence[exp.DataType], name: str) -> exp.Expr | None:
+    """`gcd` or `lcm` (`name`: `numeric.NUMERIC_GCD` or `NUMERIC_LCM`) where an argument
+    is a numeric: exact, of the larger scale, as PostgreSQL's (None where both are
+    integers); PostgreSQL's `SchemaError` for a float argument."""
+    kinds = {numeric.kind_of_type(t) for t in arg_types if not types.is_unknown(t)}
+    function = call.name.lower() if isinstance(call, exp.Anonymous) else call.sql_name().lower()
+    if kinds - {"integer", "numeric"}:
+        shown = ", ".join(t.sql("postgres").lower() for t in arg_types)
+        raise SchemaError(
+            f"function {function}({shown}) does not exist",
+            hint=f"cast the arguments to numeric: {function}(a::numeric, b::numeric)",
         )
+    if "numeric" not in kinds:
+        return None
+    a, b = arguments(call)
+    sa, sb = (numeric.type_scale(t, 0) for t in arg_types)
+    return numeric.transcendental(name, a, b, sa, sb)
 
 
 def _as_common(call: exp.Func, arg_types: Sequence[exp.DataType], value: exp.Expr) -> exp.Expr:

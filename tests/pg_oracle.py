@@ -302,3 +302,24 @@ def no_warning() -> Any:
     stack.enter_context(warnings.catch_warnings())
     warnings.simplefilter("error", DsqlWarning)
     return stack
+
+
+def follow_steps(
+    con: Any, pg: Any, query: str, steps: Sequence[tuple[str, bool]], message: str
+) -> None:
+    """Run each `(statement, broken)` step on dsql's `con` (whose view `v` is `query`) and
+    PostgreSQL's `pg`: after it, `v` is in error with `message` exactly when `broken`
+    (a warning says each change of state), else equal to PostgreSQL's `query`."""
+    import pytest
+
+    from dsql.errors import DsqlWarning
+
+    for step, broken in steps:
+        changes = broken != in_error(con, message)
+        with pytest.warns(DsqlWarning) if changes else no_warning():
+            con.execute(step)
+        pg.execute(step)
+        assert in_error(con, message) == broken, step
+        if not broken:
+            problem = differs(con, pg, query, dsql_sql="SELECT * FROM v")
+            assert problem is None, f"after {step}: {problem}"

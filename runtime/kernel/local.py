@@ -38,6 +38,7 @@ from dsql.runtime.kernel import (
     duckdb_errors,
     duckdb_sandbox,
     interval_macros,
+    numeric_transcendental,
 )
 from dsql.runtime.kernel import key_index as _index
 from dsql.runtime.kernel.base import (
@@ -101,6 +102,7 @@ class LocalKernel(Kernel):
         # Spark's `raise_error(message)`, which plans use for runtime errors they predict.
         self._con.execute("CREATE MACRO raise_error(message) AS error(message)")
         interval_macros.install(self._con)
+        numeric_transcendental.register_duckdb(self._con)
         self.memory_limit = memory_limit
         # One cursor per thread, kept: a cursor per statement costs more than the small
         # statements it runs. Registered inputs are replaced by name at each run.

@@ -25,6 +25,9 @@ which overflow where the product has more).
 `NUMERIC_SQRT_DIV(a, b, sa, sb)` (stddev: `a` the spread, `b` the pairs) is the square
 root of the same rounded quotient, rounded at the row's scale (`numeric_sqrt.py`);
 `NUMERIC_SQRT(a, 1, sa, 0)` is `sqrt(a)` of a numeric (`numeric_sqrt.square_root`).
+`NUMERIC_LN(a, 0, sa, 0)`, `NUMERIC_EXP(a, 0, sa, 0)`, `NUMERIC_LOG(base, x, sa, sb)` and
+`NUMERIC_POWER(a, b, sa, sb)`, `NUMERIC_GCD` and `NUMERIC_LCM` are the kernel's
+`dsql_numeric_fn` read back as a numeric (`numeric_transcendental.py`).
 
 The operands' weights are estimated in double precision: an operand within a few units
 in the 16th digit of a power of 10000 may get the scale of its neighbour.
@@ -38,11 +41,12 @@ in the 16th digit of a power of 10000 may get the scale of its neighbour.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import sqlglot
 from sqlglot import exp
 
-from dsql.runtime.kernel import numeric_sqrt
+from dsql.runtime.kernel import numeric_sqrt, numeric_transcendental
 
 #: The functions the planner writes for a numeric quotient and remainder (`planner/numeric.py`).
 NAME = "NUMERIC_DIV"
@@ -229,12 +233,35 @@ def _square_root(dialect: str, sa: int, sb: int) -> exp.Expr:
     return sqlglot.parse_one(numeric_sqrt.square_root(dialect, sa), read=dialect)
 
 
-_BUILDERS = {
+def _transcendental(op: str) -> Callable[[str, int, int], exp.Expr]:
+    """The builder of `op` of numerics of scales `sa` and `sb` (`numeric_transcendental`)."""
+
+    @functools.cache
+    def build(dialect: str, sa: int, sb: int) -> exp.Expr:
+        text = numeric_transcendental.expression(op, dialect, sa, sb)
+        return sqlglot.parse_one(text, read=dialect)
+
+    return build
+
+
+#: The planner's name of each function of numerics the kernels take from Python
+#: (`planner/numeric.py`), and the operation `numeric_transcendental.value` computes.
+TRANSCENDENTAL = {
+    "NUMERIC_LN": "ln",
+    "NUMERIC_LOG": "log",
+    "NUMERIC_EXP": "exp",
+    "NUMERIC_POWER": "power",
+    "NUMERIC_GCD": "gcd",
+    "NUMERIC_LCM": "lcm",
+}
+
+_BUILDERS: dict[str, Callable[[str, int, int], exp.Expr]] = {
     NAME: _quotient,
     REMAINDER: _remainder,
     ROOT: _root_of_quotient,
     SQRT: _square_root,
     PRODUCT: _product,
+    **{name: _transcendental(op) for name, op in TRANSCENDENTAL.items()},
 }
 
 
@@ -244,6 +271,7 @@ __all__ = [
     "REMAINDER",
     "ROOT",
     "SQRT",
+    "TRANSCENDENTAL",
     "expand",
     "long_division",
     "scaled",

@@ -282,9 +282,16 @@ def _engine_error(error: Exception, text: str | None = None) -> Exception:
         return ExecutionError(
             "integer out of range (integer or bigint)", hint="cast to numeric for larger values"
         )
+    raised_here = _USER_RAISED.search(message)
+    if raised_here is not None:  # a RAISE_ERROR of the plan whose message is computed
+        return ExecutionError(raised_here.group(1))
     # The statement is dsql's, over internal names: the user's is shown instead.
     said, own = engine_message(message, text)
     return ExecutionError(said if own else f"Spark failed ({kind}): {said}")
+
+
+#: Spark's error for `raise_error(message)`: users cannot call it, so it is the plan's.
+_USER_RAISED = re.compile(r"\[USER_RAISED_EXCEPTION\] (.*?)(?: SQLSTATE: \w+)?$")
 
 
 def _same_types(held: pa.Schema, spark: pa.Schema) -> bool:

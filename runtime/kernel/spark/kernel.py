@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from dsql.errors import SchemaError
-from dsql.runtime.kernel import driver
+from dsql.runtime.kernel import driver, numeric_transcendental
 from dsql.runtime.kernel.base import Capability, Frame
 from dsql.runtime.kernel.driver import Selection
 from dsql.runtime.kernel.spark.frames import _quote, has_intervals, refuse_intervals
@@ -62,7 +62,18 @@ class SparkKernel(SparkMerge):
     def sql(self, select: exp.Expr) -> str:
         if has_intervals(select):
             raise refuse_intervals()
-        return super().sql(select)
+        text = super().sql(select)
+        if (
+            numeric_transcendental.NAME.upper() in text.upper()
+            and self._numeric_fn_on is not self.spark
+        ):
+            numeric_transcendental.register_spark(self.spark)
+            self._numeric_fn_on = self.spark
+        return text
+
+    #: The session `numeric_transcendental.NAME` is registered on (by the first statement
+    #: that calls it), None before.
+    _numeric_fn_on: object | None = None
 
     def stamped(self, frame: DataFrame, schema: pa.Schema, time: int) -> DataFrame:
         """A batch of `frame`'s rows inserted at `time`: its columns, in order, renamed to
