@@ -284,3 +284,29 @@ def test_scale_refusals_and_postgres_errors() -> None:
         con.execute("SELECT gcd(2, 3.0::float8)")
     with pytest.raises(DsqlError, match="more than 38 digits"):
         con.execute("SELECT lcm(99999999999999999999.9, 99999999999999999998.7)").fetchall()
+
+
+def test_the_spark_function_runs_where_dsql_is_not_installed(tmp_path: Any) -> None:
+    """Executors of a cluster may lack dsql: the pandas UDF carries its module's code."""
+    import subprocess
+    import sys
+
+    from pyspark import cloudpickle
+
+    from dsql.runtime.kernel import numeric_transcendental
+
+    (tmp_path / "fn.pkl").write_bytes(cloudpickle.dumps(numeric_transcendental.spark_function()))
+    script = (
+        "import sys, pickle\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path if 'ditable' not in repr(f)]\n"
+        "try:\n    import dsql\nexcept ImportError:\n    pass\n"
+        "else:\n    raise SystemExit('dsql is importable')\n"
+        "import pandas as pd\n"
+        f"fn = pickle.loads(open({str(tmp_path / 'fn.pkl')!r}, 'rb').read())\n"
+        "s = lambda v: pd.Series([v])\n"
+        "print(fn(s('ln'), s('2.0'), s(1), s('0'), s(0))[0])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "0.6931471805599453"

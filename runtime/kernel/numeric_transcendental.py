@@ -38,6 +38,7 @@ digits after the point or with 18 or more before it is refused per row (`!range`
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Sequence
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
@@ -273,9 +274,19 @@ def register_duckdb(con: Any) -> None:
 
 def register_spark(spark: Any) -> None:
     """Define `NAME` on a Spark session: a pandas UDF, evaluated by the executors."""
-    import pandas as pd
     from pyspark.sql.functions import pandas_udf
     from pyspark.sql.types import StringType
+
+    spark.udf.register(NAME, pandas_udf(spark_function(), StringType()))  # type: ignore[call-overload]
+
+
+def spark_function() -> Callable[..., Any]:
+    """The pandas function behind `NAME` on Spark, pickled with this module's code by
+    value: executors of a cluster need no dsql installed to run it."""
+    import pandas as pd
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
     def call(ops: Any, a: Any, sa: Any, b: Any, sb: Any) -> Any:
         columns = ([None if pd.isna(v) else v for v in c.tolist()] for c in (ops, a, sa, b, sb))
@@ -283,7 +294,7 @@ def register_spark(spark: Any) -> None:
 
     # PySpark reads the kind of pandas UDF from the hints, evaluated: real objects.
     call.__annotations__ = {name: pd.Series for name in ("ops", "a", "sa", "b", "sb", "return")}
-    spark.udf.register(NAME, pandas_udf(call, StringType()))  # type: ignore[call-overload]
+    return call
 
 
 def result_scale(op: str, sa: int, sb: int) -> int:
