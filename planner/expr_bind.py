@@ -13,13 +13,21 @@ Integer division is made explicit (`IntDiv`) because PostgreSQL truncates
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
-from dsql.errors import NUMERIC_LIMIT, NUMERIC_OVERFLOW, DsqlError, ExecutionError, SchemaError
+from dsql.errors import (
+    NUMERIC_LIMIT,
+    NUMERIC_OVERFLOW,
+    DsqlError,
+    ExecutionError,
+    SchemaError,
+    UnsupportedError,
+)
 from dsql.planner import (
     array_literal,
     functions,
@@ -244,26 +252,31 @@ def _unbounded_numeric(t: exp.DataType) -> bool:
 
 
 def _bytea_literal(e: exp.Cast) -> exp.HexString | None:
-    """A string literal cast to bytea as PostgreSQL reads it: `'\\x0102'` hex digits,
-    anything else its UTF-8 bytes (both engines would take the text's own bytes); None
-    for any other cast."""
+    """A string literal cast to bytea as PostgreSQL reads it (`types.read_bytea`: hex
+    digits or the escape form, where both engines would take the text's own bytes);
+    None for any other cast."""
     literal = e.this
     if e.to.this not in (types.T.VARBINARY, types.T.BINARY):
         return None
     if not isinstance(literal, exp.Literal) or not literal.is_string:
         return None
-    text = literal.this
-    if text.startswith("\\x"):
-        digits = text[2:]
-        try:
-            bytes.fromhex(digits)
-        except ValueError:
-            raise SchemaError(
-                f'invalid input syntax for type bytea: "{text}"',
-                hint="write bytes as '\\x' and an even number of hex digits",
-            ) from None
-        return exp.HexString(this=digits.lower())
-    return exp.HexString(this=text.encode().hex())
+    try:
+        return exp.HexString(this=types.read_bytea(literal.this).hex())
+    except DsqlError as error:
+        raise SchemaError(
+            error.message, hint="write bytes as '\\x' and an even number of hex digits"
+        ) from None
+
+
+def _era_literal(e: exp.Cast) -> bool:
+    """Whether `e` casts a string literal naming an era (`'0044-03-15 BC'`, `AD`) to a
+    date or timestamp type: the engines read it as a year of our era, or not at all."""
+    return (
+        e.to.is_type(exp.DType.DATE, exp.DType.TIMESTAMP, exp.DType.TIMESTAMPTZ)
+        and isinstance(e.this, exp.Literal)
+        and e.this.is_string
+        and re.search(r"\b(?:BC|AD)\b", e.this.this, re.IGNORECASE) is not None
+    )
 
 
 def _bounded_text(t: exp.DataType) -> exp.Expression | None:
@@ -366,6 +379,34 @@ class ExprBinder:
             else "array_cat"
         )  # fmt: skip
         return exp.func(name, e.this, e.expression, dialect="postgres")
+
+    def _text_concat(self, e: exp.DPipe) -> exp.Expression:
+        """`a || b` of text; an operand of another type in its text as `x::text` writes
+        it (`_to_text`: an interval's, a date's), where the engines would write their
+        own. With a bytea operand, bytes are concatenated, a string literal beside it read
+        as a bytea, as PostgreSQL resolves `'a' || b`."""
+        if self._types is None:
+            self._bind_children(e)
+            return e
+        keys = ("this", "expression")
+        kinds = [
+            types.infer(self._typed(self._bind(e.args[key].copy())), self.input_types())
+            for key in keys
+        ]
+        if any(k.is_type(exp.DType.BINARY, exp.DType.VARBINARY) for k in kinds):
+            for key in keys:
+                side = e.args[key]
+                if isinstance(side, exp.Literal) and side.is_string:
+                    e.set(key, exp.Cast(this=side, to=types.build("bytea")))
+            self._bind_children(e)
+            return exp.Cast(this=e, to=types.build("bytea"))  # typed for the planner
+        for key, kind in zip(keys, kinds, strict=True):
+            side = e.args[key]
+            if kind.is_type(*exp.DataType.TEXT_TYPES, exp.DType.UNKNOWN, exp.DType.NULL):
+                e.set(key, self._bind(side))
+            else:
+                e.set(key, self._to_text(exp.Cast(this=side, to=types.build("text"))))
+        return e
 
     def _concat_kind(self, side: exp.Expression) -> str | None:
         """Whether an operand of `||` is an array, another value, or of no type (NULL)."""
@@ -480,6 +521,8 @@ class ExprBinder:
                 raise SchemaError("a parameter placeholder reached the planner unbound")
             case exp.DPipe() if (call := self._array_and_element(e)) is not None:
                 return self._bind(call)
+            case exp.DPipe():
+                return self._text_concat(e)
             case exp.Array() if not e.expressions and not isinstance(e.parent, exp.Cast):
                 raise SchemaError(
                     "cannot determine type of empty array",
@@ -517,6 +560,8 @@ class ExprBinder:
             case exp.Neg() if isinstance(e.this, exp.Literal) and e.this.this == _BIGINT_MIN[1:]:
                 # PostgreSQL folds the sign into the literal: the least bigint is a bigint.
                 return exp.Cast(this=exp.Literal.number(_BIGINT_MIN), to=types.build("bigint"))
+            case exp.Neg() if not isinstance(e.this, exp.Literal):
+                return self._negation(e)
             case exp.Literal() if numeric.is_wide_integer_literal(e):
                 return exp.Cast(this=e, to=numeric.numeric_type(0))
             case exp.Literal() if numeric.is_numeric_literal(e) and "e" in e.this.lower():
@@ -556,6 +601,14 @@ class ExprBinder:
                 return self._div_function(e.this)
             case exp.Cast() if _unbounded_numeric(e.to):
                 return self._to_numeric(e)
+            case exp.Cast() if _era_literal(e):
+                raise UnsupportedError(
+                    "dates and timestamps before year 1 (BC) are not supported",
+                    position=position_of(e.this),
+                    hint="dsql's dates run from 0001-01-01 to 9999-12-31",
+                )
+            case exp.Cast() if e.to.is_type(exp.DType.BOOLEAN):
+                return self._to_boolean(e)
             case exp.Cast() if _bounded_text(e.to) is not None:
                 # PostgreSQL's explicit cast to varchar(n)/char(n) cuts to n characters
                 # (char(n)'s padding blanks, which comparisons ignore, are not kept).
@@ -794,6 +847,10 @@ class ExprBinder:
                 return spellings.array_text(as_expression(arg), t)
             if interval_spellings.is_interval(t):
                 return as_expression(interval_spellings.text(as_expression(arg)))
+            if t.is_type(exp.DType.BINARY, exp.DType.VARBINARY):
+                return spellings.per_kernel(_BYTEA_TEXT, _BYTEA_TEXT, [as_expression(arg)])
+            if t.is_type(exp.DType.DATE, exp.DType.TIMESTAMP, exp.DType.TIMESTAMPTZ):
+                return spellings.per_kernel(_ERA_TEXT, _ERA_TEXT, [as_expression(e)])
         return e
 
     def _quantified(self, e: exp.Binary) -> exp.Expression:
@@ -831,6 +888,27 @@ class ExprBinder:
             if t.is_type(*exp.DataType.TEXT_TYPES):
                 return array_literal.from_text(as_expression(arg), e.to)
         return e
+
+    def _to_boolean(self, e: exp.Cast) -> exp.Expression:
+        """`x::boolean`; of text, PostgreSQL's boolean input (`_BOOLEAN_INPUT`), which
+        reads `on`, `off` and blanks around a word where the engines' casts do not."""
+        arg = self._bind(e.this)
+        e.set("this", arg)
+        if self._types is None:
+            return e
+        if not types.infer(self._typed(arg), self._types).is_type(*exp.DataType.TEXT_TYPES):
+            return e
+        return spellings.per_kernel(_BOOLEAN_INPUT, _BOOLEAN_INPUT, [as_expression(arg)])
+
+    def _negation(self, e: exp.Neg) -> exp.Expression:
+        """`-x`; of an integer, kept in x's type, so that negating the least value is
+        PostgreSQL's "integer out of range" (DuckDB widens a constant's negation to the
+        next integer type: `-((-2147483648)::int)` would be 2147483648)."""
+        self._bind_children(e)
+        if self._types is None:
+            return e
+        t = types.infer(self._typed(e.this), self._types)
+        return exp.Cast(this=e, to=t.copy()) if types.is_integer(t) else e
 
     def _div_function(self, e: exp.IntDiv) -> exp.Expression:
         """`div(a, b)`: the quotient truncated toward zero, as numeric."""
@@ -1013,6 +1091,25 @@ def _float_digits(value: exp.Expr, digits: int) -> exp.Expr:
     texts = (f"PRINTF({spec}, __0)", f"FORMAT_STRING({spec}, __0)")
     return spellings.per_kernel(*texts, [as_expression(value)])
 
+
+#: PostgreSQL's boolean input of text `__0`, in both engines' SQL: a unique prefix of
+#: true/false/yes/no, on/off (of at least two letters), 1/0, blanks around it ignored;
+#: anything else reaches the engine's cast, which refuses it.
+_BOOLEAN_INPUT = (
+    "CASE WHEN LOWER(TRIM(__0)) IN ('t', 'tr', 'tru', 'true', 'y', 'ye', 'yes', 'on', '1')"
+    " THEN TRUE WHEN LOWER(TRIM(__0)) IN ('f', 'fa', 'fal', 'fals', 'false', 'n', 'no',"
+    " 'of', 'off', '0') THEN FALSE ELSE CAST(__0 AS BOOLEAN) END"
+)
+
+#: PostgreSQL's text of a bytea `__0`: `\x` and two lowercase hex digits a byte
+#: (the engines write bytes as escapes); CHR(92), a backslash, reads alike in both.
+_BYTEA_TEXT = "CONCAT(CHR(92), 'x', LOWER(HEX(__0)))"
+
+#: PostgreSQL's text of a date or timestamp before year 1, from the engine's text `__0`:
+#: ` BC` at the end, where DuckDB writes ` (BC)` after the date.
+_ERA_TEXT = (
+    "CASE WHEN __0 LIKE '% (BC)%' THEN CONCAT(REPLACE(__0, ' (BC)', ''), ' BC') ELSE __0 END"
+)
 
 #: The least bigint, as written.
 _BIGINT_MIN = str(-numeric.BIGINT_MAX - 1)
