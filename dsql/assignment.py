@@ -95,7 +95,10 @@ def typed_literals(query: exp.Expression, targets: list[exp.DataType]) -> exp.Ex
                 parts = interval.parse(value.this)
                 value.replace(exp.cast(exp.Literal.string(interval.canonical(parts)), T.INTERVAL))
             elif kinds[i] != T.INTERVAL and not number.is_string:
-                value.replace(exp.Cast(this=value.copy(), to=targets[i].copy()))
+                # A numeric has no negative zero: `-0.0` assigns the double 0.
+                zero = number is not value and Decimal(number.this) == 0
+                written = number if zero else value
+                value.replace(exp.Cast(this=written.copy(), to=targets[i].copy()))
     return query
 
 

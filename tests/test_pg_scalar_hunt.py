@@ -57,6 +57,37 @@ EXPRESSIONS = {
         "timestamptz '0001-01-01 00:00:00+00' - interval '1 second'",
         "'on ' || (date '0001-01-01' - 366)",
     ],
+    "float text": [
+        "float8 'NaN'",
+        "float8 'Infinity'",
+        "float8 '-Infinity'",
+        "real 'NaN'",
+        "real '-Infinity'",
+        "1e20::float8",
+        "1e15::float8",
+        "-1.5e15::float8",
+        "1000000000000000.125::float8",
+        "9999999999999998::float8",
+        "1e16::float8",
+        "1e-5::float8",
+        "0.0001::float8",
+        "0.1::float8 + 0.2::float8",
+        "-0.0::float8",
+        "2::float8",
+        "-100::float8",
+        "1.7976931348623157e308::float8",
+        "5e-324::float8",
+        "123456789::real",
+        "1234567.0::real",
+        "123456.0::real",
+        "0.1::real",
+        "-3.4028235e38::real",
+        "1e-5::real",
+        "sign(-3)",
+        "round(2.5::float8)",
+        "'x' || 1e15::float8",
+    ],
+    "chr": ["chr(65)", "chr(233)", "chr(0)", "chr(-1)"],
     "text concatenation": [
         "'a' || interval '1 day 2 hours' || 'b'",
         "1 || 'a' || true",
@@ -162,3 +193,26 @@ def test_era_literal_is_refused(con: dsql.Connection, literal: str) -> None:
     a year of our era."""
     with pytest.raises(DsqlError, match="before year 1"):
         con.execute(f"SELECT {literal}").fetchall()
+
+
+FLOATS = ["'NaN'", "'Infinity'", "'-Infinity'", "1e15", "-2", "0.1", "1e-7", "123456789", "-0.0"]
+
+
+def test_float_columns_as_text(con: dsql.Connection, pgc: Any) -> None:
+    """Float columns' text, in a one-off query and maintained by a view, as inserts and
+    deletes change the table."""
+    rows = ", ".join(f"({i}, {v}, {v})" for i, v in enumerate(FLOATS))
+    query = "SELECT i, x::text, r::text, 'x=' || x FROM f"
+    pgc.execute("CREATE TEMP TABLE f (i int, x float8, r real)")
+    try:
+        pgc.execute(f"INSERT INTO f VALUES {rows}")
+        want = sorted(pgc.execute(query).fetchall())
+    finally:
+        pgc.execute("DROP TABLE f")
+    con.execute("CREATE TABLE f (i int, x float8, r real)")
+    con.execute(f"CREATE MATERIALIZED VIEW ft AS {query}")
+    con.execute(f"INSERT INTO f VALUES {rows}")
+    assert sorted(con.execute(query).fetchall()) == want
+    assert sorted(con.execute("SELECT * FROM ft").fetchall()) == want
+    con.execute("DELETE FROM f WHERE i < 3")
+    assert sorted(con.execute("SELECT * FROM ft").fetchall()) == want[3:]
