@@ -43,6 +43,7 @@ from dsql.planner.bind_shape import visible_plan
 from dsql.planner.expr import (
     Outer,
     Position,
+    RaiseError,
     SubqueryExpr,
     arguments,
     as_expression,
@@ -607,6 +608,8 @@ class ExprBinder:
                     position=position_of(e.this),
                     hint="dsql's dates run from 0001-01-01 to 9999-12-31",
                 )
+            case exp.Cast() if e.to.is_type(exp.DType.SMALLINT, exp.DType.INT, exp.DType.BIGINT):
+                return self._to_integer(e)
             case exp.Cast() if e.to.is_type(exp.DType.BOOLEAN):
                 return self._to_boolean(e)
             case exp.Cast() if _bounded_text(e.to) is not None:
@@ -903,6 +906,29 @@ class ExprBinder:
             return e
         return spellings.per_kernel(_BOOLEAN_INPUT, _BOOLEAN_INPUT, [as_expression(arg)])
 
+    def _to_integer(self, e: exp.Cast) -> exp.Expression:
+        """`x::int` (smallint, bigint); text is read as PostgreSQL's integer input: an
+        optional sign and decimal digits, blanks around them, where the engines also read
+        `1.5` (rounded), `0x1F` and `1_000`."""
+        arg = self._bind(e.this)
+        e.set("this", arg)
+        if self._types is None:
+            return e
+        if not types.infer(self._typed(arg), self._types).is_type(*exp.DataType.TEXT_TYPES):
+            return e
+        kind = {exp.DType.SMALLINT: "smallint", exp.DType.INT: "integer"}.get(e.to.this, "bigint")
+        refused = exp.Cast(
+            this=RaiseError(this=exp.Literal.string(f"invalid input syntax for type {kind}")),
+            to=e.to.copy(),
+        )
+        spelled = spellings.per_kernel(
+            f"REGEXP_MATCHES(__0, '{_INTEGER_INPUT}')",
+            f"REGEXP_LIKE(__0, '{_INTEGER_INPUT}')",
+            [as_expression(arg)],
+        )
+        readable = exp.or_(exp.Is(this=arg.copy(), expression=exp.Null()), spelled)
+        return exp.Case(ifs=[exp.If(this=readable, true=e)], default=refused)
+
     def _negation(self, e: exp.Neg) -> exp.Expression:
         """`-x`; of an integer, kept in x's type, so that negating the least value is
         PostgreSQL's "integer out of range" (DuckDB widens a constant's negation to the
@@ -1140,6 +1166,11 @@ def _float_text(exponent_from: int) -> str:
         r" ELSE REGEXP_REPLACE(CAST(__0 AS VARCHAR), '\.0$', '') END"
     )
 
+
+#: PostgreSQL's integer input: a sign, decimal digits, blanks around (a regular
+#: expression both engines read alike: the blanks are the characters themselves, where
+#: Spark's string literals would drop a backslash).
+_INTEGER_INPUT = "^[ \t\n\r\f\v]*[+-]?[0-9]+[ \t\n\r\f\v]*$"
 
 #: The least bigint, as written.
 _BIGINT_MIN = str(-numeric.BIGINT_MAX - 1)

@@ -87,6 +87,17 @@ EXPRESSIONS = {
         "round(2.5::float8)",
         "'x' || 1e15::float8",
     ],
+    "text to integer": [
+        "' 12 '::int",
+        "'-3'::int8",
+        "'+4'::int2",
+        "'1.5'::int",
+        "'0x1F'::int",
+        "'1_000'::bigint",
+        "''::int",
+        "'99999999999'::int",
+        "' 7'::int8 + 1",
+    ],
     "chr": ["chr(65)", "chr(233)", "chr(0)", "chr(-1)"],
     "text concatenation": [
         "'a' || interval '1 day 2 hours' || 'b'",
