@@ -898,23 +898,28 @@ class ExprBinder:
     def _to_boolean(self, e: exp.Cast) -> exp.Expression:
         """`x::boolean`; of text, PostgreSQL's boolean input (`_BOOLEAN_INPUT`), which
         reads `on`, `off` and blanks around a word where the engines' casts do not."""
+        arg = self._bind_text_cast(e)
+        if arg is None:
+            return e
+        return spellings.per_kernel(_BOOLEAN_INPUT, _BOOLEAN_INPUT, [as_expression(arg)])
+
+    def _bind_text_cast(self, e: exp.Cast) -> exp.Expr | None:
+        """`e`'s operand bound in place; returned where it is known to be text (the cast
+        is then PostgreSQL's input function for `e.to`), else None."""
         arg = self._bind(e.this)
         e.set("this", arg)
         if self._types is None:
-            return e
+            return None
         if not types.infer(self._typed(arg), self._types).is_type(*exp.DataType.TEXT_TYPES):
-            return e
-        return spellings.per_kernel(_BOOLEAN_INPUT, _BOOLEAN_INPUT, [as_expression(arg)])
+            return None
+        return arg
 
     def _to_integer(self, e: exp.Cast) -> exp.Expression:
         """`x::int` (smallint, bigint); text is read as PostgreSQL's integer input: an
         optional sign and decimal digits, blanks around them, where the engines also read
         `1.5` (rounded), `0x1F` and `1_000`."""
-        arg = self._bind(e.this)
-        e.set("this", arg)
-        if self._types is None:
-            return e
-        if not types.infer(self._typed(arg), self._types).is_type(*exp.DataType.TEXT_TYPES):
+        arg = self._bind_text_cast(e)
+        if arg is None:
             return e
         kind = {exp.DType.SMALLINT: "smallint", exp.DType.INT: "integer"}.get(e.to.this, "bigint")
         refused = exp.Cast(
