@@ -52,6 +52,8 @@ def assign(values: pa.ChunkedArray, column_type: exp.DataType, name: str) -> pa.
         return _bounded_text(_cast(values, target, name), column_type)
     if values.type == target:
         return values
+    if pa.types.is_string(values.type) and column_type.this in _READ_AS_INPUT:
+        return _read(values, column_type, name)
     if _exact(values.type, target):
         try:
             return values.cast(target)
@@ -93,8 +95,28 @@ def typed_literals(query: exp.Expression, targets: list[exp.DataType]) -> exp.Ex
                 parts = interval.parse(value.this)
                 value.replace(exp.cast(exp.Literal.string(interval.canonical(parts)), T.INTERVAL))
             elif kinds[i] != T.INTERVAL and not number.is_string:
-                value.replace(exp.Cast(this=value.copy(), to=targets[i].copy()))
+                # A numeric has no negative zero: `-0.0` assigns the double 0.
+                zero = number is not value and Decimal(number.this) == 0
+                written = number if zero else value
+                value.replace(exp.Cast(this=written.copy(), to=targets[i].copy()))
     return query
+
+
+#: The types whose text Arrow reads otherwise than PostgreSQL's input function: text
+#: assigned to them is read by `dsql.text_input` (`'on'` a boolean, `'\\x0102'` two bytes).
+_READ_AS_INPUT = frozenset((T.BOOLEAN, T.BINARY, T.VARBINARY, T.TIMESTAMPTZ, T.INTERVAL))
+
+
+def _read(values: pa.ChunkedArray, column_type: exp.DataType, name: str) -> pa.ChunkedArray:
+    """Text `values` read by PostgreSQL's input function for `column_type`."""
+    # text_input assigns numbers and dates through this module: imported here, not above.
+    from dsql.text_input import BadValue, from_text
+
+    try:
+        read = from_text(values.combine_chunks(), column_type, name)
+    except BadValue as bad:
+        raise bad.error from None
+    return pa.chunked_array([read], read.type)
 
 
 def _exact(source: pa.DataType, target: pa.DataType) -> bool:

@@ -169,28 +169,6 @@ def _interval(text: str) -> pa.MonthDayNano:
     return pa.MonthDayNano((months, days, micros * 1000))
 
 
-def _bytea(text: str) -> bytes:
-    if text.startswith("\\x"):
-        try:
-            return bytes.fromhex(text[2:])
-        except ValueError:
-            raise DataError(f'invalid hexadecimal data: "{text}"') from None
-    out, i = bytearray(), 0
-    while i < len(text):
-        if text[i] != "\\":
-            out += text[i].encode()
-            i += 1
-        elif text[i + 1 : i + 2] == "\\":
-            out.append(0x5C)
-            i += 2
-        elif re.fullmatch("[0-3][0-7][0-7]", text[i + 1 : i + 4]):
-            out.append(int(text[i + 1 : i + 4], 8))
-            i += 4
-        else:
-            raise DataError("invalid input syntax for type bytea")
-    return bytes(out)
-
-
 def _timestamptz(text: str) -> dt.datetime:
     word = text.strip().replace(" ", "T", 1)
     if re.search(r"[+-]\d\d$", word):  # PostgreSQL's `+02`: Python wants minutes
@@ -217,8 +195,8 @@ _READERS: dict[Any, Callable[[str], Any]] = {
     T.DOUBLE: _float("double precision", 64),
     T.FLOAT: _float("real", 32),
     T.INTERVAL: _interval,
-    T.BINARY: _bytea,
-    T.VARBINARY: _bytea,
+    T.BINARY: types.read_bytea,
+    T.VARBINARY: types.read_bytea,
     T.TIMESTAMPTZ: _timestamptz,
 }
 

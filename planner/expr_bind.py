@@ -13,13 +13,21 @@ Integer division is made explicit (`IntDiv`) because PostgreSQL truncates
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
-from dsql.errors import NUMERIC_LIMIT, NUMERIC_OVERFLOW, DsqlError, ExecutionError, SchemaError
+from dsql.errors import (
+    NUMERIC_LIMIT,
+    NUMERIC_OVERFLOW,
+    DsqlError,
+    ExecutionError,
+    SchemaError,
+    UnsupportedError,
+)
 from dsql.planner import (
     array_literal,
     functions,
@@ -37,6 +45,7 @@ from dsql.planner.bind_shape import visible_plan
 from dsql.planner.expr import (
     Outer,
     Position,
+    RaiseError,
     SubqueryExpr,
     arguments,
     as_expression,
@@ -251,26 +260,31 @@ def _unbounded_numeric(t: exp.DataType) -> bool:
 
 
 def _bytea_literal(e: exp.Cast) -> exp.HexString | None:
-    """A string literal cast to bytea as PostgreSQL reads it: `'\\x0102'` hex digits,
-    anything else its UTF-8 bytes (both engines would take the text's own bytes); None
-    for any other cast."""
+    """A string literal cast to bytea as PostgreSQL reads it (`types.read_bytea`: hex
+    digits or the escape form, where both engines would take the text's own bytes);
+    None for any other cast."""
     literal = e.this
     if e.to.this not in (types.T.VARBINARY, types.T.BINARY):
         return None
     if not isinstance(literal, exp.Literal) or not literal.is_string:
         return None
-    text = literal.this
-    if text.startswith("\\x"):
-        digits = text[2:]
-        try:
-            bytes.fromhex(digits)
-        except ValueError:
-            raise SchemaError(
-                f'invalid input syntax for type bytea: "{text}"',
-                hint="write bytes as '\\x' and an even number of hex digits",
-            ) from None
-        return exp.HexString(this=digits.lower())
-    return exp.HexString(this=text.encode().hex())
+    try:
+        return exp.HexString(this=types.read_bytea(literal.this).hex())
+    except DsqlError as error:
+        raise SchemaError(
+            error.message, hint="write bytes as '\\x' and an even number of hex digits"
+        ) from None
+
+
+def _era_literal(e: exp.Cast) -> bool:
+    """Whether `e` casts a string literal naming an era (`'0044-03-15 BC'`, `AD`) to a
+    date or timestamp type: the engines read it as a year of our era, or not at all."""
+    return (
+        e.to.is_type(exp.DType.DATE, exp.DType.TIMESTAMP, exp.DType.TIMESTAMPTZ)
+        and isinstance(e.this, exp.Literal)
+        and e.this.is_string
+        and re.search(r"\b(?:BC|AD)\b", e.this.this, re.IGNORECASE) is not None
+    )
 
 
 def _bounded_text(t: exp.DataType) -> exp.Expression | None:
@@ -388,6 +402,34 @@ class ExprBinder:
             else "array_cat"
         )  # fmt: skip
         return exp.func(name, e.this, e.expression, dialect="postgres")
+
+    def _text_concat(self, e: exp.DPipe) -> exp.Expression:
+        """`a || b` of text; an operand of another type in its text as `x::text` writes
+        it (`_to_text`: an interval's, a date's), where the engines would write their
+        own. With a bytea operand, bytes are concatenated, a string literal beside it read
+        as a bytea, as PostgreSQL resolves `'a' || b`."""
+        if self._types is None:
+            self._bind_children(e)
+            return e
+        keys = ("this", "expression")
+        kinds = [
+            types.infer(self._typed(self._bind(e.args[key].copy())), self.input_types())
+            for key in keys
+        ]
+        if any(k.is_type(exp.DType.BINARY, exp.DType.VARBINARY) for k in kinds):
+            for key in keys:
+                side = e.args[key]
+                if isinstance(side, exp.Literal) and side.is_string:
+                    e.set(key, exp.Cast(this=side, to=types.build("bytea")))
+            self._bind_children(e)
+            return exp.Cast(this=e, to=types.build("bytea"))  # typed for the planner
+        for key, kind in zip(keys, kinds, strict=True):
+            side = e.args[key]
+            if kind.is_type(*exp.DataType.TEXT_TYPES, exp.DType.UNKNOWN, exp.DType.NULL):
+                e.set(key, self._bind(side))
+            else:
+                e.set(key, self._to_text(exp.Cast(this=side, to=types.build("text"))))
+        return e
 
     def _concat_kind(self, side: exp.Expression) -> str | None:
         """Whether an operand of `||` is an array, another value, or of no type (NULL)."""
@@ -509,6 +551,8 @@ class ExprBinder:
                 raise SchemaError("a parameter placeholder reached the planner unbound")
             case exp.DPipe() if (call := self._array_and_element(e)) is not None:
                 return self._bind(call)
+            case exp.DPipe():
+                return self._text_concat(e)
             case exp.Array() if not e.expressions and not isinstance(e.parent, exp.Cast):
                 raise SchemaError(
                     "cannot determine type of empty array",
@@ -546,6 +590,8 @@ class ExprBinder:
             case exp.Neg() if isinstance(e.this, exp.Literal) and e.this.this == _BIGINT_MIN[1:]:
                 # PostgreSQL folds the sign into the literal: the least bigint is a bigint.
                 return exp.Cast(this=exp.Literal.number(_BIGINT_MIN), to=types.build("bigint"))
+            case exp.Neg() if not isinstance(e.this, exp.Literal):
+                return self._negation(e)
             case exp.Literal() if numeric.is_wide_integer_literal(e):
                 return exp.Cast(this=e, to=numeric.numeric_type(0))
             case exp.Literal() if numeric.is_numeric_literal(e) and "e" in e.this.lower():
@@ -585,6 +631,16 @@ class ExprBinder:
                 return self._div_function(e.this)
             case exp.Cast() if _unbounded_numeric(e.to):
                 return self._to_numeric(e)
+            case exp.Cast() if _era_literal(e):
+                raise UnsupportedError(
+                    "dates and timestamps before year 1 (BC) are not supported",
+                    position=position_of(e.this),
+                    hint="dsql's dates run from 0001-01-01 to 9999-12-31",
+                )
+            case exp.Cast() if e.to.is_type(exp.DType.SMALLINT, exp.DType.INT, exp.DType.BIGINT):
+                return self._to_integer(e)
+            case exp.Cast() if e.to.is_type(exp.DType.BOOLEAN):
+                return self._to_boolean(e)
             case exp.Cast() if _bounded_text(e.to) is not None:
                 # PostgreSQL's explicit cast to varchar(n)/char(n) cuts to n characters
                 # (char(n)'s padding blanks, which comparisons ignore, are not kept).
@@ -875,6 +931,13 @@ class ExprBinder:
                 return spellings.array_text(as_expression(arg), t)
             if interval_spellings.is_interval(t):
                 return as_expression(interval_spellings.text(as_expression(arg)))
+            if t.is_type(exp.DType.BINARY, exp.DType.VARBINARY):
+                return spellings.per_kernel(_BYTEA_TEXT, _BYTEA_TEXT, [as_expression(arg)])
+            if t.is_type(exp.DType.DOUBLE, exp.DType.FLOAT):
+                text = _float_text(6 if t.is_type(exp.DType.FLOAT) else 15)
+                return spellings.per_kernel(text, "CAST(__0 AS STRING)", [as_expression(arg)])
+            if t.is_type(exp.DType.DATE, exp.DType.TIMESTAMP, exp.DType.TIMESTAMPTZ):
+                return spellings.per_kernel(_ERA_TEXT, _ERA_TEXT, [as_expression(e)])
         return e
 
     def _quantified(self, e: exp.Binary) -> exp.Expression:
@@ -912,6 +975,55 @@ class ExprBinder:
             if t.is_type(*exp.DataType.TEXT_TYPES):
                 return array_literal.from_text(as_expression(arg), e.to)
         return e
+
+    def _to_boolean(self, e: exp.Cast) -> exp.Expression:
+        """`x::boolean`; of text, PostgreSQL's boolean input (`_BOOLEAN_INPUT`), which
+        reads `on`, `off` and blanks around a word where the engines' casts do not."""
+        arg = self._bind_text_cast(e)
+        if arg is None:
+            return e
+        return spellings.per_kernel(_BOOLEAN_INPUT, _BOOLEAN_INPUT, [as_expression(arg)])
+
+    def _bind_text_cast(self, e: exp.Cast) -> exp.Expr | None:
+        """`e`'s operand bound in place; returned where it is known to be text (the cast
+        is then PostgreSQL's input function for `e.to`), else None."""
+        arg = self._bind(e.this)
+        e.set("this", arg)
+        if self._types is None:
+            return None
+        if not types.infer(self._typed(arg), self._types).is_type(*exp.DataType.TEXT_TYPES):
+            return None
+        return arg
+
+    def _to_integer(self, e: exp.Cast) -> exp.Expression:
+        """`x::int` (smallint, bigint); text is read as PostgreSQL's integer input: an
+        optional sign and decimal digits, blanks around them, where the engines also read
+        `1.5` (rounded), `0x1F` and `1_000`."""
+        arg = self._bind_text_cast(e)
+        if arg is None:
+            return e
+        kind = {exp.DType.SMALLINT: "smallint", exp.DType.INT: "integer"}.get(e.to.this, "bigint")
+        refused = exp.Cast(
+            this=RaiseError(this=exp.Literal.string(f"invalid input syntax for type {kind}")),
+            to=e.to.copy(),
+        )
+        spelled = spellings.per_kernel(
+            f"REGEXP_MATCHES(__0, '{_INTEGER_INPUT}')",
+            f"REGEXP_LIKE(__0, '{_INTEGER_INPUT}')",
+            [as_expression(arg)],
+        )
+        readable = exp.or_(exp.Is(this=arg.copy(), expression=exp.Null()), spelled)
+        return exp.Case(ifs=[exp.If(this=readable, true=e)], default=refused)
+
+    def _negation(self, e: exp.Neg) -> exp.Expression:
+        """`-x`; of an integer, kept in x's type, so that negating the least value is
+        PostgreSQL's "integer out of range" (DuckDB widens a constant's negation to the
+        next integer type: `-((-2147483648)::int)` would be 2147483648)."""
+        self._bind_children(e)
+        if self._types is None:
+            return e
+        t = types.infer(self._typed(e.this), self._types)
+        return exp.Cast(this=e, to=t.copy()) if types.is_integer(t) else e
 
     def _div_function(self, e: exp.IntDiv) -> exp.Expression:
         """`div(a, b)`: the quotient truncated toward zero, as numeric."""
@@ -1094,6 +1206,57 @@ def _float_digits(value: exp.Expr, digits: int) -> exp.Expr:
     texts = (f"PRINTF({spec}, __0)", f"FORMAT_STRING({spec}, __0)")
     return spellings.per_kernel(*texts, [as_expression(value)])
 
+
+#: PostgreSQL's boolean input of text `__0`, in both engines' SQL: a unique prefix of
+#: true/false/yes/no, on/off (of at least two letters), 1/0, blanks around it ignored;
+#: anything else reaches the engine's cast, which refuses it.
+_BOOLEAN_INPUT = (
+    "CASE WHEN LOWER(TRIM(__0)) IN ('t', 'tr', 'tru', 'true', 'y', 'ye', 'yes', 'on', '1')"
+    " THEN TRUE WHEN LOWER(TRIM(__0)) IN ('f', 'fa', 'fal', 'fals', 'false', 'n', 'no',"
+    " 'of', 'off', '0') THEN FALSE ELSE CAST(__0 AS BOOLEAN) END"
+)
+
+#: PostgreSQL's text of a bytea `__0`: `\x` and two lowercase hex digits a byte
+#: (the engines write bytes as escapes); CHR(92), a backslash, reads alike in both.
+_BYTEA_TEXT = "CONCAT(CHR(92), 'x', LOWER(HEX(__0)))"
+
+#: PostgreSQL's text of a date or timestamp before year 1, from the engine's text `__0`:
+#: ` BC` at the end, where DuckDB writes ` (BC)` after the date.
+_ERA_TEXT = (
+    "CASE WHEN __0 LIKE '% (BC)%' THEN CONCAT(REPLACE(__0, ' (BC)', ''), ' BC') ELSE __0 END"
+)
+
+
+def _float_text(exponent_from: int) -> str:
+    """PostgreSQL's text of a float `__0` in DuckDB's SQL (`dsql.printer.float_text`):
+    the fewest digits that read back as the value, in exponent form from
+    10^`exponent_from` (15 for double precision, 6 for real) or below 10^-4, no
+    trailing `.0`; `NaN`, `Infinity`, `-Infinity`.
+
+    DuckDB writes those digits as Python's `repr` does, in exponent form from 10^16 or
+    below 10^-4: the values from 10^`exponent_from` to 10^16 are rewritten from their
+    digits (the integer part's length gives the exponent)."""
+    digits = "RTRIM(REPLACE(LTRIM(CAST(__0 AS VARCHAR), '-'), '.', ''), '0')"
+    integer_part = "SPLIT_PART(LTRIM(CAST(__0 AS VARCHAR), '-'), '.', 1)"
+    mantissa = (
+        f"CASE WHEN LENGTH({digits}) > 1 THEN CONCAT(LEFT({digits}, 1), '.', "
+        f"SUBSTR({digits}, 2)) ELSE {digits} END"
+    )
+    exponent = f"LPAD(CAST(LENGTH({integer_part}) - 1 AS VARCHAR), 2, '0')"
+    return (
+        "CASE WHEN ISNAN(__0) THEN 'NaN'"
+        " WHEN __0 = CAST('inf' AS DOUBLE) THEN 'Infinity'"
+        " WHEN __0 = CAST('-inf' AS DOUBLE) THEN '-Infinity'"
+        f" WHEN ABS(__0) >= 1e{exponent_from} AND ABS(__0) < 1e16 THEN CONCAT("
+        f"CASE WHEN __0 < 0 THEN '-' ELSE '' END, {mantissa}, 'e+', {exponent})"
+        r" ELSE REGEXP_REPLACE(CAST(__0 AS VARCHAR), '\.0$', '') END"
+    )
+
+
+#: PostgreSQL's integer input: a sign, decimal digits, blanks around (a regular
+#: expression both engines read alike: the blanks are the characters themselves, where
+#: Spark's string literals would drop a backslash).
+_INTEGER_INPUT = "^[ \t\n\r\f\v]*[+-]?[0-9]+[ \t\n\r\f\v]*$"
 
 #: The least bigint, as written.
 _BIGINT_MIN = str(-numeric.BIGINT_MAX - 1)

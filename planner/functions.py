@@ -559,7 +559,7 @@ _TEXT = (
     ),
     _F(("initcap",), exp.Initcap, (1, 1), "text", "initcap(s)"),
     _F(("ascii",), exp.Ascii, (1, 1), "int", "ascii(s)"),
-    _F(("chr",), exp.Chr, (1, 1), "text", "chr(i + 60)"),
+    _F(("chr",), exp.Chr, (1, 1), "text", "chr(i + 60)", text_spellings.chr_),
     _F(("md5",), exp.MD5, (1, 1), "text", "md5(s)"),
     _F(("starts_with",), exp.StartsWith, (2, 2), "bool", "starts_with(s, 'He')"),
     _F(("translate",), exp.Translate, (3, 3), "text", "translate(s, 'lo', 'LO')"),

@@ -117,6 +117,14 @@ def split_part(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     )
 
 
+def chr_(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
+    """`chr(i)`: the character of code point `i`; 0 is an error, as PostgreSQL's text
+    holds no NUL (the engines would return one)."""
+    code = call.expressions[0]
+    nul = exp.Cast(this=_raise("null character not permitted"), to=types.build("text"))
+    return _case((exp.EQ(this=code.copy(), expression=_number(0)), nul), default=call)
+
+
 def pad(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     """`lpad`/`rpad(s, n, fill)`: an empty fill pads nothing (DuckDB raises), so `s` is
     cut to `n` characters; a length below 0 gives ''."""

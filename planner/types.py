@@ -14,13 +14,14 @@ DataType(int32)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import pyarrow as pa
 from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 
-from dsql.errors import TypeMismatchError, UnsupportedError
+from dsql.errors import DataError, TypeMismatchError, UnsupportedError
 from dsql.planner import numeric
 
 T = exp.DType  # `exp.DataType.Type`, under the name type checkers take as a type
@@ -327,5 +328,35 @@ __all__ = [
     "is_integer",
     "is_numeric",
     "is_unknown",
+    "read_bytea",
     "to_arrow",
 ]
+
+
+def read_bytea(text: str) -> bytes:
+    """The bytes PostgreSQL's bytea input reads from `text`: `\\x` and hex digits, or
+    the escape form (`\\\\` one backslash, `\\ooo` an octal byte, other characters
+    their UTF-8 bytes).
+
+    >>> read_bytea("\\\\x0aFF"), read_bytea("a\\\\\\\\b\\\\001")
+    (b'\\n\\xff', b'a\\\\b\\x01')
+    """
+    if text.startswith("\\x"):
+        try:
+            return bytes.fromhex(text[2:])
+        except ValueError:
+            raise DataError(f'invalid hexadecimal data: "{text}"') from None
+    out, i = bytearray(), 0
+    while i < len(text):
+        if text[i] != "\\":
+            out += text[i].encode()
+            i += 1
+        elif text[i + 1 : i + 2] == "\\":
+            out.append(0x5C)
+            i += 2
+        elif re.fullmatch("[0-3][0-7][0-7]", text[i + 1 : i + 4]):
+            out.append(int(text[i + 1 : i + 4], 8))
+            i += 4
+        else:
+            raise DataError("invalid input syntax for type bytea")
+    return bytes(out)
