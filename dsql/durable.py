@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlglot import exp
 
-from dsql import grammar, wal
+from dsql import grammar, sinks, wal
 from dsql.errors import (
     DsqlError,
     DsqlWarning,
@@ -102,7 +102,7 @@ class Durable:
     def names(self) -> set[str]:
         """The names of the session's catalog objects now."""
         s = self._session()
-        return set(s.relations) | set(s.indexes.by_name)
+        return set(s.relations) | set(s.indexes.by_name) | sinks.kept(s)
 
     def statement(
         self, stmt: Any, writes: list[tuple[str, pa.Table, int, int]], before: set[str], tick: int
@@ -114,10 +114,18 @@ class Durable:
         match stmt:
             case grammar.CreateTableAs() if stmt.name not in before:
                 self._entry({"sql": create_table_sql(s.relations[stmt.name]), "tick": tick})
-            case grammar.CreateTable() | grammar.CreateView() | grammar.CreateIndex():
+            case (
+                grammar.CreateTable()
+                | grammar.CreateView()
+                | grammar.CreateIndex()
+                | grammar.CreateSink()
+            ):
                 self._entry({"sql": stmt.text, "tick": tick})
             case grammar.Drop():  # with what CASCADE took: replayed, it takes the same
                 self._entry({"sql": stmt.text, "tick": tick})
+            case grammar.DropSink() if before & set(stmt.names):  # a callback's is not kept
+                names = ", ".join(_quoted(n) for n in stmt.names if n in before)
+                self._entry({"sql": f"DROP SINK IF EXISTS {names}", "tick": tick})
             case grammar.Advance():
                 self._entry({"advance": s.clock.now_ms()})
         self._writes(writes)
@@ -155,6 +163,9 @@ class Durable:
             ) from None
         finally:
             self.pending, self.blobs = [], []
+        # Every write is in the log: the sinks may show them, and a checkpoint, which
+        # folds history into one snapshot, finds them written (`dsql.sinks`).
+        sinks.flush(s)
         if self.log.size >= self.checkpoint_bytes:
             try:
                 self.checkpoint()
@@ -309,6 +320,7 @@ class Durable:
         self._at(last_tick + 1)  # past every logged tick, in the same millisecond
         s.close_time(force=True)
         executor.deliver()
+        sinks.flush(s)
 
     @contextmanager
     def replay(self, s: Any) -> Iterator[None]:

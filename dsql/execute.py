@@ -19,7 +19,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from dsql import exports, fast_path, grammar
+from dsql import exports, fast_path, grammar, sinks
 from dsql.assignment import assign, typed_literals
 from dsql.errors import (
     DsqlError,
@@ -98,6 +98,7 @@ class Executor:
                         result.notices = s.healing.take_notices()
                     if durable is not None:  # on disk before the statement returns
                         durable.statement(stmt, s.writes, before, tick)
+                    self.flush_sinks()
                 except BaseException:
                     self._undo_writes()
                     if durable is not None:  # a refused ROLLBACK ends the transaction
@@ -117,6 +118,15 @@ class Executor:
         for name, rows, diff, _ in reversed(writes):
             if name in s.relations:
                 s.write(name, rows, -diff)
+
+    def flush_sinks(self) -> None:
+        """Write the sinks' closed milliseconds, unless a write they could see is not yet
+        in the log (a transaction, an `executemany`, a recovery): then at its end."""
+        s, durable = self.session, self.session.durable
+        if not s.sinks or s.clock.in_transaction:
+            return
+        if durable is None or not (durable.pending or durable.held or durable.replaying):
+            sinks.flush(s)
 
     def deliver(self) -> list[str]:
         """Deliver the writes made so far to the views (`Healing.deliver`); returns the
@@ -239,6 +249,15 @@ class Executor:
                 self._cursor(stmt.cursor).close()
                 del self.cursors[stmt.cursor]
                 return Result(status="CLOSE CURSOR")
+            case grammar.CreateSink():
+                target = sinks.FileTarget(stmt.uri, stmt.format)
+                sinks.create(
+                    s, stmt.name, stmt.source, target, stmt.key, stmt.text, stmt.if_not_exists
+                )
+                return Result(status="CREATE SINK")
+            case grammar.DropSink():
+                sinks.drop(s, stmt.names, stmt.if_exists)
+                return Result(status="DROP SINK")
             case grammar.Explain():
                 text = explain(s, stmt.target, stmt.stage)
                 return Result(table=pa.table({"plan": [text]}), status="EXPLAIN")
@@ -468,6 +487,8 @@ class Executor:
             if index is None:
                 raise SchemaError(f"unknown index '{stmt.of}'", hint="SHOW INDEXES lists them")
             return _rows({"name": [index.name], "create_sql": [index.sql]})
+        if what == "sinks":
+            return _rows(sinks.rows(s))
         if what == "subscriptions":
             return _rows(subscription_rows(s.subscriptions))
         if what.startswith("create "):
