@@ -267,9 +267,12 @@ class Sink:
             return
         changes = self._consolidated(closed)
         if changes.num_rows:
-            if self.key is not None:
-                changes = upserts(changes, self.key)
-            self.target.write(self.through + 1, now - 1, changes)
+            try:
+                out = changes if self.key is None else upserts(changes, self.key)
+                self.target.write(self.through + 1, now - 1, out)
+            except DsqlError:  # offered again at the next flush
+                self._held = pa.concat_tables([changes, self._held])
+                raise
         self.through = now - 1
 
     def _stamped(self, accumulated: pa.Table, sign: int) -> pa.Table:
