@@ -2,7 +2,7 @@
 
 `Durable` owns a directory holding a write-ahead log (`dsql.wal`) and at most one
 checkpoint. Every statement that changes what a later session must see is logged
-before it returns: DDL (CREATE TABLE/VIEW/INDEX, CREATE TABLE AS, DROP) as its text,
+before it returns: DDL (CREATE TABLE/VIEW/INDEX/SINK, CREATE TABLE AS, DROP) as its text,
 table writes as their rows and diffs with the ticks they were stamped at, ADVANCE as
 the millisecond reached. A transaction's statements are one record, written at COMMIT
 (or at the ROLLBACK dsql refuses, after which the writes stay), as are an
