@@ -242,9 +242,20 @@ class Sink:
             held = target.contents(self.columns, key)
             self._correction = self._stamped(held, -1)
         self._held = self.subscription._empty()
+        self._busy = False
 
     def flush(self) -> None:
-        """Write the changes of every millisecond closed since the last flush."""
+        """Write the changes of every millisecond closed since the last flush (a callback
+        running statements on its connection does not flush it again from inside)."""
+        if self._busy:
+            return
+        self._busy = True
+        try:
+            self._flush()
+        finally:
+            self._busy = False
+
+    def _flush(self) -> None:
         fresh = self.subscription.poll()
         now = self.session.clock.now_ms()
         table = pa.concat_tables([self._held, fresh])

@@ -240,6 +240,27 @@ def test_callback_sink_gets_each_millisecond_once(tmp_path: Path) -> None:
     con.close()
 
 
+def test_a_callback_may_read_the_connection(tmp_path: Path) -> None:
+    con = dsql.connect(kernel="local")
+    con.execute("CREATE TABLE t (a int)")
+    seen: list[tuple[int, int, list[tuple[Any, ...]]]] = []
+
+    def callback(ms: int, changes: Any) -> None:
+        total = con.execute("SELECT count(*) FROM t").fetchall()
+        seen.append((ms, changes.num_rows, total))
+
+    con.sink("t", callback, name="reader")
+    con.execute("INSERT INTO t VALUES (1), (2)")
+    con.execute("ADVANCE BY 1")
+    con.execute("INSERT INTO t VALUES (3)")
+    con.execute("ADVANCE BY 1")
+    assert seen == [(0, 2, [(2,)]), (1, 1, [(3,)])]
+    con.execute("DROP SINK reader")
+    con.execute("INSERT INTO t VALUES (4)")
+    con.execute("ADVANCE BY 1")
+    assert len(seen) == 2
+
+
 # --- kill -9 --------------------------------------------------------------------------------
 
 KILLS = 20
@@ -374,3 +395,27 @@ def test_kill9_each_millisecond_is_written_exactly_once(tmp_path: Path) -> None:
         assert _accumulated(agg_files, ms) == recomputed, ms
     print(f"{KILLS} kills, {len(acked)} acknowledged statements, {len(t_files)} sink files")
     assert len(acked) > KILLS
+
+
+def test_a_change_stream_as_a_spark_dataframe(spark: Any) -> None:
+    con = dsql.connect(kernel="local")
+    con.execute("CREATE TABLE t (id int, g int, v int)")
+    con.execute(f"CREATE MATERIALIZED VIEW agg AS {VIEWS['agg']}")
+    con.execute("INSERT INTO t VALUES (1, 0, 5), (2, 1, 7)")
+    updates = con.subscribe("agg")
+    first = next(updates)  # the snapshot, iterated before to_spark
+    con.execute("ADVANCE BY 1")
+    con.execute("DELETE FROM t WHERE id = 2")
+    con.execute("INSERT INTO t VALUES (3, 0, 1)")
+    con.execute("ADVANCE BY 1")
+    frame = updates.to_spark(spark)
+    assert frame.columns == ["mz_timestamp", "mz_diff", "g", "n", "s"]
+    got = sorted(tuple(r) for r in frame.collect())
+    assert first.num_rows == 2
+    assert got == [
+        (0, 1, 0, 1, 5),
+        (0, 1, 1, 1, 7),
+        (1, -1, 0, 1, 5),
+        (1, -1, 1, 1, 7),
+        (1, 1, 0, 2, 6),
+    ]
