@@ -15,8 +15,9 @@ clock has moved past it, so no later write can join it. Targets:
 Envelopes. `diff` (the default; Materialize's SUBSCRIBE format): columns `mz_timestamp`,
 `mz_diff`, then the relation's. `upsert` (`KEY (k, ...) ENVELOPE UPSERT`; Materialize's
 `SUBSCRIBE ... ENVELOPE UPSERT`): per millisecond one row per key that changed:
-`mz_timestamp`, `mz_state` ('upsert' with the key's new row, 'delete' with NULL values,
-or 'key_violation' when the key has more than one new row), then the relation's columns.
+`mz_timestamp`, `mz_state` ('upsert' with the key's one row after that millisecond,
+'delete' with NULL values when it has none, 'key_violation' when it has several), then
+the relation's columns; the sink keeps the relation's rows by key (`KeyState`) to tell.
 
 Exactly once across restarts (`dsql.durable`). Sinks flush only after the log holds
 every write they could see, so a file never shows a write a crash could lose. Recovery
@@ -33,6 +34,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -230,6 +232,8 @@ class Sink:
                     f"sink key column '{missing[0]}' is not a column of '{source}'",
                     hint=f"its columns: {', '.join(self.columns)}",
                 )
+        #: The upsert envelope's current rows by key.
+        self._state: KeyState = {}
         self.subscription = Subscription(session, bound, sql=sql)
         session.subscriptions.remove(self.subscription)  # SHOW SINKS lists it instead
         done = target.progress()
@@ -241,6 +245,8 @@ class Sink:
         if done is not None:
             held = target.contents(self.columns, key)
             self._correction = self._stamped(held, -1)
+            if key is not None:  # the files' state, which the correction brings up to date
+                upserts(self._stamped(held, 1), key, self._state)
         self._held = self.subscription._empty()
         self._busy = False
 
@@ -279,7 +285,7 @@ class Sink:
         changes = self._consolidated(closed)
         if changes.num_rows:
             try:
-                out = changes if self.key is None else upserts(changes, self.key)
+                out = changes if self.key is None else upserts(changes, self.key, self._state)
                 self.target.write(self.through + 1, now - 1, out)
             except DsqlError:  # offered again at the next flush
                 self._held = pa.concat_tables([changes, self._held])
@@ -319,33 +325,43 @@ class Sink:
         self.subscription.close()
 
 
-def upserts(changes: pa.Table, key: tuple[str, ...]) -> pa.Table:
-    """Consolidated diff-envelope changes as the upsert envelope: per millisecond and
-    changed key, its new row ('upsert'), its removal ('delete', values NULL) or
-    'key_violation' (more than one new row; values NULL)."""
+#: An upsert sink's relation by key: each key's rows and their counts.
+KeyState = dict[tuple[Any, ...], Counter[tuple[Any, ...]]]
+
+
+def upserts(changes: pa.Table, key: tuple[str, ...], state: KeyState) -> pa.Table:
+    """Consolidated diff-envelope changes (in time order) as the upsert envelope,
+    applied to `state`: per millisecond and changed key, the key's one row after that
+    millisecond ('upsert'), no row ('delete', values NULL) or several
+    ('key_violation', values NULL)."""
     columns = changes.column_names[2:]
+    at = [columns.index(k) for k in key]
     out: list[dict[str, Any]] = []
-    by_key: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    order: list[tuple[Any, ...]] = []
-    for row in changes.to_pylist():
-        k = (row["mz_timestamp"], *(row[c] for c in key))
-        if k not in by_key:
-            by_key[k] = []
-            order.append(k)
-        by_key[k].append(row)
-    for k in order:
-        rows = by_key[k]
-        added = [r for r in rows if r["mz_diff"] > 0]
-        count = sum(r["mz_diff"] for r in added)
-        state = "delete" if count == 0 else "upsert" if count == 1 else "key_violation"
-        source = added[0] if state == "upsert" else rows[0]
-        out.append(
-            {
-                "mz_timestamp": k[0],
-                "mz_state": state,
-                **{c: source[c] if state == "upsert" or c in key else None for c in columns},
-            }
-        )
+    changed: dict[tuple[Any, ...], None] = {}  # this millisecond's keys, in order
+
+    def emit(ms: int) -> None:
+        for k in changed:
+            rows = +state.pop(k)  # counts of zero dropped
+            if rows:
+                state[k] = rows
+            one = next(iter(rows)) if sum(rows.values()) == 1 else None
+            kind = "delete" if not rows else "upsert" if one is not None else "key_violation"
+            values = {c: k[at.index(i)] if i in at else None for i, c in enumerate(columns)}
+            if one is not None:
+                values = dict(zip(columns, one, strict=True))
+            out.append({"mz_timestamp": ms, "mz_state": kind, **values})
+        changed.clear()
+
+    last: int | None = None
+    for ms, diff, *row in zip(*(changes[c].to_pylist() for c in changes.column_names), strict=True):
+        if ms != last and last is not None:
+            emit(last)
+        last = ms
+        k = tuple(row[i] for i in at)
+        state.setdefault(k, Counter())[tuple(row)] += diff
+        changed[k] = None
+    if last is not None:
+        emit(last)
     schema = pa.schema(
         [
             pa.field("mz_timestamp", pa.int64()),

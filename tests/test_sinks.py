@@ -261,6 +261,27 @@ def test_a_callback_may_read_the_connection(tmp_path: Path) -> None:
     assert len(seen) == 2
 
 
+def test_upsert_marks_a_key_with_two_new_rows_and_waits_for_commit(tmp_path: Path) -> None:
+    con = dsql.connect(kernel="local")
+    con.execute("CREATE TABLE t (k int, v int)")
+    con.execute(f"CREATE SINK u FROM t INTO FILES '{tmp_path / 'u'}' KEY (k) ENVELOPE UPSERT")
+    con.execute("BEGIN")
+    con.execute("INSERT INTO t VALUES (1, 10), (2, 20), (2, 21)")
+    con.execute("ADVANCE BY 1")  # inside the transaction: the sink waits for COMMIT
+    assert _files(tmp_path / "u") == []
+    con.execute("COMMIT")
+    con.execute("ADVANCE BY 1")
+    con.execute("DELETE FROM t WHERE k = 1 OR v = 21")
+    con.execute("ADVANCE BY 1")
+    rows = [r for _, _, rs in _files(tmp_path / "u") for r in rs]
+    assert [(r["mz_state"], r["k"], r["v"]) for r in rows] == [
+        ("upsert", 1, 10),
+        ("key_violation", 2, None),
+        ("delete", 1, None),
+        ("upsert", 2, 20),
+    ]
+
+
 # --- kill -9 --------------------------------------------------------------------------------
 
 KILLS = 20
