@@ -250,6 +250,7 @@ class Executor:
                 del self.cursors[stmt.cursor]
                 return Result(status="CLOSE CURSOR")
             case grammar.CreateSink():
+                s.columns(stmt.source)  # an unknown relation is refused before any mkdir
                 target = sinks.FileTarget(stmt.uri, stmt.format)
                 sinks.create(
                     s, stmt.name, stmt.source, target, stmt.key, stmt.text, stmt.if_not_exists

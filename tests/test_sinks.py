@@ -178,6 +178,7 @@ def test_drop_sink_and_its_errors(tmp_path: Path) -> None:
     con.execute("CREATE MATERIALIZED VIEW v AS SELECT a FROM t")
     with pytest.raises(DsqlError, match="unknown|does not exist"):
         con.execute(f"CREATE SINK k FROM nope INTO FILES '{tmp_path / 'k'}'")
+    assert not (tmp_path / "k").exists()
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(DsqlError, match="not writable"):
