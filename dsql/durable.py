@@ -114,13 +114,10 @@ class Durable:
         match stmt:
             case grammar.CreateTableAs() if stmt.name not in before:
                 self._entry({"sql": create_table_sql(s.relations[stmt.name]), "tick": tick})
-            case (
-                grammar.CreateTable()
-                | grammar.CreateView()
-                | grammar.CreateIndex()
-                | grammar.CreateSink()
-            ):
+            case grammar.CreateTable() | grammar.CreateView() | grammar.CreateIndex():
                 self._entry({"sql": stmt.text, "tick": tick})
+            case grammar.CreateSink() if stmt.name in self.names() - before:
+                self._entry({"sql": sinks.definition(s.sinks[stmt.name]), "tick": tick})
             case grammar.Drop():  # with what CASCADE took: replayed, it takes the same
                 self._entry({"sql": stmt.text, "tick": tick})
             case grammar.DropSink() if before & set(stmt.names):  # a callback's is not kept
@@ -216,6 +213,8 @@ class Durable:
         s = self._session()
         if isinstance(stmt, grammar.CreateTableAs):
             return create_table_sql(s.relations[name])
+        if isinstance(stmt, grammar.CreateSink):
+            return sinks.definition(s.sinks[name])
         if isinstance(stmt, grammar.CreateIndex) and stmt.name is None:
             index = s.indexes.by_name[name]  # a default name, written out
             keys = ", ".join(_quoted(k) for k in index.key_names)

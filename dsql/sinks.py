@@ -415,6 +415,19 @@ def flush(session: Session) -> None:
             continue
 
 
+def definition(sink: Sink) -> str:
+    """The CREATE SINK statement that makes `sink` again, its directory absolute (a data
+    directory's log replays it from whatever directory the next process runs in)."""
+    assert isinstance(sink.target, FileTarget)
+    quoted = [exp.to_identifier(n, quoted=True).sql("postgres") for n in (sink.name, sink.source)]
+    where = exp.Literal.string(str(sink.target.path.resolve())).sql("postgres")
+    sql = f"CREATE SINK {quoted[0]} FROM {quoted[1]} INTO FILES {where}"
+    if sink.key is not None:
+        keys = ", ".join(exp.to_identifier(k, quoted=True).sql("postgres") for k in sink.key)
+        sql += f" KEY ({keys}) ENVELOPE UPSERT"
+    return sql
+
+
 def kept(session: Session) -> set[str]:
     """The sinks a data directory logs and recovers (those SQL created)."""
     return {name for name, sink in session.sinks.items() if sink.target.kept}

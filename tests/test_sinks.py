@@ -283,6 +283,23 @@ def test_upsert_marks_a_key_with_two_new_rows_and_waits_for_commit(tmp_path: Pat
     ]
 
 
+def test_a_relative_directory_is_kept_absolute(tmp_path: Path, monkeypatch: Any) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    con = dsql.connect(kernel="local", data_dir=str(tmp_path / "data"))
+    con.execute("CREATE TABLE t (x int)")
+    con.execute("CREATE SINK k FROM t INTO FILES 'out'")
+    con.execute("INSERT INTO t VALUES (1)")
+    con.close()
+    monkeypatch.chdir(tmp_path / "b")
+    con = dsql.connect(kernel="local", data_dir=str(tmp_path / "data"))
+    con.execute("ADVANCE BY 1")
+    con.close()
+    assert not (tmp_path / "b" / "out").exists()
+    assert _accumulated(_files(tmp_path / "a" / "out"), 0) == Counter({(1,): 1})
+
+
 # --- kill -9 --------------------------------------------------------------------------------
 
 KILLS = 20
