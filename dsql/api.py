@@ -23,6 +23,7 @@ return the updates available so far, waiting at most `timeout` seconds for some.
 
 from __future__ import annotations
 
+import itertools
 import os
 import warnings
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -197,6 +198,7 @@ class Connection:
         self.executor = Executor(session)
         self.closed = False
         self._subscriptions: list[Subscription] = []
+        self._sink_numbers = itertools.count(1)
 
     def cursor(self) -> Cursor:
         self._check()
@@ -224,6 +226,29 @@ class Connection:
             sub = Subscription(self.session, bound, snapshot, progress, as_of, up_to, target)
         self._subscriptions.append(sub)
         return Updates(sub, self.executor)
+
+    @_serialized
+    def sink(
+        self,
+        target: str,
+        callback: Callable[[int, pa.Table], None],
+        key: Sequence[str] | None = None,
+        name: str | None = None,
+    ) -> str:
+        """Call `callback(ms, changes)` once for each closed millisecond in which table or
+        view `target` changed, with that millisecond's changes as Arrow (`mz_timestamp`,
+        `mz_diff`, columns; with `key`, the upsert envelope), at each statement boundary
+        from the next on, while the connection lives (`dsql.sinks`). Returns the sink's
+        name, for SHOW SINKS and DROP SINK; it is not kept in a data directory."""
+        from dsql import sinks
+
+        self._check()
+        s = self.session
+        name = name or f"callback_sink_{next(self._sink_numbers)}"
+        with self.executor.guarded(None):
+            sink_key = None if key is None else tuple(key)
+            sinks.create(s, name, target, sinks.CallbackTarget(callback), sink_key)
+        return name
 
     @_serialized
     def create_table(
@@ -345,6 +370,8 @@ class Updates:
     def __init__(self, sub: Subscription, executor: Executor) -> None:
         self.sub = sub
         self.executor = executor
+        #: Every batch returned so far, for `to_spark`.
+        self.seen: list[pa.Table] = []
 
     def __iter__(self) -> Iterator[pa.Table]:
         return self
@@ -353,7 +380,20 @@ class Updates:
         with self.executor.lock:
             if self.sub.closed:
                 raise StopIteration
-            return self.executor.wait(self.sub.next_batch, 0)  # a stored snapshot: a piece
+            batch = self.executor.wait(self.sub.next_batch, 0)  # a stored snapshot: a piece
+            self.seen.append(batch)
+            return batch
+
+    def to_spark(self, spark: Any = None) -> Any:
+        """Every update of the subscription so far (those already iterated and those
+        final now) as one Spark DataFrame: `mz_timestamp`, `mz_diff`, columns."""
+        from dsql.interop import to_spark
+
+        with self.executor.lock:
+            if not self.sub.closed:
+                next(self)
+            updates = pa.concat_tables(self.seen) if self.seen else self.sub._empty()
+            return to_spark(updates, self.sub.session, spark)
 
     def rows(self) -> list[tuple[Any, ...]]:
         """The next batch as tuples."""

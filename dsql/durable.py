@@ -2,7 +2,7 @@
 
 `Durable` owns a directory holding a write-ahead log (`dsql.wal`) and at most one
 checkpoint. Every statement that changes what a later session must see is logged
-before it returns: DDL (CREATE TABLE/VIEW/INDEX, CREATE TABLE AS, DROP) as its text,
+before it returns: DDL (CREATE TABLE/VIEW/INDEX/SINK, CREATE TABLE AS, DROP) as its text,
 table writes as their rows and diffs with the ticks they were stamped at, ADVANCE as
 the millisecond reached. A transaction's statements are one record, written at COMMIT
 (or at the ROLLBACK dsql refuses, after which the writes stay), as are an
@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlglot import exp
 
-from dsql import grammar, wal
+from dsql import grammar, sinks, wal
 from dsql.errors import (
     DsqlError,
     DsqlWarning,
@@ -109,7 +109,7 @@ class Durable:
     def names(self) -> set[str]:
         """The names of the session's catalog objects now."""
         s = self._session()
-        return set(s.relations) | set(s.indexes.by_name)
+        return set(s.relations) | set(s.indexes.by_name) | sinks.kept(s)
 
     def statement(
         self, stmt: Any, writes: list[tuple[str, pa.Table, int, int]], before: set[str], tick: int
@@ -126,8 +126,13 @@ class Durable:
             case grammar.CreateSource() if stmt.name not in before:
                 self._entry({"sql": stmt.text, "tick": tick})
                 before = before | {f"{stmt.name}_quarantine"}  # made again by the source
+            case grammar.CreateSink() if stmt.name in self.names() - before:
+                self._entry({"sql": sinks.definition(s.sinks[stmt.name]), "tick": tick})
             case grammar.Drop():  # with what CASCADE took: replayed, it takes the same
                 self._entry({"sql": stmt.text, "tick": tick})
+            case grammar.DropSink() if before & set(stmt.names):  # a callback's is not kept
+                names = ", ".join(_quoted(n) for n in stmt.names if n in before)
+                self._entry({"sql": f"DROP SINK IF EXISTS {names}", "tick": tick})
             case grammar.Advance():
                 self._entry({"advance": s.clock.now_ms()})
         self._writes(writes)
@@ -174,6 +179,9 @@ class Durable:
             ) from None
         finally:
             self.pending, self.blobs = [], []
+        # Every write is in the log: the sinks may show them, and a checkpoint, which
+        # folds history into one snapshot, finds them written (`dsql.sinks`).
+        sinks.flush(s)
         if self.log.size >= self.checkpoint_bytes:
             try:
                 self.checkpoint()
@@ -224,6 +232,8 @@ class Durable:
         s = self._session()
         if isinstance(stmt, grammar.CreateTableAs):
             return create_table_sql(s.relations[name])
+        if isinstance(stmt, grammar.CreateSink):
+            return sinks.definition(s.sinks[name])
         if isinstance(stmt, grammar.CreateIndex) and stmt.name is None:
             index = s.indexes.by_name[name]  # a default name, written out
             keys = ", ".join(_quoted(k) for k in index.key_names)
@@ -329,16 +339,18 @@ class Durable:
         self._at(last_tick + 1)  # past every logged tick, in the same millisecond
         s.close_time(force=True)
         executor.deliver()
+        sinks.flush(s)
 
     @contextmanager
     def replay(self, s: Any) -> Iterator[None]:
-        """Inside: nothing is logged, and writes take the ticks the log gives them
-        (`Clock.replaying`)."""
-        s.clock.replaying = self.replaying = True
+        """Inside: nothing is logged, writes take the ticks the log gives them
+        (`Clock.replaying`), and the files logged statements name are reached as when
+        they were first run (`Sandbox.recovering`)."""
+        s.clock.replaying = self.replaying = s.sandbox.recovering = True
         try:
             yield
         finally:
-            s.clock.replaying = self.replaying = False
+            s.clock.replaying = self.replaying = s.sandbox.recovering = False
 
     def _manifest(self, number: int) -> dict[str, Any]:
         folder = self.path / f"{_CHECKPOINT}{number:08d}"

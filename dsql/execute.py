@@ -13,19 +13,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from dsql import exports, fast_path, grammar
+from dsql import exports, fast_path, grammar, sinks
 from dsql.assignment import assign, typed_literals
 from dsql.copy import copy_from, copy_to
 from dsql.errors import (
     DsqlError,
     ResourceLimitError,
     SchemaError,
+    SourceError,
     StateLostError,
     TypeMismatchError,
     UnsupportedError,
@@ -103,6 +105,7 @@ class Executor:
                         result.notices = polled + s.healing.take_notices()
                     if durable is not None:  # on disk before the statement returns
                         durable.statement(stmt, s.writes, before, tick)
+                    self.flush_sinks()
                 except BaseException:
                     self._undo_writes()
                     if durable is not None:  # a refused ROLLBACK ends the transaction
@@ -122,6 +125,15 @@ class Executor:
         for name, rows, diff, _ in reversed(writes):
             if name in s.relations and name not in s.lost_state.lost:
                 s.write(name, rows, -diff, kinds=("table", "source"))
+
+    def flush_sinks(self) -> None:
+        """Write the sinks' closed milliseconds, unless a write they could see is not yet
+        in the log (a transaction, an `executemany`, a recovery): then at its end."""
+        s, durable = self.session, self.session.durable
+        if not s.sinks or s.clock.in_transaction:
+            return
+        if durable is None or not (durable.pending or durable.held or durable.replaying):
+            sinks.flush(s)
 
     def deliver(self) -> list[str]:
         """Deliver the writes made so far to the views (`Healing.deliver`); returns the
@@ -266,6 +278,22 @@ class Executor:
                 self._cursor(stmt.cursor).close()
                 del self.cursors[stmt.cursor]
                 return Result(status="CLOSE CURSOR")
+            case grammar.CreateSink():
+                s.columns(stmt.source)  # an unknown relation is refused before any mkdir
+                place = s.sandbox.check(stmt.uri, "write")
+                if not isinstance(place, Path):
+                    raise SourceError(
+                        f"{stmt.uri}: a sink writes local directories only",
+                        hint="a Hadoop URI sink is not built yet",
+                    )
+                target = sinks.FileTarget(str(place), stmt.format)
+                sinks.create(
+                    s, stmt.name, stmt.source, target, stmt.key, stmt.text, stmt.if_not_exists
+                )
+                return Result(status="CREATE SINK")
+            case grammar.DropSink():
+                sinks.drop(s, stmt.names, stmt.if_exists)
+                return Result(status="DROP SINK")
             case grammar.Explain():
                 text = explain(s, stmt.target, stmt.stage)
                 return Result(table=pa.table({"plan": [text]}), status="EXPLAIN")
@@ -497,6 +525,8 @@ class Executor:
             return _rows({"name": [index.name], "create_sql": [index.sql]})
         if what == "sources":
             return _rows(s.sources.rows())
+        if what == "sinks":
+            return _rows(sinks.rows(s))
         if what == "subscriptions":
             return _rows(subscription_rows(s.subscriptions))
         if what.startswith("create "):

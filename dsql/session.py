@@ -108,6 +108,8 @@ class Session:
         #: Every SUBSCRIBE started in the session, in order (`dsql.subscribe`: SHOW
         #: SUBSCRIPTIONS lists those still running).
         self.subscriptions: list[Any] = []
+        #: The session's sinks by name (`dsql.sinks`), flushed at statement boundaries.
+        self.sinks: dict[str, Any] = {}
         #: Stored copies of relations handed out as Spark DataFrames (`dsql.exports`),
         #: whose files live until the connection closes.
         self.exports: list[Any] = []
@@ -390,6 +392,7 @@ class Session:
                 f"'{name}' is a {rel.kind}, not a {kind}", hint=f"use DROP {rel.kind.upper()}"
             )
         dependents = [r.name for r in self.relations.values() if name in r.depends_on]
+        dependents += [k for k, sink in self.sinks.items() if sink.source == name]
         dropped = []
         if dependents and not cascade:
             raise SchemaError(
@@ -397,7 +400,10 @@ class Session:
                 hint="drop those first, or use DROP ... CASCADE",
             )
         for d in dependents:
-            if d in self.relations:
+            if d in self.sinks:
+                self.sinks.pop(d).close()
+                dropped.append(d)
+            elif d in self.relations:
                 dropped += self.drop(d, cascade=True, kind=None)
         self.indexes.drop_on(name)
         self.history.forget(name)

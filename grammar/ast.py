@@ -306,3 +306,27 @@ class CreateSource(Statement):
     location: str
     options: tuple[tuple[str, str], ...] = ()
     if_not_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateSink(Statement):
+    """`CREATE SINK [IF NOT EXISTS] name FROM relation INTO FILES 'dir' [KEY (cols)]
+    [WITH (FORMAT = 'parquet')] [ENVELOPE DIFF | UPSERT]` (`dsql.sinks`).
+
+    `envelope` is "diff" when left out; `key` is given exactly with UPSERT."""
+
+    name: str
+    source: str
+    uri: str
+    key: tuple[str, ...] | None = None
+    format: str = "parquet"
+    envelope: str = "diff"
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DropSink(Statement):
+    """`DROP SINK [IF EXISTS] name, ...`."""
+
+    names: tuple[str, ...]
+    if_exists: bool = False

@@ -478,6 +478,70 @@ class _Builder(Transformer):
     def show_create(self, meta, _s, _c, kind, name) -> ast.Show:
         return ast.Show(what=f"create {kind}", of=name, **self._located(meta))
 
+    def create_sink(
+        self,
+        meta,
+        _c,
+        _s,
+        if_not_exists,
+        name,
+        _f,
+        source,
+        _i,
+        _files,
+        uri,
+        key,
+        _w,
+        group,
+        envelope,
+    ) -> ast.CreateSink:
+        settings: dict[str, str] = {}
+        for option in self._options(group):
+            option_name, value = _option_pair(option)
+            if option_name != "format":
+                raise self.fragment.error_at(
+                    option.offset,
+                    f"unknown CREATE SINK option {option_name!r}",
+                    "CREATE SINK takes WITH (FORMAT = 'parquet')",
+                )
+            settings[option_name] = value.lower()
+        kind = envelope or "diff"
+        if (kind == "upsert") != (key is not None):
+            raise self.fragment.error_at(
+                self._at(meta),
+                "ENVELOPE UPSERT needs KEY (columns), and KEY goes only with it",
+                "write KEY (k) ... ENVELOPE UPSERT, or neither for the diff envelope",
+            )
+        return ast.CreateSink(
+            name=name,
+            source=source,
+            uri=string_value(self._text(uri)),
+            key=key,
+            format=settings.get("format", "parquet"),
+            envelope=kind,
+            if_not_exists=bool(if_not_exists),
+            **self._located(meta),
+        )
+
+    def sink_key(self, meta, _k, group) -> tuple[str, ...]:
+        return tuple(self._inside(group, "names"))
+
+    def sink_envelope(self, meta, _e, word: Token) -> str:
+        kind = word.lower()
+        if kind not in {"diff", "upsert"}:
+            raise self.fragment.error_at(
+                self._at(word),
+                f"unknown sink envelope {kind!r}",
+                "write ENVELOPE DIFF (mz_timestamp, mz_diff, columns) or ENVELOPE UPSERT",
+            )
+        return kind
+
+    def drop_sink(self, meta, _d, _s, if_exists, *names: str) -> ast.DropSink:
+        return ast.DropSink(names=tuple(names), if_exists=bool(if_exists), **self._located(meta))
+
+    def show_sinks(self, meta, *_: Token) -> ast.Show:
+        return ast.Show(what="sinks", **self._located(meta))
+
     def advance_to(self, meta, _a, _to, expr) -> ast.Advance:
         return ast.Advance(to=self._expression(expr), **self._located(meta))
 
