@@ -294,7 +294,7 @@ def _output_order(node: exp.Expression, plan: Plan) -> tuple[Order, ...]:
         if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
             k = int(e.this) - 1
             if not 0 <= k < len(names):
-                raise SchemaError(f"ORDER BY position {e.this} is not in the select list")
+                raise SchemaError(f"ORDER BY position {e.this} is not in select list")
         elif isinstance(e, exp.Column) and not e.table and e.name in names:
             k = names.index(e.name)
         else:

@@ -263,7 +263,7 @@ def _order_target(
             )
         n = int(e.this)
         if not 1 <= n <= len(names):
-            raise SchemaError(f"ORDER BY position {n} is not in the select list")
+            raise SchemaError(f"ORDER BY position {n} is not in select list")
         return n - 1
     if isinstance(e, exp.Column) and not e.table and e.name in names:
         return names.index(e.name)
@@ -290,6 +290,14 @@ def _group_exprs(
             )
     out = []
     for g in group.expressions:
+        if isinstance(g, exp.Neg) and isinstance(g.this, exp.Literal) and g.this.is_number:
+            # PostgreSQL's grammar folds the sign into the constant: `-2.25` is a
+            # non-integer constant, `-1` a position that is not in the select list.
+            if g.this.this.isdigit():
+                raise _located(
+                    SchemaError(f"GROUP BY position -{g.this.this} is not in select list"), g
+                )
+            raise _located(SchemaError("non-integer constant in GROUP BY"), g)
         if isinstance(g, exp.GroupingSets | exp.Rollup | exp.Cube):
             raise _located(
                 unsupported(
@@ -307,7 +315,7 @@ def _group_exprs(
         if isinstance(g, exp.Literal):
             n = int(g.this)
             if not 1 <= n <= len(items):
-                raise SchemaError(f"GROUP BY position {n} is not in the select list")
+                raise SchemaError(f"GROUP BY position {n} is not in select list")
             out.append(binder.bind(items[n - 1][1]))
             continue
         try:

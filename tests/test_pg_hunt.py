@@ -205,6 +205,7 @@ GROUP_BY_CONSTANTS = (
     "SELECT count(*) FROM t1 GROUP BY false",
     "SELECT count(*) FROM t1 GROUP BY NULL",
     "SELECT count(*) FROM t1 GROUP BY 1.5",
+    "SELECT count(*) FROM t1 GROUP BY -2.25",
     "SELECT count(*) FROM t1 WHERE false GROUP BY 'x'",
 )
 
@@ -253,6 +254,15 @@ def test_found_wrong_answers_agree_as_views(pgdb: Any, sql: str) -> None:
 def test_group_by_a_constant_that_is_no_integer_is_an_error(pgdb: Any, sql: str) -> None:
     con = _fresh(pgdb)
     with pytest.raises(dsql.Error, match="non-integer constant in GROUP BY"):
+        con.execute(sql)
+    assert differs(con, pgdb, sql) is None
+
+
+@pytest.mark.parametrize("position", ["-1", "0", "7"])
+def test_group_by_a_position_outside_the_select_list_is_an_error(pgdb: Any, position: str) -> None:
+    con = _fresh(pgdb)
+    sql = f"SELECT count(*) FROM t1 GROUP BY {position}"
+    with pytest.raises(dsql.Error, match=f"GROUP BY position {position} is not in select list"):
         con.execute(sql)
     assert differs(con, pgdb, sql) is None
 
