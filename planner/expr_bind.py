@@ -759,9 +759,13 @@ class ExprBinder:
 
     def _widened(self, arg: exp.Expr) -> exp.Expr:
         """A bound integer `arg` in the type PostgreSQL sums it in (bigint for smallint
-        and int, numeric for bigint); any other `arg` as it is."""
+        and int, numeric for bigint); a numeric as the decimal(38, s) dsql stores it in,
+        written out so that the runtime sums it exactly on every kernel; any other `arg`
+        as it is."""
         assert self._types is not None
         t = types.infer(arg.copy(), self._types)
+        if numeric.kind_of_type(t) == "numeric":
+            return exp.Cast(this=arg, to=numeric.numeric_type(numeric.scale(arg, self._types)))
         if not types.is_integer(t):
             return arg
         wide = "decimal(38, 0)" if t.this == types.T.BIGINT else "bigint"
