@@ -491,16 +491,11 @@ class ExprBinder:
                 return self._mod(e)
             case exp.Mul():
                 return self._mul(e)
-            case (
-                exp.Add()
-                | exp.Sub()
-                | exp.EQ()
-                | exp.NEQ()
-                | exp.LT()
-                | exp.LTE()
-                | exp.GT()
-                | (exp.GTE())
-            ):
+            case exp.Add() | exp.Sub():
+                self._bind_children(e)
+                self._real_as_double(e)
+                return self._sum_or_difference(e)
+            case exp.EQ() | exp.NEQ() | exp.LT() | exp.LTE() | exp.GT() | (exp.GTE()):
                 self._bind_children(e)
                 self._real_as_double(e)
                 return e
@@ -909,6 +904,16 @@ class ExprBinder:
         if sa + sb > numeric.MAX_PRECISION:  # no decimal holds it: the engines' error
             return e
         return numeric.product(a, b, sa, sb)
+
+    def _sum_or_difference(self, e: exp.Add | exp.Sub) -> exp.Expr:
+        """A bound `a + b` or `a - b`; of numerics (or a numeric and an integer), exact
+        on every kernel (`numeric.sum_or_difference`)."""
+        if self._types is None:
+            return e
+        kinds = self._kinds(e.this, e.expression)
+        if "numeric" not in kinds or not kinds <= {"numeric", "integer"}:
+            return e
+        return numeric.sum_or_difference(e, *self._scales(e.this, e.expression))
 
     def _avg(self, e: exp.Avg) -> exp.Expr:
         """`avg(x)` of integers or numerics: numeric, `sum(x) / count(x)` divided as

@@ -26,7 +26,9 @@ operands' digits as 38-digit integers read back at the sum of the scales.
 `NUMERIC_WEIGHTED_SUM(x, n, s, 0)`, a reduce's sum of numerics `x` of scale `s` each
 counted `n` times, is a decimal(38, s): DuckDB's `SUM(x * n)`; on Spark, which keeps 6
 digits after the point of `x * n`, the sum of `x`'s digits times `n` as integers, read
-back at scale `s`.
+back at scale `s`. `NUMERIC_ADD` and `NUMERIC_SUB(a, b, sa, sb)`, a sum and a difference
+of a scale `s` over 6, are the engine's; Spark's of the operands as decimal(37, s), whose
+sum it keeps exact (of 38-digit decimals it rounds away the last digit after the point).
 
 `NUMERIC_SQRT_DIV(a, b, sa, sb)` (stddev: `a` the spread, `b` the pairs) is the square
 root of the same rounded quotient, rounded at the row's scale (`numeric_sqrt.py`);
@@ -59,6 +61,9 @@ ROOT = "NUMERIC_SQRT_DIV"
 SQRT = "NUMERIC_SQRT"
 #: A product of numerics (`planner/numeric.py`).
 PRODUCT = "NUMERIC_MUL"
+#: A sum and a difference of numerics (`planner/numeric.py`).
+SUM = "NUMERIC_ADD"
+DIFFERENCE = "NUMERIC_SUB"
 #: A sum of numerics each counted a number of times (a reduce's `sum(x * __diff__)`).
 WEIGHTED_SUM = "NUMERIC_WEIGHTED_SUM"
 
@@ -247,6 +252,31 @@ def _product(dialect: str, sa: int, sb: int) -> exp.Expr:
 
 
 @functools.cache
+def _sum(dialect: str, sa: int, sb: int) -> exp.Expr:
+    """`__dsql_a + __dsql_b` of numerics of scales `sa` and `sb`, in `dialect`."""
+    return _sum_or_difference(dialect, sa, sb, "+")
+
+
+@functools.cache
+def _difference(dialect: str, sa: int, sb: int) -> exp.Expr:
+    """`__dsql_a - __dsql_b` of numerics of scales `sa` and `sb`, in `dialect`."""
+    return _sum_or_difference(dialect, sa, sb, "-")
+
+
+def _sum_or_difference(dialect: str, sa: int, sb: int, op: str) -> exp.Expr:
+    """`__dsql_a op __dsql_b`: on Spark, of operands of 37 digits, whose sum Spark keeps
+    exact as a decimal(38, s) (of 38-digit operands it drops a digit after the point;
+    an operand of 38 - s digits before the point is Spark's overflow error)."""
+    s = max(sa, sb)
+    if dialect == "spark" and s < _MAX_PRECISION - 1:
+        narrow = f"DECIMAL({_MAX_PRECISION - 1}, {s})"
+        text = f"CAST(__dsql_a AS {narrow}) {op} CAST(__dsql_b AS {narrow})"
+    else:
+        text = f"__dsql_a {op} __dsql_b"
+    return sqlglot.parse_one(text, read=dialect)
+
+
+@functools.cache
 def _weighted_sum(dialect: str, sa: int, sb: int) -> exp.Expr:
     """`SUM(__dsql_a * __dsql_b)` of a numeric of scale `sa` times an integer count, a
     decimal(38, sa) in `dialect` (`sb` is 0)."""
@@ -271,15 +301,19 @@ _BUILDERS = {
     SQRT: _square_root,
     PRODUCT: _product,
     WEIGHTED_SUM: _weighted_sum,
+    SUM: _sum,
+    DIFFERENCE: _difference,
 }
 
 
 __all__ = [
+    "DIFFERENCE",
     "NAME",
     "PRODUCT",
     "REMAINDER",
     "ROOT",
     "SQRT",
+    "SUM",
     "WEIGHTED_SUM",
     "expand",
     "long_division",
