@@ -973,9 +973,15 @@ class ExprBinder:
             )
         squares = exp.Sum(this=product)
         total = exp.Sum(this=exp.Cast(this=arg.copy(), to=numeric.numeric_type(s)))
-        spread = exp.Sub(
-            this=exp.Mul(this=n.copy(), expression=squares),
-            expression=exp.Mul(this=total, expression=total.copy()),
+        # Each step exact on every kernel: Spark rounds a product or difference of
+        # 38-digit decimals (`numeric.product`, `numeric.sum_or_difference`).
+        spread = numeric.sum_or_difference(
+            exp.Sub(
+                this=numeric.product(n.copy(), squares, 0, 2 * s),
+                expression=numeric.product(total, total.copy(), s, s),
+            ),
+            2 * s,
+            2 * s,
         )
         sample = isinstance(e, exp.Variance | exp.Stddev | exp.StddevSamp)
         other = exp.Sub(this=n.copy(), expression=exp.Literal.number(1)) if sample else n.copy()
