@@ -45,6 +45,7 @@ from dsql.results import accumulate, present, reads_nothing
 from dsql.runtime.collection import Collection, import_arrangement
 from dsql.runtime.dataflow import Worker, batch_schema
 from dsql.runtime.input import InputSession
+from dsql.runtime.kernel.spark.frames import refuse_intervals
 from dsql.runtime.lattice import DIFF, TIME
 from dsql.runtime.memory import parse_size
 from dsql.runtime.switch import SwitchNode
@@ -224,6 +225,9 @@ class Session:
             not_null=not_null or (False,) * len(columns),
             defaults=defaults or (None,) * len(columns),
         )
+        if self.kernel_name == "spark" and any(pa.types.is_interval(f.type) for f in rel.schema):
+            # Refused now, not at the first insert: Spark cannot hold an interval.
+            raise refuse_intervals()
         rel.input = self._new_input(rel.schema)
         rel.arrangement = rel.input.to_collection().arrange_by_self()
         # A table's rows are its input's and arrangement's alone: their failure (rows

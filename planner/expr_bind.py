@@ -564,16 +564,11 @@ class ExprBinder:
                 return self._mod(e)
             case exp.Mul():
                 return self._mul(e)
-            case (
-                exp.Add()
-                | exp.Sub()
-                | exp.EQ()
-                | exp.NEQ()
-                | exp.LT()
-                | exp.LTE()
-                | exp.GT()
-                | (exp.GTE())
-            ):
+            case exp.Add() | exp.Sub():
+                self._bind_children(e)
+                self._real_as_double(e)
+                return self._sum_or_difference(e)
+            case exp.EQ() | exp.NEQ() | exp.LT() | exp.LTE() | exp.GT() | (exp.GTE()):
                 self._bind_children(e)
                 self._real_as_double(e)
                 return e
@@ -880,9 +875,13 @@ class ExprBinder:
 
     def _widened(self, arg: exp.Expr) -> exp.Expr:
         """A bound integer `arg` in the type PostgreSQL sums it in (bigint for smallint
-        and int, numeric for bigint); any other `arg` as it is."""
+        and int, numeric for bigint); a numeric as the decimal(38, s) dsql stores it in,
+        written out so that the runtime sums it exactly on every kernel; any other `arg`
+        as it is."""
         assert self._types is not None
         t = types.infer(arg.copy(), self._types)
+        if numeric.kind_of_type(t) == "numeric":
+            return exp.Cast(this=arg, to=numeric.numeric_type(numeric.scale(arg, self._types)))
         if not types.is_integer(t):
             return arg
         wide = "decimal(38, 0)" if t.this == types.T.BIGINT else "bigint"
@@ -1099,6 +1098,16 @@ class ExprBinder:
             return e
         return numeric.product(a, b, sa, sb)
 
+    def _sum_or_difference(self, e: exp.Add | exp.Sub) -> exp.Expr:
+        """A bound `a + b` or `a - b`; of numerics (or a numeric and an integer), exact
+        on every kernel (`numeric.sum_or_difference`)."""
+        if self._types is None:
+            return e
+        kinds = self._kinds(e.this, e.expression)
+        if "numeric" not in kinds or not kinds <= {"numeric", "integer"}:
+            return e
+        return numeric.sum_or_difference(e, *self._scales(e.this, e.expression))
+
     def _avg(self, e: exp.Avg) -> exp.Expr:
         """`avg(x)` of integers or numerics: numeric, `sum(x) / count(x)` divided as
         PostgreSQL divides numerics; of floats: the engines' float average."""
@@ -1157,9 +1166,15 @@ class ExprBinder:
             )
         squares = exp.Sum(this=product)
         total = exp.Sum(this=exp.Cast(this=arg.copy(), to=numeric.numeric_type(s)))
-        spread = exp.Sub(
-            this=exp.Mul(this=n.copy(), expression=squares),
-            expression=exp.Mul(this=total, expression=total.copy()),
+        # Each step exact on every kernel: Spark rounds a product or difference of
+        # 38-digit decimals (`numeric.product`, `numeric.sum_or_difference`).
+        spread = numeric.sum_or_difference(
+            exp.Sub(
+                this=numeric.product(n.copy(), squares, 0, 2 * s),
+                expression=numeric.product(total, total.copy(), s, s),
+            ),
+            2 * s,
+            2 * s,
         )
         sample = isinstance(e, exp.Variance | exp.Stddev | exp.StddevSamp)
         other = exp.Sub(this=n.copy(), expression=exp.Literal.number(1)) if sample else n.copy()

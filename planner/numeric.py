@@ -11,12 +11,13 @@ computed here as PostgreSQL would (PostgreSQL keeps a scale per value: for a col
 and an operator over columns both agree). A quotient of numerics is
 `NUMERIC_DIV(a, b, scale_a, scale_b)`, evaluated exactly by each kernel
 (`runtime/kernel/numeric_division.py`) and rounded per row to PostgreSQL's scale; a
-remainder is `NUMERIC_MOD(a, b, scale_a, scale_b)`, likewise exact, and a product
-`NUMERIC_MUL(a, b, scale_a, scale_b)`; the square root of a
-quotient (stddev's) is `NUMERIC_SQRT_DIV(a, b, scale_a, scale_b)`: the quotient rounded
-at its scale for the row, then its square root rounded at that scale, as PostgreSQL's
-`stddev` rounds it; `sqrt` of a numeric is `NUMERIC_SQRT(a, 1, scale_a, 0)`, exact and
-rounded per row at PostgreSQL's scale for a root.
+remainder is `NUMERIC_MOD(a, b, scale_a, scale_b)`, likewise exact, a product
+`NUMERIC_MUL(a, b, scale_a, scale_b)`, and a sum or difference of a scale over 6
+`NUMERIC_ADD` / `NUMERIC_SUB(a, b, scale_a, scale_b)` (Spark rounds it otherwise); the
+square root of a quotient (stddev's) is `NUMERIC_SQRT_DIV(a, b, scale_a, scale_b)`: the
+quotient rounded at its scale for the row, then its square root rounded at that scale,
+as PostgreSQL's `stddev` rounds it; `sqrt` of a numeric is `NUMERIC_SQRT(a, 1,
+scale_a, 0)`, exact and rounded per row at PostgreSQL's scale for a root.
 
 >>> import sqlglot
 >>> kind(sqlglot.parse_one("1.5 + _c0"), [exp.DataType.build("int")])
@@ -56,6 +57,8 @@ NUMERIC_LCM = "NUMERIC_LCM"
 _DIVISORS = frozenset({NUMERIC_GCD, NUMERIC_LCM})
 #: The functions whose scale PostgreSQL picks per row (dsql's column holds the widest).
 PER_ROW_SCALE = frozenset({NUMERIC_DIV, NUMERIC_SQRT_DIV, NUMERIC_SQRT} | _TRANSCENDENTAL)
+NUMERIC_ADD = "NUMERIC_ADD"
+NUMERIC_SUB = "NUMERIC_SUB"
 
 #: The scale a numeric square root is stored with: every row's PostgreSQL scale (at most
 #: 19 over the values whose roots dsql takes; `runtime/kernel/numeric_sqrt.py`).
@@ -64,12 +67,18 @@ ROOT_SCALE = 20
 #: The most digits a stored numeric has (DuckDB's and Spark's widest decimal).
 MAX_PRECISION = 38
 
+#: Digits after the point Spark keeps at least where a decimal result needs more than 38
+#: digits (`spark.sql.decimalOperations.allowPrecisionLoss`): below it, Spark's sums
+#: and products of numerics are exact.
+SPARK_KEPT_SCALE = 6
+
 #: Digits after the point a quotient keeps at least: PostgreSQL's 16 significant digits
 #: for quotients from 0.0001 on (its scale for smaller ones is larger).
 QUOTIENT_SCALE = 20
 
 _FUNCTIONS = frozenset(
-    {NUMERIC_DIV, NUMERIC_MOD, NUMERIC_SQRT_DIV, NUMERIC_SQRT, NUMERIC_MUL}
+    {NUMERIC_DIV, NUMERIC_MOD, NUMERIC_SQRT_DIV, NUMERIC_SQRT, NUMERIC_MUL, NUMERIC_ADD}
+    | {NUMERIC_SUB}
     | _TRANSCENDENTAL
     | _DIVISORS
 )
@@ -238,7 +247,9 @@ def scale(e: exp.Expr, inputs: Sequence[exp.DataType], default: int = 10) -> int
         case exp.Anonymous() if e.name.upper() == NUMERIC_MUL:
             both = int(e.expressions[2].this) + int(e.expressions[3].this)
             return min(both, MAX_PRECISION)
-        case exp.Anonymous() if e.name.upper() == NUMERIC_MOD or e.name.upper() in _DIVISORS:
+        case exp.Anonymous() if e.name.upper() in (NUMERIC_MOD, NUMERIC_ADD, NUMERIC_SUB) or (
+            e.name.upper() in _DIVISORS
+        ):
             return max(int(e.expressions[2].this), int(e.expressions[3].this))
         case exp.Count():
             return 0
@@ -293,6 +304,17 @@ def product(a: exp.Expr, b: exp.Expr, scale_a: int, scale_b: int) -> exp.Expr:
     widens the operands to 38 digits)."""
     scales = [exp.Literal.number(scale_a), exp.Literal.number(scale_b)]
     return exp.Anonymous(this=NUMERIC_MUL, expressions=[a, b, *scales])
+
+
+def sum_or_difference(e: exp.Add | exp.Sub, scale_a: int, scale_b: int) -> exp.Expr:
+    """`a + b` or `a - b` of numerics (or a numeric and an integer) of these scales, of
+    the larger scale: `NUMERIC_ADD` or `NUMERIC_SUB` where Spark would round it (it keeps
+    `max(scale - 1, 6)` digits after the point of a sum of 38-digit decimals), else `e`."""
+    if max(scale_a, scale_b) <= SPARK_KEPT_SCALE:
+        return e
+    name = NUMERIC_ADD if isinstance(e, exp.Add) else NUMERIC_SUB
+    scales = [exp.Literal.number(scale_a), exp.Literal.number(scale_b)]
+    return exp.Anonymous(this=name, expressions=[e.this, e.expression, *scales])
 
 
 def square_root(a: exp.Expr, scale_a: int) -> exp.Expr:
@@ -368,7 +390,10 @@ __all__ = [
     "NUMERIC_LOG",
     "NUMERIC_POWER",
     "NUMERIC_MOD",
+    "NUMERIC_ADD",
     "NUMERIC_MUL",
+    "NUMERIC_SUB",
+    "SPARK_KEPT_SCALE",
     "NUMERIC_SQRT",
     "NUMERIC_SQRT_DIV",
     "PER_ROW_SCALE",
@@ -390,6 +415,7 @@ __all__ = [
     "scale",
     "square_root",
     "transcendental",
+    "sum_or_difference",
     "type_scale",
     "zero_guard",
 ]

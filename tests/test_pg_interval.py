@@ -272,6 +272,5 @@ def test_spark_refuses_intervals() -> None:
     con = dsql.connect(kernel="spark")
     with pytest.raises(dsql.NotSupportedError, match="interval values are not supported"):
         con.execute("SELECT interval '1 day' + interval '1 hour'")
-    con.execute("CREATE TABLE iv (i interval)")
     with pytest.raises(dsql.NotSupportedError, match="interval values are not supported"):
-        con.execute("INSERT INTO iv VALUES ('1 day')")
+        con.execute("CREATE TABLE iv (i interval)")

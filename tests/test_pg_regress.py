@@ -39,6 +39,7 @@ NEWER_THAN_ORACLE: dict[tuple[str, int], str] = {
     ("aggregates", 823): "max(bytea) exists from PostgreSQL 18",
 }
 
+
 #: Scripts whose wrong answers belong to work on another part of dsql: they are
 #: printed and counted, not failed, until that work lands.
 @pytest.mark.parametrize("script", SCRIPTS)

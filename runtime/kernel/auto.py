@@ -67,6 +67,7 @@ from dsql.runtime.kernel.driver_reduce import ReduceRows
 from dsql.runtime.kernel.key_index import KeyDirectory, KeyIndex
 from dsql.runtime.kernel.local import LocalKernel
 from dsql.runtime.kernel.spark import SparkKernel
+from dsql.runtime.kernel.spark.frames import has_intervals
 from dsql.runtime.lattice import Antichain
 
 if TYPE_CHECKING:
@@ -92,6 +93,18 @@ class _Dual(Prepared):
 
     source: Any = None
     spark: list[Any] = field(default_factory=list, compare=False, hash=False, repr=False)
+
+
+def _holds_intervals(schema: pa.Schema) -> bool:
+    """Whether a frame of `schema` holds interval values."""
+    return any(pa.types.is_interval(f.type) for f in schema)
+
+
+def _over_intervals(queries: Sequence[exp.Expr], frames: Mapping[str, Frame]) -> bool:
+    """Whether a step of `queries` over `frames` makes or reads intervals: it must run in
+    process."""
+    held = (f for f in frames.values() if isinstance(f, pa.Table))
+    return any(map(has_intervals, queries)) or any(_holds_intervals(f.schema) for f in held)
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +296,8 @@ class AutoKernel(Kernel):
     def run(self, prepared: Prepared, inputs: Mapping[str, Frame]) -> Frame:
         assert isinstance(prepared, _Dual), "prepare queries with this kernel"
         used = {name: inputs[name] for name, _ in prepared.tables if name in inputs}
+        if self._remote(list(used.values())) and _over_intervals([prepared.source], used):
+            used = self._brought_in(used)
         if not self._remote(list(used.values())):
             return self.local.run(prepared, used)
         shipped = {name: self._ship(frame) for name, frame in used.items()}
@@ -295,6 +310,9 @@ class AutoKernel(Kernel):
         self, prepared: Any, inputs: Mapping[str, Frame], keys: Sequence[str] = ()
     ) -> tuple[Frame, list[Frame]]:
         assert isinstance(prepared, _DualPipeline)
+        queries = [*(stage.query for stage in prepared.source.stages), prepared.source.final]
+        if self._remote(list(inputs.values())) and _over_intervals(queries, inputs):
+            inputs = self._brought_in(inputs)
         if not self._remote(list(inputs.values())):
             return self.local.run_pipeline(prepared.local, inputs, keys)
         if not prepared.spark:
@@ -308,13 +326,25 @@ class AutoKernel(Kernel):
         shipped = {name: self._ship(frame) for name, frame in inputs.items()}
         return self._spark().run_pipeline(prepared.spark[0], shipped, keys)
 
+    def _brought_in(self, frames: Mapping[str, Frame]) -> dict[str, Frame]:
+        """`frames`, those on Spark read into the driver: a step over intervals, which
+        Spark cannot hold (`SparkKernel.from_arrow`), runs in process."""
+        return {
+            name: self.remote.to_arrow(f) if not self._here(f) else f for name, f in frames.items()
+        }
+
     # --- storage: where placement is decided ---------------------------------------------
+    def _stays(self, frame: pa.Table) -> bool:
+        """Whether the driver's `frame` stays in process whatever its size: it has no
+        columns (the rows are a count, which Spark could not store) or holds intervals
+        (which Spark cannot hold)."""
+        return not frame.num_columns or _holds_intervals(frame.schema)
+
     def materialize(
         self, frame: Frame, keys: Sequence[str] = (), estimate: int | None = None
     ) -> Stored:
         if self._here(frame):
-            if frame.num_rows <= self.threshold or not frame.num_columns:
-                # No columns: the rows are a count, which Spark could not store.
+            if frame.num_rows <= self.threshold or self._stays(frame):
                 return self.local.materialize(frame, keys, estimate)
             _log.debug("placement: %d rows move to Spark", frame.num_rows)
             if self.remote.can(Capability.STORE_ARROW):
@@ -333,7 +363,7 @@ class AutoKernel(Kernel):
         if (
             not self._here(frame)
             or frame.num_rows <= self.threshold
-            or not frame.num_columns
+            or self._stays(frame)
             or not self.remote.can(Capability.STORE_ARROW)
         ):
             return None
@@ -365,7 +395,7 @@ class AutoKernel(Kernel):
     ) -> Stored | None:
         if not self._local_takes(Capability.CONCATENATE, frames):
             return None
-        if sum(f.num_rows for f in frames) > self.threshold:
+        if sum(f.num_rows for f in frames) > self.threshold and not any(map(self._stays, frames)):
             return None
         return self.local.concatenate(frames, keys, estimate)
 

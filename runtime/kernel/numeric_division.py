@@ -20,7 +20,15 @@ integers (DuckDB's HUGEINT, Spark's decimal(38, 0)):
 integers, of scale `s` (DuckDB's remainder of 38-digit decimals goes through a double).
 `NUMERIC_MUL(a, b, sa, sb)`, a product, is the engine's product, DuckDB's of the
 operands widened to 38 digits (it multiplies decimals of up to 18 digits in 64 bits,
-which overflow where the product has more).
+which overflow where the product has more); Spark's, where it would round the product
+to 6 digits after the point (scales summing to more than 6), the product of the
+operands' digits as 38-digit integers read back at the sum of the scales.
+`NUMERIC_WEIGHTED_SUM(x, n, s, 0)`, a reduce's sum of numerics `x` of scale `s` each
+counted `n` times, is a decimal(38, s): DuckDB's `SUM(x * n)`; on Spark, which keeps 6
+digits after the point of `x * n`, the sum of `x`'s digits times `n` as integers, read
+back at scale `s`. `NUMERIC_ADD` and `NUMERIC_SUB(a, b, sa, sb)`, a sum and a difference
+of a scale `s` over 6, are the engine's; Spark's of the operands as decimal(37, s), whose
+sum it keeps exact (of 38-digit decimals it rounds away the last digit after the point).
 
 `NUMERIC_SQRT_DIV(a, b, sa, sb)` (stddev: `a` the spread, `b` the pairs) is the square
 root of the same rounded quotient, rounded at the row's scale (`numeric_sqrt.py`);
@@ -57,12 +65,20 @@ ROOT = "NUMERIC_SQRT_DIV"
 SQRT = "NUMERIC_SQRT"
 #: A product of numerics (`planner/numeric.py`).
 PRODUCT = "NUMERIC_MUL"
+#: A sum and a difference of numerics (`planner/numeric.py`).
+SUM = "NUMERIC_ADD"
+DIFFERENCE = "NUMERIC_SUB"
+#: A sum of numerics each counted a number of times (a reduce's `sum(x * __diff__)`).
+WEIGHTED_SUM = "NUMERIC_WEIGHTED_SUM"
 
 #: Digits after the point a quotient column holds at least (`planner/numeric.py`).
 _QUOTIENT_SCALE = 20
 _MAX_PRECISION = 38
 #: Digits produced per step of the long division.
 _CHUNK = 9
+#: Digits after the point Spark keeps at least in a product whose exact type would need
+#: more than 38 digits (`spark.sql.decimalOperations.allowPrecisionLoss`).
+_SPARK_KEPT_SCALE = 6
 
 
 def expand(tree: exp.Expr, dialect: str) -> exp.Expr:
@@ -102,7 +118,8 @@ def _integer(dialect: str) -> str:
 
 
 def scaled(name: str, own: int, scale: int, dialect: str, absolute: bool = True) -> str:
-    """The operand `name` (of scale `own`) times 10^scale, as an exact integer.
+    """The operand `name` (of scale `own`) times 10^scale (`scale >= own`), as an exact
+    integer (an overflow past 38 digits is the engine's error).
 
     DuckDB's product would need the digits of both factors in one decimal(38): the
     operand's digits are read as an integer from its text instead (`-1.50` is -150).
@@ -111,7 +128,12 @@ def scaled(name: str, own: int, scale: int, dialect: str, absolute: bool = True)
     value = f"CAST({name} AS DECIMAL(38, {own}))"
     value = f"ABS({value})" if absolute else value
     if dialect == "spark":
-        return f"CAST({value} * {10**scale} AS {integer})"
+        # Spark rounds a product of 38-digit decimals to 6 digits after the point,
+        # leaving 32 before it: the integer part and the fraction (`% 1`, of `own + 1`
+        # digits) are scaled apart, so each product is an integer of at most 38 digits.
+        whole = f"CAST({value} - {value} % 1 AS DECIMAL({_MAX_PRECISION - own}, 0))"
+        fraction = f"CAST(({value} % 1) * {10**scale} AS {integer})"
+        return f"(CAST({whole} * {10**scale} AS {integer}) + {fraction})"
     digits = f"CAST(REPLACE(CAST({value} AS VARCHAR), '.', '') AS {integer})"
     return f"({digits} * {10 ** (scale - own)})"
 
@@ -221,9 +243,52 @@ def _root_of_quotient(dialect: str, sa: int, sb: int) -> exp.Expr:
 @functools.cache
 def _product(dialect: str, sa: int, sb: int) -> exp.Expr:
     """`__dsql_a * __dsql_b` of numerics of scales `sa` and `sb`, in `dialect`."""
+    if dialect == "spark" and sa + sb > _SPARK_KEPT_SCALE:
+        # Spark's product of 38-digit decimals keeps 6 digits after the point: the
+        # product of the operands' digits as integers, read back at PostgreSQL's scale.
+        a = scaled("__dsql_a", sa, sa, dialect, absolute=False)
+        b = scaled("__dsql_b", sb, sb, dialect, absolute=False)
+        return sqlglot.parse_one(unscaled(f"({a} * {b})", sa + sb, dialect), read=dialect)
     if dialect == "spark":
         return sqlglot.parse_one("__dsql_a * __dsql_b", read=dialect)
     text = f"CAST(__dsql_a AS DECIMAL(38, {sa})) * CAST(__dsql_b AS DECIMAL(38, {sb}))"
+    return sqlglot.parse_one(text, read=dialect)
+
+
+@functools.cache
+def _sum(dialect: str, sa: int, sb: int) -> exp.Expr:
+    """`__dsql_a + __dsql_b` of numerics of scales `sa` and `sb`, in `dialect`."""
+    return _sum_or_difference(dialect, sa, sb, "+")
+
+
+@functools.cache
+def _difference(dialect: str, sa: int, sb: int) -> exp.Expr:
+    """`__dsql_a - __dsql_b` of numerics of scales `sa` and `sb`, in `dialect`."""
+    return _sum_or_difference(dialect, sa, sb, "-")
+
+
+def _sum_or_difference(dialect: str, sa: int, sb: int, op: str) -> exp.Expr:
+    """`__dsql_a op __dsql_b`: on Spark, of operands of 37 digits, whose sum Spark keeps
+    exact as a decimal(38, s) (of 38-digit operands it drops a digit after the point;
+    an operand of 38 - s digits before the point is Spark's overflow error)."""
+    s = max(sa, sb)
+    if dialect == "spark" and s < _MAX_PRECISION - 1:
+        narrow = f"DECIMAL({_MAX_PRECISION - 1}, {s})"
+        text = f"CAST(__dsql_a AS {narrow}) {op} CAST(__dsql_b AS {narrow})"
+    else:
+        text = f"__dsql_a {op} __dsql_b"
+    return sqlglot.parse_one(text, read=dialect)
+
+
+@functools.cache
+def _weighted_sum(dialect: str, sa: int, sb: int) -> exp.Expr:
+    """`SUM(__dsql_a * __dsql_b)` of a numeric of scale `sa` times an integer count, a
+    decimal(38, sa) in `dialect` (`sb` is 0)."""
+    if dialect == "spark" and sa > _SPARK_KEPT_SCALE:
+        digits = scaled("__dsql_a", sa, sa, dialect, absolute=False)
+        total = f"SUM({digits} * CAST(__dsql_b AS DECIMAL(20, 0)))"
+        return sqlglot.parse_one(unscaled(total, sa, dialect), read=dialect)
+    text = f"SUM(CAST(__dsql_a AS DECIMAL(38, {sa})) * __dsql_b)"
     return sqlglot.parse_one(text, read=dialect)
 
 
@@ -262,16 +327,22 @@ _BUILDERS: dict[str, Callable[[str, int, int], exp.Expr]] = {
     SQRT: _square_root,
     PRODUCT: _product,
     **{name: _transcendental(op) for name, op in TRANSCENDENTAL.items()},
+    WEIGHTED_SUM: _weighted_sum,
+    SUM: _sum,
+    DIFFERENCE: _difference,
 }
 
 
 __all__ = [
+    "DIFFERENCE",
     "NAME",
     "PRODUCT",
     "REMAINDER",
     "ROOT",
     "SQRT",
     "TRANSCENDENTAL",
+    "SUM",
+    "WEIGHTED_SUM",
     "expand",
     "long_division",
     "scaled",

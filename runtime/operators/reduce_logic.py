@@ -7,7 +7,8 @@ Groups with no rows never reach it.
 
 - `Aggregates`: SQL aggregates, one output row per group. Aggregates are
   rewritten to respect multiplicities (`count(*)` → `sum(__diff__)`, `sum(x)` →
-  `sum(x * __diff__)`, ...); aggregates with no rewrite (string_agg, ...) run
+  `sum(x * __diff__)`, of a decimal `NUMERIC_WEIGHTED_SUM`, exact on Spark too,
+  ...); aggregates with no rewrite (string_agg, ...) run
   over the group expanded to one row per copy.
 - `Distinct`, `Threshold`, `Count`: the book's convenience operators.
 - `PythonLogic`: a Python function over each group as an Arrow table. The slow
@@ -28,7 +29,7 @@ from sqlglot import exp, parse_one
 from dsql.errors import SchemaError
 from dsql.runtime import relational as rel
 from dsql.runtime.dataflow import schema_key
-from dsql.runtime.kernel import driver
+from dsql.runtime.kernel import driver, numeric_division
 from dsql.runtime.kernel.base import PER_KERNEL, Frame, Kernel, Prepared
 from dsql.runtime.lattice import DIFF, time_columns
 
@@ -305,6 +306,12 @@ def _rewrite(e: exp.Expr) -> exp.Expression | None:
                 this=exp.Sum(this=exp.If(this=present, true=d, false=rel.lit(0))), to=bigint
             )
         if isinstance(node, exp.Sum):
+            scale = _decimal_scale(arg)
+            if scale is not None:  # exact on every kernel (Spark's product rounds it)
+                return exp.Anonymous(
+                    this=numeric_division.WEIGHTED_SUM,
+                    expressions=[arg.copy(), d, rel.lit(scale), rel.lit(0)],
+                )
             return exp.Sum(this=exp.Mul(this=exp.paren(arg.copy()), expression=d))
         if isinstance(node, exp.Avg):
             total = exp.Sum(
@@ -325,6 +332,20 @@ def _rewrite(e: exp.Expr) -> exp.Expression | None:
 
     result = e.copy().transform(weigh, copy=False)
     return None if unsupported else result
+
+
+def _decimal_scale(e: exp.Expr) -> int | None:
+    """The scale of `e` where it is a cast to a decimal (the planner's numerics), else None.
+
+    >>> _decimal_scale(parse_one("CAST(x AS DECIMAL(38, 20))"))
+    20
+    """
+    if not (isinstance(e, exp.Cast) and e.to.is_type(exp.DType.DECIMAL)):
+        return None
+    params = e.to.expressions
+    if not params:  # each engine's default scale: no cast the planner writes
+        return None
+    return int(params[1].name) if len(params) == 2 else 0
 
 
 @dataclass(frozen=True)
