@@ -748,7 +748,7 @@ class ExprBinder:
             )
         )
         holds = type(e)(this=outer_x.copy(), expression=col(0))
-        decisive = Filter(plan, (exp.Not(this=holds) if every else holds,))
+        decisive = Filter(plan, (as_expression(exp.Not(this=holds) if every else holds),))
         unknown = Filter(
             plan,
             (
