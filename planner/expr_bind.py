@@ -45,7 +45,6 @@ from dsql.planner.bind_shape import visible_plan
 from dsql.planner.expr import (
     Outer,
     Position,
-    RaiseError,
     SubqueryExpr,
     arguments,
     as_expression,
@@ -632,10 +631,6 @@ class ExprBinder:
                     position=position_of(e.this),
                     hint="dsql's dates run from 0001-01-01 to 9999-12-31",
                 )
-            case exp.Cast() if e.to.is_type(exp.DType.SMALLINT, exp.DType.INT, exp.DType.BIGINT):
-                return self._to_integer(e)
-            case exp.Cast() if e.to.is_type(exp.DType.BOOLEAN):
-                return self._to_boolean(e)
             case exp.Cast() if _bounded_text(e.to) is not None:
                 # PostgreSQL's explicit cast to varchar(n)/char(n) cuts to n characters
                 # (char(n)'s padding blanks, which comparisons ignore, are not kept).
@@ -975,45 +970,6 @@ class ExprBinder:
                 return array_literal.from_text(as_expression(arg), e.to)
         return e
 
-    def _to_boolean(self, e: exp.Cast) -> exp.Expression:
-        """`x::boolean`; of text, PostgreSQL's boolean input (`_BOOLEAN_INPUT`), which
-        reads `on`, `off` and blanks around a word where the engines' casts do not."""
-        arg = self._bind_text_cast(e)
-        if arg is None:
-            return e
-        return spellings.per_kernel(_BOOLEAN_INPUT, _BOOLEAN_INPUT, [as_expression(arg)])
-
-    def _bind_text_cast(self, e: exp.Cast) -> exp.Expr | None:
-        """`e`'s operand bound in place; returned where it is known to be text (the cast
-        is then PostgreSQL's input function for `e.to`), else None."""
-        arg = self._bind(e.this)
-        e.set("this", arg)
-        if self._types is None:
-            return None
-        if not types.infer(self._typed(arg), self._types).is_type(*exp.DataType.TEXT_TYPES):
-            return None
-        return arg
-
-    def _to_integer(self, e: exp.Cast) -> exp.Expression:
-        """`x::int` (smallint, bigint); text is read as PostgreSQL's integer input: an
-        optional sign and decimal digits, blanks around them, where the engines also read
-        `1.5` (rounded), `0x1F` and `1_000`."""
-        arg = self._bind_text_cast(e)
-        if arg is None:
-            return e
-        kind = {exp.DType.SMALLINT: "smallint", exp.DType.INT: "integer"}.get(e.to.this, "bigint")
-        refused = exp.Cast(
-            this=RaiseError(this=exp.Literal.string(f"invalid input syntax for type {kind}")),
-            to=e.to.copy(),
-        )
-        spelled = spellings.per_kernel(
-            f"REGEXP_MATCHES(__0, '{_INTEGER_INPUT}')",
-            f"REGEXP_LIKE(__0, '{_INTEGER_INPUT}')",
-            [as_expression(arg)],
-        )
-        readable = exp.or_(exp.Is(this=arg.copy(), expression=exp.Null()), spelled)
-        return exp.Case(ifs=[exp.If(this=readable, true=e)], default=refused)
-
     def _negation(self, e: exp.Neg) -> exp.Expression:
         """`-x`; of an integer, kept in x's type, so that negating the least value is
         PostgreSQL's "integer out of range" (DuckDB widens a constant's negation to the
@@ -1222,15 +1178,6 @@ def _float_digits(value: exp.Expr, digits: int) -> exp.Expr:
     return spellings.per_kernel(*texts, [as_expression(value)])
 
 
-#: PostgreSQL's boolean input of text `__0`, in both engines' SQL: a unique prefix of
-#: true/false/yes/no, on/off (of at least two letters), 1/0, blanks around it ignored;
-#: anything else reaches the engine's cast, which refuses it.
-_BOOLEAN_INPUT = (
-    "CASE WHEN LOWER(TRIM(__0)) IN ('t', 'tr', 'tru', 'true', 'y', 'ye', 'yes', 'on', '1')"
-    " THEN TRUE WHEN LOWER(TRIM(__0)) IN ('f', 'fa', 'fal', 'fals', 'false', 'n', 'no',"
-    " 'of', 'off', '0') THEN FALSE ELSE CAST(__0 AS BOOLEAN) END"
-)
-
 #: PostgreSQL's text of a bytea `__0`: `\x` and two lowercase hex digits a byte
 #: (the engines write bytes as escapes); CHR(92), a backslash, reads alike in both.
 _BYTEA_TEXT = "CONCAT(CHR(92), 'x', LOWER(HEX(__0)))"
@@ -1267,11 +1214,6 @@ def _float_text(exponent_from: int) -> str:
         r" ELSE REGEXP_REPLACE(CAST(__0 AS VARCHAR), '\.0$', '') END"
     )
 
-
-#: PostgreSQL's integer input: a sign, decimal digits, blanks around (a regular
-#: expression both engines read alike: the blanks are the characters themselves, where
-#: Spark's string literals would drop a backslash).
-_INTEGER_INPUT = "^[ \t\n\r\f\v]*[+-]?[0-9]+[ \t\n\r\f\v]*$"
 
 #: The least bigint, as written.
 _BIGINT_MIN = str(-numeric.BIGINT_MAX - 1)
