@@ -117,16 +117,22 @@ def _integer(dialect: str) -> str:
     return "DECIMAL(38, 0)" if dialect == "spark" else "HUGEINT"
 
 
-def scaled(name: str, own: int, scale: int, dialect: str, absolute: bool = True) -> str:
+def scaled(
+    name: str, own: int, scale: int, dialect: str, absolute: bool = True, wide: bool = False
+) -> str:
     """The operand `name` (of scale `own`) times 10^scale (`scale >= own`), as an exact
     integer (an overflow past 38 digits is the engine's error).
 
     DuckDB's product would need the digits of both factors in one decimal(38): the
     operand's digits are read as an integer from its text instead (`-1.50` is -150).
+    Spark's product keeps 32 digits before the point: `wide`, for integers of up to 38
+    digits, scales the operand's integer part and fraction apart (a longer expression).
     """
     integer = _integer(dialect)
     value = f"CAST({name} AS DECIMAL(38, {own}))"
     value = f"ABS({value})" if absolute else value
+    if dialect == "spark" and not wide:
+        return f"CAST({value} * {10**scale} AS {integer})"
     if dialect == "spark":
         # Spark rounds a product of 38-digit decimals to 6 digits after the point,
         # leaving 32 before it: the integer part and the fraction (`% 1`, of `own + 1`
@@ -246,8 +252,8 @@ def _product(dialect: str, sa: int, sb: int) -> exp.Expr:
     if dialect == "spark" and sa + sb > _SPARK_KEPT_SCALE:
         # Spark's product of 38-digit decimals keeps 6 digits after the point: the
         # product of the operands' digits as integers, read back at PostgreSQL's scale.
-        a = scaled("__dsql_a", sa, sa, dialect, absolute=False)
-        b = scaled("__dsql_b", sb, sb, dialect, absolute=False)
+        a = scaled("__dsql_a", sa, sa, dialect, absolute=False, wide=True)
+        b = scaled("__dsql_b", sb, sb, dialect, absolute=False, wide=True)
         return sqlglot.parse_one(unscaled(f"({a} * {b})", sa + sb, dialect), read=dialect)
     if dialect == "spark":
         return sqlglot.parse_one("__dsql_a * __dsql_b", read=dialect)
@@ -285,7 +291,7 @@ def _weighted_sum(dialect: str, sa: int, sb: int) -> exp.Expr:
     """`SUM(__dsql_a * __dsql_b)` of a numeric of scale `sa` times an integer count, a
     decimal(38, sa) in `dialect` (`sb` is 0)."""
     if dialect == "spark" and sa > _SPARK_KEPT_SCALE:
-        digits = scaled("__dsql_a", sa, sa, dialect, absolute=False)
+        digits = scaled("__dsql_a", sa, sa, dialect, absolute=False, wide=True)
         total = f"SUM({digits} * CAST(__dsql_b AS DECIMAL(20, 0)))"
         return sqlglot.parse_one(unscaled(total, sa, dialect), read=dialect)
     text = f"SUM(CAST(__dsql_a AS DECIMAL(38, {sa})) * __dsql_b)"
