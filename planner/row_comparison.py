@@ -37,7 +37,7 @@ def is_row_comparison(e: exp.Expr) -> bool:
     a row IN a list."""
     if isinstance(e, _COMPARISONS):
         return _row(e.this) is not None or _row(e.expression) is not None
-    if isinstance(e, exp.In) and e.args.get("query") is None:
+    if isinstance(e, exp.In) and e.args.get("query") is None and e.expressions:
         return _row(e.this) is not None
     return False
 
