@@ -347,18 +347,21 @@ class PgSources:
 
     # --- polling -------------------------------------------------------------------------
     def poll(self) -> list[str]:
-        """Apply every source's committed upstream transactions (module docstring); the
-        notices of sources that could not be read. The slots advance in `confirm`."""
+        """Apply every source's committed upstream transactions, all at one time (module
+        docstring); the notices of sources that could not be read. The slots advance in
+        `confirm`."""
         if self.session.clock.in_transaction or not self.by_name:
             return []
         notices: list[str] = []
-        clock = self.session.clock
-        clock.in_transaction = True  # one time for the whole poll, under the wall clock too
-        try:
-            for source in list(self.by_name.values()):
-                notices += self._poll(source)
-        finally:
-            clock.in_transaction = False
+        changed: list[tuple[PgSource, dict[int, Counter[Row]]]] = []
+        for source in list(self.by_name.values()):
+            deltas = self._read(source, notices)
+            if any(deltas.values()):
+                changed.append((source, deltas))
+        if changed:
+            with self.session.clock.one_time():
+                for source, deltas in changed:
+                    self._write(source, deltas)
         return notices
 
     def confirm(self) -> list[str]:
@@ -378,7 +381,9 @@ class PgSources:
                 notices.append(self._lost(source, error))
         return notices
 
-    def _poll(self, source: PgSource) -> list[str]:
+    def _read(self, source: PgSource, notices: list[str]) -> dict[int, Counter[Row]]:
+        """The net change of each table of `source` since its progress; on a failure,
+        none, and a notice."""
         try:
             if source.conn is None or source.conn.closed:
                 source.conn = source.connection.connect()
@@ -389,17 +394,23 @@ class PgSources:
             ).fetchall()
         except DsqlError as error:
             source.errors.append(error.message)
-            return [f"source '{source.name}' is not reachable ({error.message}); retrying"]
+            notices.append(f"source '{source.name}' is not reachable ({error.message}); retrying")
+            return {}
         except psycopg.Error as error:
-            return [self._lost(source, error)]
+            notices.append(self._lost(source, error))
+            return {}
         applied = source.lsn
         try:
-            deltas = self._deltas(source, [pgoutput.decode(data) for (data,) in changes])
+            return self._deltas(source, [pgoutput.decode(data) for (data,) in changes])
         except (DsqlError, pgoutput.DecodeError) as error:
             source.lsn = applied  # nothing of this poll is written: read again next poll
             message = getattr(error, "message", str(error))
             source.errors.append(message)
-            return [f"source '{source.name}' stopped: {message}"]
+            notices.append(f"source '{source.name}' stopped: {message}")
+            return {}
+
+    def _write(self, source: PgSource, deltas: dict[int, Counter[Row]]) -> None:
+        """Write each table's net change: its retracted rows, then its added ones."""
         s = self.session
         for oid, delta in deltas.items():
             t = source.tables[oid]
@@ -417,7 +428,6 @@ class PgSources:
                     )
                     n = s.write(t.local, table, diff, kinds=("source",))
                     source.rows += n if diff > 0 else 0
-        return []
 
     def _lost(self, source: PgSource, error: Exception) -> str:
         if source.conn is not None:
