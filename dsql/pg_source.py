@@ -345,6 +345,14 @@ class PgSources:
             _drop_slot(source)
         return dropped
 
+    def close(self) -> None:
+        """Close the sources' connections to their servers (their slots stay: a
+        durable session resumes from them)."""
+        for source in self.by_name.values():
+            if source.conn is not None:
+                source.conn.close()
+                source.conn = None
+
     # --- polling -------------------------------------------------------------------------
     def poll(self) -> list[str]:
         """Apply every source's committed upstream transactions, all at one time (module
@@ -521,20 +529,6 @@ class PgSources:
     def _replaying(self) -> bool:
         durable = self.session.durable
         return durable is not None and bool(durable.replaying)
-
-    def rows(self) -> dict[str, list[Any]]:
-        """Each PostgreSQL source: name, connection, publication, slot, tables, rows
-        inserted, last error."""
-        xs = sorted(self.by_name.values(), key=lambda x: x.name)
-        return {
-            "name": [x.name for x in xs],
-            "connection": [x.connection.name for x in xs],
-            "publication": [x.publication for x in xs],
-            "slot": [x.slot for x in xs],
-            "tables": [", ".join(sorted(t.local for t in x.tables.values())) for x in xs],
-            "rows": [x.rows for x in xs],
-            "error": [x.errors[-1] if x.errors else None for x in xs],
-        }
 
 
 def _check_server(conn: psycopg.Connection[Any], c: PgConnection, publication: str) -> None:

@@ -7,6 +7,7 @@ the source's relations) after dsql's next statement has polled the slot.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tempfile
 from collections import defaultdict
@@ -21,6 +22,8 @@ from pg_oracle import PgServer
 import dsql
 from dsql import pgoutput
 from dsql.errors import SchemaError, SourceError
+
+_databases = itertools.count()
 
 LOGICAL = (
     "-c wal_level=logical -c max_replication_slots=10 -c max_wal_senders=10"
@@ -38,10 +41,10 @@ def upstream() -> Iterator[PgServer]:
 
 
 @pytest.fixture
-def db(upstream: PgServer, request: pytest.FixtureRequest) -> Iterator[Any]:
+def db(upstream: PgServer) -> Iterator[Any]:
     """A fresh upstream database with tables a (k, v text, n numeric) and b (k, w int),
     both REPLICA IDENTITY FULL, in publication p."""
-    name = request.node.name.lower().replace("[", "_").replace("]", "")[:40]
+    name = f"cdc_{next(_databases)}"
     conn = upstream.database(name)
     conn.execute(
         "CREATE TABLE a (k int PRIMARY KEY, v text, n numeric(10, 2));"
@@ -224,11 +227,19 @@ def test_each_transaction_lands_at_one_time(upstream: PgServer, db: Any) -> None
     assert cur.fetchall() == [(13, 70)]
 
 
-def test_restart_resumes_without_loss_or_repeat(upstream: PgServer, db: Any) -> None:
+@pytest.mark.parametrize("checkpoint_bytes", [None, 1], ids=["log", "checkpoints"])
+def test_restart_resumes_without_loss_or_repeat(
+    upstream: PgServer, db: Any, checkpoint_bytes: int | None
+) -> None:
+    """Recovered from the log alone, or from a checkpoint taken after every statement."""
     data_dir = Path(tempfile.mkdtemp(prefix="dsql-cdc-data-"))
+
+    def connect() -> Any:
+        return dsql.connect(data_dir=data_dir, checkpoint_bytes=checkpoint_bytes)
+
     try:
         db.execute("INSERT INTO a VALUES (1, 'x', 1)")
-        con = dsql.connect(data_dir=data_dir)
+        con = connect()
         cur = source(con, upstream, db)
         views(cur)
         db.execute("INSERT INTO a VALUES (2, 'y', 2)")
@@ -243,7 +254,7 @@ def test_restart_resumes_without_loss_or_repeat(upstream: PgServer, db: Any) -> 
         s.writes = None
         con.close()
         db.execute("INSERT INTO b VALUES (1, 5)")  # while dsql is down
-        con = dsql.connect(data_dir=data_dir)
+        con = connect()
         cur = con.cursor()
         same_as_upstream(cur, db)
         cur.execute("SELECT sum(n) FROM a")
@@ -251,7 +262,7 @@ def test_restart_resumes_without_loss_or_repeat(upstream: PgServer, db: Any) -> 
         db.execute("DELETE FROM a WHERE k = 1")
         same_as_upstream(cur, db)
         con.close()
-        con = dsql.connect(data_dir=data_dir)
+        con = connect()
         cur = con.cursor()
         same_as_upstream(cur, db)
         cur.execute("DROP SOURCE s CASCADE")
