@@ -2,9 +2,11 @@
 
 `Durable` owns a directory holding a write-ahead log (`dsql.wal`) and at most one
 checkpoint. Every statement that changes what a later session must see is logged
-before it returns: DDL (CREATE TABLE/VIEW/INDEX/SINK, CREATE TABLE AS, DROP) as its text,
-table writes as their rows and diffs with the ticks they were stamped at, ADVANCE as
-the millisecond reached. A transaction's statements are one record, written at COMMIT
+before it returns: DDL (CREATE TABLE/VIEW/INDEX/SINK/CONNECTION, CREATE TABLE AS,
+DROP) as its text, a PostgreSQL source as a definition naming its slot, table writes
+as their rows and diffs with the ticks they were stamped at, ADVANCE as the millisecond
+reached, a poll of the sources with their progress (files read, upstream position).
+A transaction's statements are one record, written at COMMIT
 (or at the ROLLBACK dsql refuses, after which the writes stay), as are an
 `executemany`'s (`batch`); a crash before loses all of them and nothing else. A
 statement that fails logs nothing.
