@@ -205,6 +205,8 @@ class Executor:
         notices = s.sources.poll() + s.pg.poll()
         if s.durable is not None and s.writes:
             s.durable.polled(s.writes, s.sources.progress(), s.pg.progress())
+        if s.durable is not None and s.durable.pending:  # an executemany's: not on disk yet
+            return notices  # the slots advance at a later poll, once it is
         return notices + s.pg.confirm()
 
     def _execute(self, stmt: Any) -> Result:

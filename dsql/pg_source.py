@@ -35,6 +35,7 @@ SOURCE s` drops its relations and its slot.
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections import Counter
 from dataclasses import dataclass, field
@@ -100,6 +101,17 @@ def connection_error(c: PgConnection, error: Exception) -> SourceError:
         hint = f"check that PostgreSQL runs at HOST {c.host!r} PORT {c.port}"
     where = f"{c.user}@{c.host}:{c.port}/{c.database}"
     return SourceError(f"cannot connect to PostgreSQL {where}: {detail}", hint=hint)
+
+
+def upstream_error(c: PgConnection, error: psycopg.Error) -> SourceError:
+    """The SourceError of a statement the server of `c` failed or refused."""
+    if isinstance(error, psycopg.OperationalError):
+        return connection_error(c, error)
+    detail = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+    return SourceError(
+        f"PostgreSQL {c.host}:{c.port} refused: {detail}",
+        hint="the role needs to read the tables and to replicate (REPLICATION)",
+    )
 
 
 @dataclass
@@ -225,9 +237,12 @@ class PgSources:
                 "CREATE SOURCE ... FROM POSTGRES takes (PUBLICATION 'name') and nothing else"
             )
         c = self.connections[stmt.connection]
-        with c.connect() as conn:
-            _check_server(conn, c, publication)
-            tables = _tables(conn, publication, stmt.tables)
+        try:
+            with c.connect() as conn:
+                _check_server(conn, c, publication)
+                tables = _tables(conn, publication, stmt.tables)
+        except psycopg.Error as error:
+            raise upstream_error(c, error) from None
         if slot is not None:  # recovered: the slot exists, the rows come from the log
             self._attach(stmt.name, c, publication, slot, tables)
             return
@@ -237,9 +252,14 @@ class PgSources:
                     f'relation "{t.local}" already exists',
                     hint=f"name the table another way: FOR TABLES ({t.table} AS other)",
                 )
-        slot = f"dsql_{stmt.name}_{secrets.token_hex(4)}"[:63]
+        # a slot's name is lower-case letters, digits and _ only
+        slot = f"dsql_{re.sub('[^a-z0-9_]', '_', stmt.name.lower())[:40]}_{secrets.token_hex(4)}"
         source = PgSource(stmt.name, c, publication, slot, {t.oid: t for t in tables})
-        snapshot = self._slot_and_snapshot(source)
+        try:
+            snapshot = self._slot_and_snapshot(source)
+        except psycopg.Error as error:
+            _drop_slot(source)
+            raise upstream_error(c, error) from None
         created: list[str] = []
         try:
             for t in tables:
@@ -469,8 +489,14 @@ class PgSources:
     ) -> None:
         match m:
             case pgoutput.Relation() if m.oid in source.tables:
+                t = source.tables[m.oid]
+                if m.columns != tuple(c.name for c in t.columns):
+                    raise SourceError(
+                        f"source '{source.name}': table {t.schema}.{t.table} changed its "
+                        f"columns upstream to ({', '.join(m.columns)})",
+                        hint="recreate the source: DROP SOURCE, then CREATE SOURCE again",
+                    )
                 if m.replica_identity != "f":
-                    t = source.tables[m.oid]
                     raise SourceError(
                         f"source '{source.name}': table {t.schema}.{t.table} lost REPLICA "
                         "IDENTITY FULL; its updates and deletes no longer carry the old row",
@@ -525,7 +551,7 @@ class PgSources:
             return Counter()
         table = s.read(s.plan(exp.select("*").from_(exp.to_table(f'"{t.local}"'))))
         columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
-        return Counter(zip(*columns, strict=True)) if columns else Counter()
+        return Counter(_rows(columns))
 
     def _replaying(self) -> bool:
         durable = self.session.durable
@@ -650,7 +676,17 @@ def _arrays(t: UpstreamTable, texts: list[list[Any]]) -> list[pa.Array]:
 def _typed(t: UpstreamTable, texts: list[list[Any]]) -> list[Row]:
     """Rows of text values typed as `t`'s columns, as Python values."""
     arrays = _arrays(t, texts)
-    return list(zip(*(a.to_pylist() for a in arrays), strict=True))
+    return _rows([a.to_pylist() for a in arrays])
+
+
+def _rows(columns: list[list[Any]]) -> list[Row]:
+    """Columns of Python values as rows a Counter can hold: arrays as tuples (Arrow
+    reads them back as lists)."""
+    return [tuple(map(_frozen, row)) for row in zip(*columns, strict=True)]
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(map(_frozen, value)) if isinstance(value, list) else value
 
 
 def _drop_slot(source: PgSource) -> None:
