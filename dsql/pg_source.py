@@ -428,15 +428,13 @@ class PgSources:
         except psycopg.Error as error:
             notices.append(self._lost(source, error))
             return {}
-        applied = source.lsn
         try:
-            return self._deltas(source, [pgoutput.decode(data) for (data,) in changes])
-        except (DsqlError, pgoutput.DecodeError) as error:
-            source.lsn = applied  # nothing of this poll is written: read again next poll
-            message = getattr(error, "message", str(error))
-            source.errors.append(message)
-            notices.append(f"source '{source.name}' stopped: {message}")
+            messages = [pgoutput.decode(data) for (data,) in changes]
+        except pgoutput.DecodeError as error:
+            source.errors.append(str(error))
+            notices.append(f"source '{source.name}' stopped: {error}")
             return {}
+        return self._deltas(source, messages, notices)
 
     def _write(self, source: PgSource, deltas: dict[int, Counter[Row]]) -> None:
         """Write each table's net change: its retracted rows, then its added ones."""
@@ -467,10 +465,12 @@ class PgSources:
         return f"source '{source.name}' lost its connection ({message}); retrying at the next poll"
 
     def _deltas(
-        self, source: PgSource, messages: list[pgoutput.Message]
+        self, source: PgSource, messages: list[pgoutput.Message], notices: list[str]
     ) -> dict[int, Counter[Row]]:
         """The net change of each table over the transactions not applied yet (those
-        ending past `source.lsn`); `source.lsn` moves to the last one's end."""
+        ending past `source.lsn`); `source.lsn` moves to the last one's end. A
+        transaction the source cannot read stops it there: the ones before are applied,
+        and a notice says why."""
         deltas: dict[int, Counter[Row]] = {}
         txn: list[pgoutput.Message] = []
         for m in messages:
@@ -478,15 +478,26 @@ class PgSources:
                 txn.append(m)
                 continue
             if m.end_lsn > source.lsn:
-                for change in txn:
-                    self._apply(source, change, deltas)
+                try:
+                    ops = [op for change in txn for op in self._ops(source, change)]
+                except (DsqlError, pgoutput.DecodeError) as error:
+                    message = getattr(error, "message", str(error))
+                    source.errors.append(message)
+                    notices.append(f"source '{source.name}' stopped: {message}")
+                    return deltas
+                for oid, row, diff in ops:
+                    delta = deltas.setdefault(oid, Counter())
+                    if row is None:  # TRUNCATE: the rows before this poll, and its changes, go
+                        delta.clear()
+                        delta.subtract(self._contents(source.tables[oid]))
+                    else:
+                        delta[row] += diff
                 source.lsn = m.end_lsn
             txn = []
         return deltas
 
-    def _apply(
-        self, source: PgSource, m: pgoutput.Message, deltas: dict[int, Counter[Row]]
-    ) -> None:
+    def _ops(self, source: PgSource, m: pgoutput.Message) -> list[tuple[int, Row | None, int]]:
+        """Change `m` as (table oid, typed row, diff) steps; a row of None truncates."""
         match m:
             case pgoutput.Relation() if m.oid in source.tables:
                 t = source.tables[m.oid]
@@ -504,7 +515,7 @@ class PgSources:
                         "then recreate the source",
                     )
             case pgoutput.Insert() if m.oid in source.tables:
-                self._add(source, m.oid, m.new, 1, deltas)
+                return [(m.oid, self._row(source, m.oid, m.new), 1)]
             case pgoutput.Update() if m.oid in source.tables:
                 old = m.old if m.old_kind == "O" else None
                 if old is None:
@@ -514,26 +525,18 @@ class PgSources:
                     )
                 pairs = zip(old, m.new, strict=True)
                 new = tuple(o if n is pgoutput.UNCHANGED else n for o, n in pairs)
-                self._add(source, m.oid, old, -1, deltas)
-                self._add(source, m.oid, new, 1, deltas)
+                return [
+                    (m.oid, self._row(source, m.oid, old), -1),
+                    (m.oid, self._row(source, m.oid, new), 1),
+                ]
             case pgoutput.Delete() if m.oid in source.tables:
-                self._add(source, m.oid, m.old, -1, deltas)
+                return [(m.oid, self._row(source, m.oid, m.old), -1)]
             case pgoutput.Truncate():
-                for oid in m.oids:
-                    if oid in source.tables:
-                        current = self._contents(source.tables[oid])
-                        delta = deltas.setdefault(oid, Counter())
-                        delta.clear()
-                        delta.subtract(current)
+                return [(oid, None, 0) for oid in m.oids if oid in source.tables]
+        return []
 
-    def _add(
-        self,
-        source: PgSource,
-        oid: int,
-        values: pgoutput.Tuple,
-        diff: int,
-        deltas: dict[int, Counter[Row]],
-    ) -> None:
+    def _row(self, source: PgSource, oid: int, values: pgoutput.Tuple) -> Row:
+        """A change's values typed as its table's columns."""
         t = source.tables[oid]
         if any(v is pgoutput.UNCHANGED for v in values):
             raise SourceError(
@@ -541,8 +544,7 @@ class PgSources:
                 hint="the table needs REPLICA IDENTITY FULL",
             )
         (row,) = _typed(t, [[v] for v in values])
-        delta = deltas.setdefault(oid, Counter())
-        delta[row] += diff
+        return row
 
     def _contents(self, t: UpstreamTable) -> Counter[Row]:
         """The rows relation `t.local` holds before this poll's writes."""

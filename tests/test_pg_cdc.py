@@ -361,6 +361,29 @@ def test_a_lost_connection_is_a_notice_and_the_source_retries(upstream: PgServer
     assert cur.fetchall() == [(1,)]
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("ALTER TABLE a ADD COLUMN z int", "changed its columns"),
+        ("ALTER TABLE a REPLICA IDENTITY DEFAULT", "lost REPLICA IDENTITY FULL"),
+    ],
+)
+def test_an_upstream_change_the_source_cannot_follow_stops_it(
+    upstream: PgServer, db: Any, change: str, message: str
+) -> None:
+    """The transactions from there on are not applied (each poll says why); the ones
+    before are."""
+    con = dsql.connect()
+    cur = source(con, upstream, db)
+    db.execute("INSERT INTO a VALUES (1, 'x', 1)")
+    db.execute(change)
+    db.execute("UPDATE a SET n = 2")
+    cur.execute("SELECT * FROM a")
+    assert any(message in n for n in cur.notices), cur.notices
+    assert cur.fetchall() == [(1, "x", Decimal("1.00"))]
+    cur.execute("DROP SOURCE s")
+
+
 # --- errors -----------------------------------------------------------------------------
 
 
