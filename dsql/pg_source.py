@@ -479,7 +479,7 @@ class PgSources:
                 continue
             if m.end_lsn > source.lsn:
                 try:
-                    ops = [op for change in txn for op in self._ops(source, change)]
+                    ops = self._typed_ops(source, [op for c in txn for op in self._ops(source, c)])
                 except (DsqlError, pgoutput.DecodeError) as error:
                     message = getattr(error, "message", str(error))
                     source.errors.append(message)
@@ -515,7 +515,7 @@ class PgSources:
                         "then recreate the source",
                     )
             case pgoutput.Insert() if m.oid in source.tables:
-                return [(m.oid, self._row(source, m.oid, m.new), 1)]
+                return [(m.oid, m.new, 1)]
             case pgoutput.Update() if m.oid in source.tables:
                 old = m.old if m.old_kind == "O" else None
                 if old is None:
@@ -525,26 +525,35 @@ class PgSources:
                     )
                 pairs = zip(old, m.new, strict=True)
                 new = tuple(o if n is pgoutput.UNCHANGED else n for o, n in pairs)
-                return [
-                    (m.oid, self._row(source, m.oid, old), -1),
-                    (m.oid, self._row(source, m.oid, new), 1),
-                ]
+                return [(m.oid, old, -1), (m.oid, new, 1)]
             case pgoutput.Delete() if m.oid in source.tables:
-                return [(m.oid, self._row(source, m.oid, m.old), -1)]
+                return [(m.oid, m.old, -1)]
             case pgoutput.Truncate():
                 return [(oid, None, 0) for oid in m.oids if oid in source.tables]
         return []
 
-    def _row(self, source: PgSource, oid: int, values: pgoutput.Tuple) -> Row:
-        """A change's values typed as its table's columns."""
-        t = source.tables[oid]
-        if any(v is pgoutput.UNCHANGED for v in values):
-            raise SourceError(
-                f"source '{source.name}': a change to {t.table} lacks a TOASTed value",
-                hint="the table needs REPLICA IDENTITY FULL",
-            )
-        (row,) = _typed(t, [[v] for v in values])
-        return row
+    def _typed_ops(
+        self, source: PgSource, ops: list[tuple[int, Any, int]]
+    ) -> list[tuple[int, Row | None, int]]:
+        """`ops` with their text rows typed as their tables' columns, a table's rows
+        read together."""
+        out: list[tuple[int, Row | None, int]] = list(ops)
+        by_table: dict[int, list[int]] = {}
+        for i, (oid, values, _) in enumerate(ops):
+            if values is not None:
+                by_table.setdefault(oid, []).append(i)
+        for oid, positions in by_table.items():
+            t = source.tables[oid]
+            texts = [ops[i][1] for i in positions]
+            if any(v is pgoutput.UNCHANGED for row in texts for v in row):
+                raise SourceError(
+                    f"source '{source.name}': a change to {t.table} lacks a TOASTed value",
+                    hint="the table needs REPLICA IDENTITY FULL",
+                )
+            rows = _typed(t, [list(column) for column in zip(*texts, strict=True)])
+            for i, row in zip(positions, rows, strict=True):
+                out[i] = (oid, row, ops[i][2])
+        return out
 
     def _contents(self, t: UpstreamTable) -> Counter[Row]:
         """The rows relation `t.local` holds before this poll's writes."""
