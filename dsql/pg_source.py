@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +48,7 @@ from psycopg import pq, sql
 from sqlglot import exp
 
 from dsql import pgoutput
-from dsql.errors import DsqlError, SchemaError, SourceError
+from dsql.errors import DsqlError, DsqlWarning, SchemaError, SourceError
 from dsql.planner import types
 from dsql.planner.plan import Column
 from dsql.text_input import BadValue, from_text
@@ -701,7 +702,8 @@ def _frozen(value: Any) -> Any:
 
 
 def _drop_slot(source: PgSource) -> None:
-    """Drop the source's slot, if the server can be reached (else it stays there)."""
+    """Drop the source's slot; if the server cannot be reached it stays there, holding
+    back the server's WAL, and a warning says how to drop it by hand."""
     try:
         with source.connection.connect() as conn:
             conn.execute(
@@ -709,8 +711,15 @@ def _drop_slot(source: PgSource) -> None:
                 " WHERE slot_name = %s",
                 (source.slot,),
             )
-    except (DsqlError, psycopg.Error):
-        pass
+    except (DsqlError, psycopg.Error) as error:
+        detail = getattr(error, "message", None) or str(error).strip()
+        warnings.warn(
+            f"the replication slot {source.slot} of source '{source.name}' could not be "
+            f"dropped ({detail}): it keeps the server's WAL until it is; run "
+            f"SELECT pg_drop_replication_slot('{source.slot}') there",
+            DsqlWarning,
+            stacklevel=3,
+        )
 
 
 def _literal(text: str) -> str:

@@ -7,6 +7,7 @@ the source's relations) after dsql's next statement has polled the slot.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import shutil
 import tempfile
@@ -20,6 +21,7 @@ import pytest
 from pg_oracle import PgServer
 
 import dsql
+import dsql.errors
 from dsql import pgoutput
 from dsql.errors import SchemaError, SourceError
 
@@ -154,6 +156,52 @@ def test_decoder_reads_each_message_kind() -> None:
 def test_decoder_refuses_malformed_messages(data: bytes) -> None:
     with pytest.raises(pgoutput.DecodeError):
         pgoutput.decode(data)
+
+
+def test_statements_parse() -> None:
+    from dsql import grammar
+
+    (stmt,) = grammar.parse(
+        "CREATE SOURCE IF NOT EXISTS s FROM POSTGRES CONNECTION pg (PUBLICATION 'p')"
+        ' FOR TABLES (t, sch."T 2" AS u)'
+    )
+    assert isinstance(stmt, grammar.CreatePgSource)
+    assert (stmt.connection, stmt.options, stmt.tables, stmt.if_not_exists) == (
+        "pg",
+        (("publication", "p"),),
+        (("t", None), ("sch.T 2", "u")),
+        True,
+    )
+    (stmt,) = grammar.parse(
+        "CREATE SOURCE s FROM POSTGRES CONNECTION pg (PUBLICATION 'p') FOR ALL TABLES"
+    )
+    assert isinstance(stmt, grammar.CreatePgSource) and stmt.tables is None
+    (stmt,) = grammar.parse("DROP CONNECTION IF EXISTS a, b")
+    assert stmt == grammar.DropConnection(
+        names=("a", "b"), if_exists=True, text=stmt.text, position=stmt.position
+    )
+    for bad in (
+        "CREATE SOURCE s FROM POSTGRES CONNECTION pg FOR ALL TABLES",
+        "CREATE SOURCE s FROM POSTGRES CONNECTION pg (PUBLICATION 'p') FOR TABLES",
+        "CREATE CONNECTION pg TO MYSQL (HOST 'h')",
+    ):
+        with pytest.raises(dsql.errors.ParseError):
+            grammar.parse(bad)
+
+
+def test_a_slot_left_behind_is_a_warning(upstream: PgServer, db: Any) -> None:
+    """DROP SOURCE while the server is away: the relations go, and a warning names the
+    slot that stays upstream."""
+    con = dsql.connect()
+    cur = source(con, upstream, db)
+    slot = con.session.pg.by_name["s"].slot
+    con.session.pg.connections["pg"] = dataclasses.replace(con.session.pg.connections["pg"], port=1)
+    con.session.pg.by_name["s"].connection = con.session.pg.connections["pg"]
+    with pytest.warns(dsql.errors.DsqlWarning, match=slot):
+        cur.execute("DROP SOURCE s")
+    cur.execute("SHOW TABLES")
+    assert cur.fetchall() == []
+    db.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
 
 
 # --- the source -------------------------------------------------------------------------
