@@ -184,10 +184,12 @@ class Executor:
         with self.lock:
             while True:
                 with self.guarded(None):
-                    self.session.sources.poll()
-                    if self.session.durable is None:  # a durable poll is logged first
-                        self.session.pg.poll()
-                        self.session.pg.confirm()
+                    # the poll's writes are logged apart from the waiting statement's
+                    held, self.session.writes = self.session.writes, []
+                    try:
+                        self._poll()
+                    finally:
+                        self.session.writes = held
                     table = fetch()
                 remaining = deadline - time.monotonic()
                 if table.num_rows or remaining <= 0:

@@ -17,14 +17,13 @@ slot's stream, never both nor neither. (`pg_create_logical_replication_slot` exp
 snapshot: a transaction committing between a snapshot taken beside it and the slot's
 consistent point would be lost.)
 
-Changes are polled like file sources' files: before each statement and, without a data
-directory, while a FETCH waits, `pg_logical_slot_peek_binary_changes` returns the
-committed transactions since the slot's confirmed position, decoded by `dsql.pgoutput`.
-One poll's transactions are written together at one time (each transaction therefore
-atomic: no time shows part of one), then, once the writes are applied (and logged, under
-a data directory), the slot is advanced past the last (`pg_replication_slot_advance`): a
-crash before that decodes them again, and a durable session skips the ones its log holds
-(`lsn`).
+Changes are polled like file sources' files: before each statement and while a FETCH
+waits, `pg_logical_slot_peek_binary_changes` returns the committed transactions since
+the slot's confirmed position, decoded by `dsql.pgoutput`. One poll's transactions are
+written together at one time (each transaction therefore atomic: no time shows part of
+one), then, once the writes are applied (and logged, under a data directory), the slot
+is advanced past the last (`pg_replication_slot_advance`): a crash before that decodes
+them again, and a durable session skips the ones its log holds (`lsn`).
 
 Updates and deletes need the old row: each table must have `REPLICA IDENTITY FULL`
 (PostgreSQL's default identity sends only the key), checked at CREATE and on every

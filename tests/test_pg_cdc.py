@@ -368,6 +368,28 @@ def test_restart_resumes_without_loss_or_repeat(
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def test_a_fetch_that_waits_polls_and_logs(upstream: PgServer, db: Any) -> None:
+    """Changes a waiting FETCH brings are in the log like a statement's poll."""
+    data_dir = Path(tempfile.mkdtemp(prefix="dsql-cdc-data-"))
+    try:
+        con = dsql.connect(data_dir=data_dir)
+        cur = source(con, upstream, db)
+        cur.execute("DECLARE c CURSOR FOR SUBSCRIBE (SELECT k FROM a)")
+        db.execute("INSERT INTO a VALUES (1, 'x', 1)")
+        cur.execute("FETCH ALL c WITH (timeout = '5s')")
+        assert [row[1:] for row in cur.fetchall()] == [(1, 1)]
+        con.close()
+        con = dsql.connect(data_dir=data_dir)
+        cur = con.cursor()
+        db.execute("INSERT INTO a VALUES (2, 'y', 2)")
+        cur.execute("SELECT k FROM a ORDER BY k")
+        assert cur.fetchall() == [(1,), (2,)]
+        cur.execute("DROP SOURCE s")
+        con.close()
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
 def test_snapshot_and_slot_agree(upstream: PgServer, db: Any) -> None:
     """Rows committed before CREATE SOURCE come from the snapshot, the ones after from
     the slot, none twice."""
