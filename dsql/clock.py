@@ -18,6 +18,8 @@ updates of one millisecond consolidate together.
 from __future__ import annotations
 
 import time as _time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from dsql.errors import TimeError
 
@@ -66,6 +68,18 @@ class Clock:
                 self.tick = now
         self.dirty = True
         return self.tick
+
+    @contextmanager
+    def one_time(self) -> Iterator[int]:
+        """Inside: every write goes to one tick, the one a write would take on entering
+        (an upstream transaction's changes to several tables share it, under the wall
+        clock too)."""
+        tick, replaying = self.write_tick(), self.replaying
+        self.replaying = True  # neither the wall clock nor a read moves the writes' tick
+        try:
+            yield tick
+        finally:
+            self.replaying = replaying
 
     def close(self) -> int:
         """Close the current tick; returns the new frontier (the next open tick)."""

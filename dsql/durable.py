@@ -2,9 +2,11 @@
 
 `Durable` owns a directory holding a write-ahead log (`dsql.wal`) and at most one
 checkpoint. Every statement that changes what a later session must see is logged
-before it returns: DDL (CREATE TABLE/VIEW/INDEX/SINK, CREATE TABLE AS, DROP) as its text,
-table writes as their rows and diffs with the ticks they were stamped at, ADVANCE as
-the millisecond reached. A transaction's statements are one record, written at COMMIT
+before it returns: DDL (CREATE TABLE/VIEW/INDEX/SINK/CONNECTION, CREATE TABLE AS,
+DROP) as its text, a PostgreSQL source as a definition naming its slot, table writes
+as their rows and diffs with the ticks they were stamped at, ADVANCE as the millisecond
+reached, a poll of the sources with their progress (files read, upstream position).
+A transaction's statements are one record, written at COMMIT
 (or at the ROLLBACK dsql refuses, after which the writes stay), as are an
 `executemany`'s (`batch`); a crash before loses all of them and nothing else. A
 statement that fails logs nothing.
@@ -109,7 +111,7 @@ class Durable:
     def names(self) -> set[str]:
         """The names of the session's catalog objects now."""
         s = self._session()
-        return set(s.relations) | set(s.indexes.by_name) | sinks.kept(s)
+        return set(s.relations) | set(s.indexes.by_name) | sinks.kept(s) | s.pg.names()
 
     def statement(
         self, stmt: Any, writes: list[tuple[str, pa.Table, int, int]], before: set[str], tick: int
@@ -126,6 +128,12 @@ class Durable:
             case grammar.CreateSource() if stmt.name not in before:
                 self._entry({"sql": stmt.text, "tick": tick})
                 before = before | {f"{stmt.name}_quarantine"}  # made again by the source
+            case grammar.CreateConnection() | grammar.DropConnection():
+                self._entry({"sql": stmt.text, "tick": tick})
+            case grammar.CreatePgSource() if stmt.name in s.pg and not before & set(
+                self._pg_relations(stmt.name)
+            ):
+                self._entry({"sql": s.pg.definition(stmt.name), "tick": tick})
             case grammar.CreateSink() if stmt.name in self.names() - before:
                 self._entry({"sql": sinks.definition(s.sinks[stmt.name]), "tick": tick})
             case grammar.Drop():  # with what CASCADE took: replayed, it takes the same
@@ -141,13 +149,22 @@ class Durable:
         self.settle()
 
     def polled(
-        self, writes: list[tuple[str, pa.Table, int, int]], progress: dict[str, tuple[str, ...]]
+        self,
+        writes: list[tuple[str, pa.Table, int, int]],
+        progress: dict[str, tuple[str, ...]],
+        pg_progress: dict[str, int],
     ) -> None:
-        """Log the rows a poll of the file sources wrote, with the files each source has
-        read, as one record: recovered, each file stays read once."""
+        """Log the rows a poll of the sources wrote, with the files each file source has
+        read and the upstream position each PostgreSQL source reached, as one record:
+        recovered, each file and each upstream transaction stays applied once."""
         self._writes(writes)
         self._entry({"sources": {name: list(seen) for name, seen in progress.items()}})
+        self._entry({"pg_sources": pg_progress})
         self.settle()
+
+    def _pg_relations(self, name: str) -> list[str]:
+        source = self._session().pg.by_name.get(name)
+        return [] if source is None else [t.local for t in source.tables.values()]
 
     def table_loaded(
         self, name: str, writes: list[tuple[str, pa.Table, int, int]], before: set[str], tick: int
@@ -234,6 +251,8 @@ class Durable:
             return create_table_sql(s.relations[name])
         if isinstance(stmt, grammar.CreateSink):
             return sinks.definition(s.sinks[name])
+        if isinstance(stmt, grammar.CreatePgSource):
+            return s.pg.definition(stmt.name)
         if isinstance(stmt, grammar.CreateIndex) and stmt.name is None:
             index = s.indexes.by_name[name]  # a default name, written out
             keys = ", ".join(_quoted(k) for k in index.key_names)
@@ -260,6 +279,7 @@ class Durable:
             "catalog": list(self.catalog.items()),
             "tables": tables,
             "sources": {name: list(seen) for name, seen in s.sources.progress().items()},
+            "pg_sources": s.pg.progress(),
         }
         with open(tmp / "manifest.json", "w", encoding="utf-8") as f:
             json.dump(manifest, f)
@@ -381,6 +401,7 @@ class Durable:
                 ) from None
             s.write(name, rows, 1, kinds=_WRITTEN)
         self._restore_sources(manifest.get("sources", {}))
+        s.pg.restore(manifest.get("pg_sources", {}))
         return int(manifest["tick"])
 
     def _apply(self, entry: dict[str, Any], tables: list[pa.Table], path: Path) -> None:
@@ -390,6 +411,9 @@ class Durable:
             return
         if "sources" in entry:
             self._restore_sources(entry["sources"])
+            return
+        if "pg_sources" in entry:
+            s.pg.restore(entry["pg_sources"])
             return
         self._at(entry["tick"])
         if "sql" in entry:

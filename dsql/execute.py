@@ -50,7 +50,14 @@ from dsql.timeout import interrupt_cancels, parse_duration, statement_deadline
 POLL_SECONDS = 0.05
 
 #: The statements whose writes reach the views before they return (`Executor.deliver`).
-_WRITES = (grammar.Insert, grammar.Update, grammar.Delete, grammar.Commit, grammar.Copy)
+_WRITES = (
+    grammar.Insert,
+    grammar.Update,
+    grammar.Delete,
+    grammar.Commit,
+    grammar.Copy,
+    grammar.CreatePgSource,
+)
 
 #: PostgreSQL client settings that drivers set on connecting and that cannot change
 #: what dsql computes: accepted and ignored. Every other name but dsql's is refused.
@@ -177,7 +184,12 @@ class Executor:
         with self.lock:
             while True:
                 with self.guarded(None):
-                    self.session.sources.poll()
+                    # the poll's writes are logged apart from the waiting statement's
+                    held, self.session.writes = self.session.writes, []
+                    try:
+                        self._poll()
+                    finally:
+                        self.session.writes = held
                     table = fetch()
                 remaining = deadline - time.monotonic()
                 if table.num_rows or remaining <= 0:
@@ -192,10 +204,12 @@ class Executor:
         s = self.session
         if s.durable is not None and s.durable.replaying:
             return []
-        notices = s.sources.poll()
+        notices = s.sources.poll() + s.pg.poll()
         if s.durable is not None and s.writes:
-            s.durable.polled(s.writes, s.sources.progress())
-        return notices
+            s.durable.polled(s.writes, s.sources.progress(), s.pg.progress())
+        if s.durable is not None and s.durable.pending:  # an executemany's: not on disk yet
+            return notices  # the slots advance at a later poll, once it is
+        return notices + s.pg.confirm()
 
     def _execute(self, stmt: Any) -> Result:
         s = self.session
@@ -224,6 +238,15 @@ class Executor:
             case grammar.CreateSource():
                 s.sources.create(stmt)
                 return Result(status="CREATE SOURCE")
+            case grammar.CreatePgSource():
+                s.pg.create(stmt)
+                return Result(status="CREATE SOURCE")
+            case grammar.CreateConnection():
+                s.pg.create_connection(stmt)
+                return Result(status="CREATE CONNECTION")
+            case grammar.DropConnection():
+                s.pg.drop_connection(stmt)
+                return Result(status="DROP CONNECTION")
             case grammar.Delete():
                 old = self._matching(stmt.table, stmt.where)
                 n = s.write(stmt.table, old, -1)
@@ -251,6 +274,9 @@ class Executor:
                 for name in stmt.names:
                     if stmt.kind == "index":
                         dropped += s.indexes.drop(name, stmt.if_exists)
+                        continue
+                    if stmt.kind == "source" and name in s.pg:
+                        dropped += s.pg.drop(name, stmt.cascade)
                         continue
                     dropped += s.drop(name, stmt.cascade, stmt.kind, stmt.if_exists)
                     dropped += s.sources.drop(name)
@@ -527,6 +553,8 @@ class Executor:
             return _rows(s.sources.rows())
         if what == "sinks":
             return _rows(sinks.rows(s))
+        if what == "connections":
+            return _rows(s.pg.connection_rows())
         if what == "subscriptions":
             return _rows(subscription_rows(s.subscriptions))
         if what.startswith("create "):

@@ -32,6 +32,7 @@ from dsql.heal import Healing, is_data_error
 from dsql.history import History
 from dsql.indexes import Indexes
 from dsql.lost_state import LostState
+from dsql.pg_source import PgSources
 from dsql.planner.bind import bind
 from dsql.planner.catalog import unknown_relation
 from dsql.planner.decorrelate import decorrelate
@@ -122,6 +123,8 @@ class Session:
         self.sandbox = Sandbox()
         #: The file sources, by name (`dsql.file_source`), polled at statement boundaries.
         self.sources = FileSources(self)
+        #: The PostgreSQL connections and sources (`dsql.pg_source`), polled with them.
+        self.pg = PgSources(self)
         self._unit = self._new_input(pa.schema([("_c0", pa.int32())]))
         self._unit.update_at((0,), self.clock.write_tick(), 1)
         self._unit_arrangement = self._unit.to_collection().arrange_by_self()

@@ -309,6 +309,41 @@ class CreateSource(Statement):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CreateConnection(Statement):
+    """`CREATE CONNECTION [IF NOT EXISTS] c TO POSTGRES (HOST 'h', PORT 5432, USER 'u',
+    PASSWORD 'p', DATABASE 'd')`: where a PostgreSQL source reads (`dsql.pg_source`).
+
+    `options` are (lower-case name, value) pairs, checked when the connection is made."""
+
+    name: str
+    options: tuple[tuple[str, str], ...] = ()
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DropConnection(Statement):
+    """`DROP CONNECTION [IF EXISTS] c, ...`."""
+
+    names: tuple[str, ...]
+    if_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatePgSource(Statement):
+    """`CREATE SOURCE [IF NOT EXISTS] s FROM POSTGRES CONNECTION c (PUBLICATION 'p')
+    FOR TABLES (t1, schema.t2 AS local) | FOR ALL TABLES`: one relation per upstream
+    table, kept equal to it by logical replication (`dsql.pg_source`).
+
+    `tables` is ((upstream name, local name or None), ...), or None for ALL TABLES."""
+
+    name: str
+    connection: str
+    options: tuple[tuple[str, str], ...] = ()
+    tables: tuple[tuple[str, str | None], ...] | None = None
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CreateSink(Statement):
     """`CREATE SINK [IF NOT EXISTS] name FROM relation INTO FILES 'dir' [KEY (cols)]
     [WITH (FORMAT = 'parquet')] [ENVELOPE DIFF | UPSERT]` (`dsql.sinks`).

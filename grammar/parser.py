@@ -37,7 +37,7 @@ from dsql.grammar.sql import (
     string_value,
 )
 
-_STARTS = ["statement", "query", "names", "options", "recursion_limit"]
+_STARTS = ["statement", "query", "names", "options", "table_refs", "recursion_limit"]
 _ONE_STRING = re.compile("'\x01*'\\s*")
 _TRUE = frozenset({"true", "on", "t", "yes", "1"})
 _FALSE = frozenset({"false", "off", "f", "no", "0"})
@@ -538,6 +538,48 @@ class _Builder(Transformer):
 
     def drop_sink(self, meta, _d, _s, if_exists, *names: str) -> ast.DropSink:
         return ast.DropSink(names=tuple(names), if_exists=bool(if_exists), **self._located(meta))
+
+    def create_connection(
+        self, meta, _c, _conn, if_not_exists, name, _to, _pg, group
+    ) -> ast.CreateConnection:
+        return ast.CreateConnection(
+            name=name,
+            options=tuple(_option_pair(o) for o in self._options(group)),
+            if_not_exists=bool(if_not_exists),
+            **self._located(meta),
+        )
+
+    def drop_connection(self, meta, _d, _c, if_exists, *names: str) -> ast.DropConnection:
+        return ast.DropConnection(
+            names=tuple(names), if_exists=bool(if_exists), **self._located(meta)
+        )
+
+    def show_connections(self, meta, *_: Token) -> ast.Show:
+        return ast.Show(what="connections", **self._located(meta))
+
+    def create_pg_source(
+        self, meta, _c, _s, if_not_exists, name, _f, _pg, _conn, connection, group, _for, tables
+    ) -> ast.CreatePgSource:
+        return ast.CreatePgSource(
+            name=name,
+            connection=connection,
+            options=tuple(_option_pair(o) for o in self._options(group)),
+            tables=tables,
+            if_not_exists=bool(if_not_exists),
+            **self._located(meta),
+        )
+
+    def pg_some_tables(self, meta, _t, group) -> tuple[tuple[str, str | None], ...]:
+        return tuple(self._inside(group, "table_refs"))
+
+    def pg_all_tables(self, meta, *_: Token) -> None:
+        return None
+
+    def table_refs(self, meta, *refs: tuple[str, str | None]) -> tuple[tuple[str, str | None], ...]:
+        return refs
+
+    def table_ref(self, meta, upstream: str, _as, local: str | None) -> tuple[str, str | None]:
+        return upstream, local
 
     def show_sinks(self, meta, *_: Token) -> ast.Show:
         return ast.Show(what="sinks", **self._located(meta))

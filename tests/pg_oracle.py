@@ -87,9 +87,9 @@ class PgServer:
         return self.root
 
     @classmethod
-    def start(cls, root: Path) -> PgServer:
+    def start(cls, root: Path, settings: str = "") -> PgServer:
         """A new server with its data directory under `root` (created, then owned by the
-        server's user)."""
+        server's user); `settings`: more `-c name=value` options (`wal_level=logical`)."""
         bindir = find_bindir()
         user = "postgres" if os.geteuid() == 0 else None
         root.mkdir(parents=True, exist_ok=True)
@@ -104,7 +104,7 @@ class PgServer:
         options = (
             f"-p {server.port} -k {server.socket_dir} -c listen_addresses='' "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-            "-c timezone=UTC -c max_connections=20"
+            f"-c timezone=UTC -c max_connections=20 {settings}"
         )
         server._run(
             "pg_ctl", "-D", str(server.data), "-o", options, "-l", str(root / "server.log"),
