@@ -1,0 +1,332 @@
+"""Delta Lake sources and sinks (`dsql.delta_source`, `dsql.delta_sink`): a source equals
+its Delta table after every version (the change data feed's updates and deletes
+included), a view over it equals its query recomputed; a removal without the feed stops
+the source rather than guess; sinks hold each closed millisecond exactly once, across
+restarts and a SIGKILL on either side of the Delta commit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+import dsql
+from dsql.errors import AccessError, DsqlWarning, SchemaError, SourceError
+
+FEED = {"delta.enableChangeDataFeed": "true"}
+
+#: The view over the source, and the same query for DuckDB over the Delta snapshot.
+VIEW = "SELECT v, count(*) AS n, sum(x) AS total FROM s GROUP BY v"
+
+
+def _rows(con: Any, sql: str) -> list[tuple[Any, ...]]:
+    return sorted(con.execute(sql).fetchall(), key=repr)
+
+
+def _batch(ks: list[int], vs: list[str | None], xs: list[int]) -> pa.Table:
+    return pa.table(
+        {
+            "k": pa.array(ks, pa.int32()),
+            "v": pa.array(vs, pa.string()),
+            "x": pa.array(xs, pa.int64()),
+        }
+    )
+
+
+def _delta_rows(path: Path) -> list[tuple[Any, ...]]:
+    snapshot = DeltaTable(str(path)).to_pyarrow_table().cast(_batch([], [], []).schema)
+    return sorted(((r["k"], r["v"], r["x"]) for r in snapshot.to_pylist()), key=repr)
+
+
+def _recomputed(path: Path) -> list[tuple[Any, ...]]:
+    """VIEW evaluated from scratch by DuckDB over the table's current snapshot."""
+    s = DeltaTable(str(path)).to_pyarrow_table().cast(_batch([], [], []).schema)  # noqa: F841
+    return sorted(duckdb.sql(VIEW).fetchall(), key=repr)
+
+
+def _check(con: Any, path: Path) -> None:
+    """The source equals the table, the view equals its query recomputed over it."""
+    con.execute("ADVANCE BY 1")  # polls first: the versions since land at one time
+    assert _rows(con, "SELECT k, v, x FROM s") == _delta_rows(path)
+    assert _rows(con, "SELECT * FROM m") == _recomputed(path)
+
+
+def test_a_source_follows_appends_updates_deletes_and_merges_with_the_feed(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t"
+    write_deltalake(
+        str(path), _batch([1, 2, 3], ["a", "b", None], [10, 20, 30]), configuration=FEED
+    )
+    con = dsql.connect(kernel="local", allowed_paths=[tmp_path])
+    con.execute(f"CREATE SOURCE s FROM DELTA '{path}'")
+    assert con.execute("SHOW COLUMNS FROM s").fetchall() == [
+        ("k", True, "int"),
+        ("v", True, "text"),
+        ("x", True, "bigint"),
+    ]
+    con.execute(f"CREATE MATERIALIZED VIEW m AS {VIEW}")
+    _check(con, path)
+    table = DeltaTable(str(path))
+    write_deltalake(str(path), _batch([4, 5], ["a", "c"], [1, 2]), mode="append")
+    _check(con, path)
+    table = DeltaTable(str(path))
+    table.update(updates={"v": "'b'", "x": "x + 100"}, predicate="k = 1")
+    _check(con, path)
+    table.delete("v = 'b'")
+    _check(con, path)
+    source = _batch([3, 6], ["z", "a"], [33, 6])
+    (
+        table.merge(source, "t.k = s.k", source_alias="s", target_alias="t")
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    _check(con, path)
+    # Several versions between two polls, an update then a delete of the same row.
+    table.update(updates={"x": "0"}, predicate="k = 6")
+    table.delete("k = 6")
+    write_deltalake(str(path), _batch([7], [None], [7]), mode="append")
+    _check(con, path)
+    write_deltalake(str(path), _batch([8], ["q"], [8]), mode="overwrite")
+    _check(con, path)
+    (row,) = con.execute("SHOW SOURCES").fetchall()
+    assert row[2:4] == ("delta", DeltaTable(str(path)).version()) and row[5] is None
+
+
+def test_appends_without_the_feed_are_read_from_their_files(tmp_path: Path) -> None:
+    """Partitioned appends: the partition column is no part of the data files."""
+    path = tmp_path / "t"
+    write_deltalake(str(path), _batch([1, 2], ["a", "b"], [1, 2]), partition_by=["v"])
+    con = dsql.connect(kernel="local", allowed_paths=[tmp_path])
+    con.execute(f"CREATE SOURCE s FROM DELTA '{path}'")
+    con.execute(f"CREATE MATERIALIZED VIEW m AS {VIEW}")
+    _check(con, path)
+    write_deltalake(str(path), _batch([3, 4], ["a", None], [3, 4]), mode="append")
+    write_deltalake(str(path), _batch([5], ["c"], [5]), mode="append")
+    _check(con, path)
+    DeltaTable(str(path)).optimize.compact()  # rewrites files, changes no row
+    _check(con, path)
+
+
+@pytest.mark.parametrize("change", ["delete", "overwrite"])
+def test_a_removal_without_the_feed_stops_the_source(tmp_path: Path, change: str) -> None:
+    path = tmp_path / "t"
+    write_deltalake(str(path), _batch([1, 2], ["a", "b"], [1, 2]))
+    con = dsql.connect(kernel="local", allowed_paths=[tmp_path])
+    con.execute(f"CREATE SOURCE s FROM DELTA '{path}'")
+    con.execute(f"CREATE MATERIALIZED VIEW m AS {VIEW}")
+    _check(con, path)
+    before = _rows(con, "SELECT k, v, x FROM s")
+    if change == "delete":
+        DeltaTable(str(path)).delete("k = 1")
+    else:
+        write_deltalake(str(path), _batch([9], ["z"], [9]), mode="overwrite")
+    with pytest.warns(DsqlWarning, match="stopped at version 1.*change data feed"):
+        con.execute("ADVANCE BY 1")
+    write_deltalake(str(path), _batch([3], ["c"], [3]), mode="append")
+    con.execute("ADVANCE BY 1")
+    assert _rows(con, "SELECT k, v, x FROM s") == before  # the last version it could read
+    (row,) = con.execute("SHOW SOURCES").fetchall()
+    assert row[2] == "delta" and row[3] == 0 and "no change data feed" in row[5]
+
+
+def test_bad_places_and_types_are_refused(tmp_path: Path) -> None:
+    con = dsql.connect(kernel="local", allowed_paths=[tmp_path])
+    with pytest.raises(SourceError, match="no such Delta table"):
+        con.execute(f"CREATE SOURCE s FROM DELTA '{tmp_path / 'missing'}'")
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "x.parquet").write_bytes(b"")
+    with pytest.raises(SourceError, match="not a Delta table"):
+        con.execute(f"CREATE SOURCE s FROM DELTA '{tmp_path / 'plain'}'")
+    nested = pa.table({"k": [1], "m": pa.array([{"a": 1}], pa.struct([("a", pa.int64())]))})
+    write_deltalake(str(tmp_path / "nested"), nested)
+    with pytest.raises(SchemaError, match='column "m" .* no type for'):
+        con.execute(f"CREATE SOURCE s FROM DELTA '{tmp_path / 'nested'}'")
+    con.execute("CREATE TABLE t (k int, d interval)")
+    with pytest.raises(SourceError, match="not a Delta table"):
+        con.execute(f"CREATE SINK k FROM t INTO DELTA '{tmp_path / 'plain'}'")
+    with pytest.raises(dsql.Error, match="interval"):
+        con.execute(f"CREATE SINK k FROM t INTO DELTA '{tmp_path / 'out'}'")
+    assert con.execute("SHOW SINKS").fetchall() == []
+    assert "s" not in {r[0] for r in con.execute("SHOW SOURCES").fetchall()}
+
+
+def test_the_sandbox_refuses_a_path_not_named(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    write_deltalake(str(path), _batch([1], ["a"], [1]))
+    con = dsql.connect(kernel="local", allowed_paths=[tmp_path / "elsewhere"])
+    with pytest.raises(AccessError, match="outside the paths SQL may reach"):
+        con.execute(f"CREATE SOURCE s FROM DELTA '{path}'")
+    con.execute("CREATE TABLE t (k int)")
+    with pytest.raises(AccessError, match="outside the paths SQL may reach"):
+        con.execute(f"CREATE SINK k FROM t INTO DELTA '{tmp_path / 'out'}'")
+    assert not (tmp_path / "out").exists()
+
+
+# --- sinks -------------------------------------------------------------------------------
+def _history(path: Path) -> Counter[tuple[Any, ...]]:
+    """A diff sink's rows: (mz_timestamp, mz_diff, columns...) counted."""
+    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return Counter(tuple(r.values()) for r in rows)
+
+
+def _rows_at(path: Path, version: int) -> Counter[tuple[Any, ...]]:
+    rows = DeltaTable(str(path), version=version).to_pyarrow_table().to_pylist()
+    return Counter(tuple(r.values()) for r in rows)
+
+
+def _accumulated(history: Counter[tuple[Any, ...]], ms: int) -> list[tuple[Any, ...]]:
+    """What a diff sink's rows up to `ms` add up to, as sorted rows."""
+    total: Counter[tuple[Any, ...]] = Counter()
+    for (at, diff, *row), count in history.items():
+        if at <= ms:
+            total[tuple(row)] += diff * count
+    assert all(n >= 0 for n in total.values())
+    return sorted((r for r, n in total.items() for _ in range(n)), key=repr)
+
+
+def _upserted(path: Path) -> list[tuple[Any, ...]]:
+    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return sorted((tuple(r.values()) for r in rows), key=repr)
+
+
+WRITES = [
+    "INSERT INTO t VALUES (1, 'a', 1), (2, 'a', 2), (3, NULL, 3)",
+    "UPDATE t SET x = x * 10 WHERE k = 1",
+    "DELETE FROM t WHERE k = 2",
+    "INSERT INTO t VALUES (4, 'b', 4), (5, NULL, 5)",
+    "DELETE FROM t WHERE v IS NULL",
+    "UPDATE t SET v = 'c' WHERE v = 'a'",
+]
+
+
+def _sinks(con: Any, tmp_path: Path) -> None:
+    con.execute("CREATE TABLE t (k int, v text, x bigint)")
+    con.execute(
+        "CREATE MATERIALIZED VIEW m AS SELECT v, count(*) AS n, sum(x) AS total FROM t GROUP BY v"
+    )
+    con.execute(f"CREATE SINK d FROM m INTO DELTA '{tmp_path / 'diff'}'")
+    con.execute(f"CREATE SINK u FROM m INTO DELTA '{tmp_path / 'upsert'}' KEY (v) ENVELOPE UPSERT")
+
+
+def test_sinks_hold_the_views_history_and_state(tmp_path: Path) -> None:
+    con = dsql.connect(kernel="local", allowed_paths=[tmp_path])
+    _sinks(con, tmp_path)
+    states = {}
+    for sql in WRITES:
+        con.execute(sql)
+        states[con.execute("SELECT mz_now()").fetchone()[0]] = _rows(con, "SELECT * FROM m")
+        con.execute("ADVANCE BY 3")  # closes the write's millisecond: the sinks flush
+        assert _upserted(tmp_path / "upsert") == _rows(con, "SELECT * FROM m")
+    history = _history(tmp_path / "diff")
+    for ms, want in states.items():
+        assert _accumulated(history, ms) == want
+    diff, upsert = DeltaTable(str(tmp_path / "diff")), DeltaTable(str(tmp_path / "upsert"))
+    through = {r[0]: r[4] for r in con.execute("SHOW SINKS").fetchall()}
+    assert diff.transaction_version("dsql-sink-d") == through["d"]
+    assert upsert.transaction_version("dsql-sink-u") == through["u"]
+    # One commit per flush with changes (each write here), after the empty creation.
+    assert diff.version() == upsert.version() == len(WRITES)
+
+
+def test_restarts_read_each_version_and_write_each_millisecond_once(tmp_path: Path) -> None:
+    data, path = tmp_path / "data", tmp_path / "t"
+    write_deltalake(str(path), _batch([1, 2], ["a", "b"], [1, 2]), configuration=FEED)
+
+    def connect() -> Any:
+        return dsql.connect(kernel="local", data_dir=data, allowed_paths=[tmp_path])
+
+    con = connect()
+    con.execute(f"CREATE SOURCE s FROM DELTA '{path}'")
+    con.execute(f"CREATE MATERIALIZED VIEW m AS {VIEW}")
+    con.execute(f"CREATE SINK d FROM m INTO DELTA '{tmp_path / 'diff'}'")
+    con.execute(f"CREATE SINK u FROM s INTO DELTA '{tmp_path / 'up'}' KEY (k) ENVELOPE UPSERT")
+    _check(con, path)
+    DeltaTable(str(path)).update(updates={"x": "x + 1"}, predicate="k = 1")
+    _check(con, path)
+    con.close()
+    # Versions committed while dsql is down are read once, at the first poll after.
+    DeltaTable(str(path)).delete("k = 2")
+    write_deltalake(str(path), _batch([3], ["a"], [3]), mode="append")
+    for _ in range(2):
+        con = connect()
+        _check(con, path)
+        assert _upserted(tmp_path / "up") == _rows(con, "SELECT k, v, x FROM s")
+        con.close()
+    con = connect()
+    con.execute("ADVANCE BY 1")
+    history = _history(tmp_path / "diff")
+    assert _accumulated(history, 10**15) == _rows(con, "SELECT * FROM m")
+    con.close()
+
+
+_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    import dsql
+    from dsql import delta_sink
+
+    data, path, out, when = sys.argv[1:5]
+    original = delta_sink.DeltaTarget.write
+    calls = []
+
+    def write(self, first, last, changes):
+        calls.append(last)
+        if len(calls) == 3 and when == "before":
+            os.kill(os.getpid(), signal.SIGKILL)
+        original(self, first, last, changes)
+        if len(calls) == 3 and when == "after":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    delta_sink.DeltaTarget.write = write
+    con = dsql.connect(kernel="local", data_dir=data, allowed_paths=[os.path.dirname(out)])
+    con.execute("CREATE TABLE t (k int, v text, x bigint)")
+    con.execute("CREATE MATERIALIZED VIEW m AS SELECT v, count(*) AS n FROM t GROUP BY v")
+    con.execute(f"CREATE SINK d FROM m INTO DELTA '{out}'")
+    for i in range(6):
+        con.execute(f"INSERT INTO t VALUES ({i}, '{'ab'[i % 2]}', {i})")
+        con.execute("ADVANCE BY 2")
+    print("not killed", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_sigkill_around_the_delta_commit_writes_each_millisecond_once(
+    tmp_path: Path, when: str
+) -> None:
+    data, out = tmp_path / "data", tmp_path / "diff"
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(data), str(tmp_path), str(out), when],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    committed = DeltaTable(str(out)).version()
+    assert committed == (2 if when == "before" else 3)
+    con = dsql.connect(kernel="local", data_dir=data, allowed_paths=[tmp_path])
+    con.execute("ADVANCE BY 1")
+    seen: set[int] = set()
+    for version in range(1, DeltaTable(str(out)).version() + 1):  # one commit per flush
+        added = _rows_at(out, version) - _rows_at(out, version - 1)
+        times = {row[0] for row in added}
+        assert not times & seen, f"version {version} repeats milliseconds {times & seen}"
+        seen |= times
+    assert _accumulated(_history(out), 10**15) == _rows(con, "SELECT * FROM m")
+    con.execute("INSERT INTO t VALUES (9, 'c', 9)")
+    con.execute("ADVANCE BY 1")
+    assert _accumulated(_history(out), 10**15) == _rows(con, "SELECT * FROM m")
+    con.close()
