@@ -63,6 +63,12 @@ class DeltaTarget:
                     f'column "{f.name}" is an interval, which a Delta table cannot hold',
                     hint="sink a view that casts it to text",
                 )
+        for name in self.key or ():
+            if pa.types.is_list(schema.field(name).type):
+                raise UnsupportedError(
+                    f'key column "{name}" is an array, which a Delta merge cannot match on',
+                    hint="key the sink by scalar columns",
+                )
         if (self.path / "_delta_log").is_dir():
             have = pa.schema(DeltaTable(str(self.path)).schema().to_arrow())
             if have.names != wanted.names:

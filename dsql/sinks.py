@@ -130,7 +130,7 @@ class FileTarget:
             return accumulated(changes, columns)
         latest: dict[tuple[Any, ...], dict[str, Any]] = {}
         for row in changes.to_pylist():  # files are in time order, rows within one too
-            k = tuple(row[c] for c in key)
+            k = tuple(_hashable(row[c]) for c in key)
             if row["mz_state"] == "upsert":
                 latest[k] = row
             else:
@@ -363,6 +363,7 @@ def upserts(changes: pa.Table, key: tuple[str, ...], state: KeyState) -> pa.Tabl
         if ms != last and last is not None:
             emit(last)
         last = ms
+        row = [_hashable(v) for v in row]
         k = tuple(row[i] for i in at)
         state.setdefault(k, Counter())[tuple(row)] += diff
         changed[k] = None
@@ -385,6 +386,12 @@ def accumulated(changes: pa.Table, columns: list[str]) -> pa.Table:
         changes.rename_columns([*changes.column_names[:1], DIFF, *columns]), tuple(columns), ()
     )
     return total.select([DIFF, *columns])
+
+
+def _hashable(value: Any) -> Any:
+    """`value` with its arrays as tuples (Arrow takes either back for a list column), so
+    a row with one can be counted."""
+    return tuple(map(_hashable, value)) if isinstance(value, list) else value
 
 
 def create(

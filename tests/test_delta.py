@@ -6,6 +6,8 @@ restarts and a SIGKILL on either side of the Delta commit."""
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import os
 import signal
 import subprocess
@@ -17,6 +19,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
@@ -139,6 +142,91 @@ def test_a_removal_without_the_feed_stops_the_source(tmp_path: Path, change: str
     assert _rows(con, "SELECT k, v, x FROM s") == before  # the last version it could read
     (row,) = con.execute("SHOW SOURCES").fetchall()
     assert row[2] == "delta" and row[3] == 0 and "no change data feed" in row[5]
+
+
+def test_every_type_dsql_shares_with_delta_goes_through_source_and_sink(
+    tmp_path: Path,
+) -> None:
+    utc = dt.UTC
+    typed = pa.table(
+        {
+            "i16": pa.array([1, 2], pa.int16()),
+            "b": pa.array([True, None]),
+            "f": pa.array([1.5, None], pa.float32()),
+            "d": pa.array([1.25, None]),
+            "n": pa.array([decimal.Decimal("1.23"), None], pa.decimal128(10, 2)),
+            "day": pa.array([dt.date(2020, 1, 2), None]),
+            "ts": pa.array([dt.datetime(2020, 1, 2, 3, 4, 5, 6), None], pa.timestamp("us")),
+            "tz": pa.array(
+                [dt.datetime(2020, 1, 2, 3, tzinfo=utc), None], pa.timestamp("us", "UTC")
+            ),
+            "by": pa.array([b"\x00x", None]),
+            "arr": pa.array([[1, None], None], pa.list_(pa.int64())),
+        }
+    )
+    write_deltalake(str(tmp_path / "t"), typed, configuration=FEED)
+    con = dsql.connect(kernel="local", allowed_paths=[tmp_path])
+    con.execute(f"CREATE SOURCE s FROM DELTA '{tmp_path / 't'}'")
+    assert [r[2] for r in con.execute("SHOW COLUMNS FROM s").fetchall()] == [
+        "smallint",
+        "boolean",
+        "real",
+        "double precision",
+        "decimal(10, 2)",
+        "date",
+        "timestamp",
+        "timestamptz",
+        "bytea",
+        "bigint[]",
+    ]
+    con.execute(f"CREATE SINK d FROM s INTO DELTA '{tmp_path / 'diff'}'")
+    con.execute(f"CREATE SINK u FROM s INTO DELTA '{tmp_path / 'up'}' KEY (i16) ENVELOPE UPSERT")
+    con.execute("ADVANCE BY 1")
+    DeltaTable(str(tmp_path / "t")).delete("i16 = 2")
+    con.execute("ADVANCE BY 1")
+    con.execute("ADVANCE BY 1")
+    want = typed.slice(0, 1).to_pylist()
+    assert con.execute("SELECT count(*) FROM s").fetchall() == [(1,)]
+    assert DeltaTable(str(tmp_path / "up")).to_pyarrow_table().to_pylist() == want
+    diff = DeltaTable(str(tmp_path / "diff")).to_pyarrow_table()
+    assert sorted(diff.drop_columns(["mz_timestamp"]).to_pylist(), key=repr) == sorted(
+        [{"mz_diff": 1, **r} for r in typed.to_pylist()]
+        + [{"mz_diff": -1, **typed.to_pylist()[1]}],
+        key=repr,
+    )
+
+
+@pytest.mark.parametrize("into", ["FILES", "DELTA"])
+def test_an_upsert_sink_takes_array_columns(tmp_path: Path, into: str) -> None:
+    """The upsert envelope counts rows by value: arrays among them are values too (a
+    FILES sink may even key by one; a Delta merge cannot match on one)."""
+    con = dsql.connect(kernel="local", allowed_paths=[tmp_path])
+    con.execute("CREATE TABLE t (k int, a int[], b int[])")
+    if into == "DELTA":
+        with pytest.raises(dsql.Error, match='key column "a" is an array'):
+            con.execute(
+                f"CREATE SINK u FROM t INTO DELTA '{tmp_path / 'x'}' KEY (a) ENVELOPE UPSERT"
+            )
+    key = "a" if into == "FILES" else "k"
+    con.execute(
+        f"CREATE SINK u FROM t INTO {into} '{tmp_path / 'out'}' KEY ({key}) ENVELOPE UPSERT"
+    )
+    con.execute("INSERT INTO t VALUES (1, ARRAY[1], ARRAY[2, NULL]), (3, ARRAY[3], NULL)")
+    con.execute("ADVANCE BY 1")
+    con.execute("UPDATE t SET b = ARRAY[4] WHERE k = 1")
+    con.execute("ADVANCE BY 1")
+    con.close()
+    want = [{"k": 1, "a": [1], "b": [4]}, {"k": 3, "a": [3], "b": None}]
+    if into == "DELTA":
+        rows = DeltaTable(str(tmp_path / "out")).to_pyarrow_table().to_pylist()
+    else:
+        latest: dict[Any, dict[str, Any]] = {}
+        for f in sorted((tmp_path / "out").iterdir()):
+            for r in pq.read_table(f).to_pylist():
+                assert r.pop("mz_timestamp") >= 0 and r.pop("mz_state") == "upsert"
+                latest[tuple(r["a"])] = r
+        rows = list(latest.values())
+    assert sorted(rows, key=repr) == want
 
 
 def test_bad_places_and_types_are_refused(tmp_path: Path) -> None:
@@ -268,6 +356,10 @@ def test_restarts_read_each_version_and_write_each_millisecond_once(tmp_path: Pa
     con.execute("ADVANCE BY 1")
     history = _history(tmp_path / "diff")
     assert _accumulated(history, 10**15) == _rows(con, "SELECT * FROM m")
+    con.execute("DROP SOURCE s CASCADE")
+    con.close()
+    con = connect()
+    assert con.execute("SHOW SOURCES").fetchall() == con.execute("SHOW SINKS").fetchall() == []
     con.close()
 
 
