@@ -139,6 +139,8 @@ class DeltaSources:
     def _read(self, source: DeltaSource) -> list[str]:
         """Collect the changes of the versions after `source.version` into
         `source.changes`, moving the version past each one read."""
+        if source.version is not None and not _commit(source.path, source.version + 1).exists():
+            return []  # no new version: a stat, where opening the table reads its log
         try:
             table = open_table(source.path, str(source.path))
         except DsqlError as error:  # gone for now: the next poll looks again
@@ -300,7 +302,7 @@ def sql_type(f: pa.Field, label: str) -> exp.DataType:
 
 def commit_actions(path: Path, version: int) -> list[dict[str, Any]]:
     """The actions of commit `version` (`_delta_log/<version>.json`, one JSON a line)."""
-    log = path / "_delta_log" / f"{version:020d}.json"
+    log = _commit(path, version)
     try:
         text = log.read_text(encoding="utf-8")
     except OSError:
@@ -309,6 +311,11 @@ def commit_actions(path: Path, version: int) -> list[dict[str, Any]]:
             hint="the table's log retention removed it before dsql read it: recreate the source",
         ) from None
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _commit(path: Path, version: int) -> Path:
+    """The log entry of commit `version` of the table at `path` (the Delta protocol's name)."""
+    return path / "_delta_log" / f"{version:020d}.json"
 
 
 def _feed_on(table: Any, version: int) -> bool:

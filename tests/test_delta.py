@@ -328,12 +328,20 @@ def test_sinks_hold_the_views_history_and_state(tmp_path: Path) -> None:
     assert diff.version() == upsert.version() == len(WRITES)
 
 
-def test_restarts_read_each_version_and_write_each_millisecond_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("checkpoint_bytes", [None, 1], ids=["log", "checkpoint"])
+def test_restarts_read_each_version_and_write_each_millisecond_once(
+    tmp_path: Path, checkpoint_bytes: int | None
+) -> None:
     data, path = tmp_path / "data", tmp_path / "t"
     write_deltalake(str(path), _batch([1, 2], ["a", "b"], [1, 2]), configuration=FEED)
 
     def connect() -> Any:
-        return dsql.connect(kernel="local", data_dir=data, allowed_paths=[tmp_path])
+        return dsql.connect(
+            kernel="local",
+            data_dir=data,
+            allowed_paths=[tmp_path],
+            checkpoint_bytes=checkpoint_bytes,
+        )
 
     con = connect()
     con.execute(f"CREATE SOURCE s FROM DELTA '{path}'")
