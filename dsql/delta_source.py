@@ -148,6 +148,8 @@ class DeltaSources:
         latest = table.version()
         try:
             if source.version is None:
+                for uri in table.file_uris():
+                    self._inside(source, uri)
                 snapshot = table.to_pyarrow_table(columns=source.schema.names).cast(source.schema)
                 source.changes.append((self._typed(source, snapshot), 1))
                 source.version = latest
@@ -166,6 +168,9 @@ class DeltaSources:
         """Version `version`'s changes as (rows, diff) pairs (module docstring)."""
         actions = commit_actions(source.path, version)
         for action in actions:
+            for kind in ("add", "remove", "cdc"):
+                if kind in action:
+                    self._inside(source, unquote(action[kind]["path"]))
             meta = action.get("metaData")
             if meta is not None and _fields(json.loads(meta["schemaString"])) != source.fields:
                 raise SourceError(
@@ -204,6 +209,12 @@ class DeltaSources:
                 f"({FEED} = true)), then recreate the source",
             )
         return [(pa.concat_tables([self._added(source, a) for a in adds]), 1)]
+
+    def _inside(self, source: DeltaSource, file: str) -> None:
+        """Refuse a data file a Delta table names outside itself (an absolute path, as
+        a shallow clone writes) unless the sandbox lets SQL read it there too."""
+        place = file if "://" in file or file.startswith("/") else str(source.path / file)
+        self.session.sandbox.check(place, "read")
 
     def _added(self, source: DeltaSource, add: dict[str, Any]) -> pa.Table:
         """The rows of one added data file, its partition columns filled in."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 import os
 import signal
 import subprocess
@@ -260,6 +261,29 @@ def test_the_sandbox_refuses_a_path_not_named(tmp_path: Path) -> None:
     with pytest.raises(AccessError, match="outside the paths SQL may reach"):
         con.execute(f"CREATE SINK k FROM t INTO DELTA '{tmp_path / 'out'}'")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_data_file_outside_the_sandbox_stops_the_source(tmp_path: Path) -> None:
+    """A Delta log may name a file by absolute path (shallow clones do): read only if
+    the sandbox allows it there too."""
+    allowed, secret = tmp_path / "allowed", tmp_path / "secret.parquet"
+    path = allowed / "t"
+    write_deltalake(str(path), _batch([1], ["a"], [1]))
+    pq.write_table(_batch([2], ["secret"], [2]), secret)
+    add = {
+        "path": secret.as_uri(),
+        "partitionValues": {},
+        "size": secret.stat().st_size,
+        "modificationTime": 0,
+        "dataChange": True,
+    }
+    con = dsql.connect(kernel="local", allowed_paths=[allowed])
+    con.execute(f"CREATE SOURCE s FROM DELTA '{path}'")
+    con.execute("ADVANCE BY 1")
+    (path / "_delta_log" / f"{1:020d}.json").write_text(json.dumps({"add": add}) + "\n")
+    with pytest.warns(DsqlWarning, match="stopped at version 1.*outside the paths"):
+        con.execute("ADVANCE BY 1")
+    assert con.execute("SELECT k, v, x FROM s").fetchall() == [(1, "a", 1)]
 
 
 # --- sinks -------------------------------------------------------------------------------
