@@ -65,6 +65,8 @@ class DeltaSource:
     version: int | None = None
     #: Why the source stopped (None: it runs).
     error: str | None = None
+    #: Why the table cannot be opened now (told once, until it can be again).
+    unreadable: str | None = None
     rows: int = 0
     changes: list[tuple[pa.Table, int]] = field(default_factory=list)
 
@@ -139,12 +141,19 @@ class DeltaSources:
     def _read(self, source: DeltaSource) -> list[str]:
         """Collect the changes of the versions after `source.version` into
         `source.changes`, moving the version past each one read."""
-        if source.version is not None and not _commit(source.path, source.version + 1).exists():
-            return []  # no new version: a stat, where opening the table reads its log
+        quiet = source.version is not None and not _commit(source.path, source.version + 1).exists()
+        if quiet and (source.path / "_delta_log").is_dir():
+            return []  # no new version: two stats, where opening the table reads its log
         try:
             table = open_table(source.path, str(source.path))
         except DsqlError as error:  # gone for now: the next poll looks again
-            return [f"source '{source.name}' cannot read its table: {error.message}"]
+            told, source.unreadable = source.unreadable, error.message
+            return (
+                []
+                if told == error.message
+                else [f"source '{source.name}' cannot read its table: {error.message}"]
+            )
+        source.unreadable = None
         latest = table.version()
         try:
             if source.version is None:
@@ -264,7 +273,7 @@ class DeltaSources:
             "format": ["delta"] * len(sources),
             "files": [x.version for x in sources],
             "rows": [x.rows for x in sources],
-            "error": [x.error for x in sources],
+            "error": [x.error or x.unreadable for x in sources],
         }
 
 

@@ -10,6 +10,7 @@ import datetime as dt
 import decimal
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -238,6 +239,15 @@ def test_bad_places_and_types_are_refused(tmp_path: Path) -> None:
     (tmp_path / "plain" / "x.parquet").write_bytes(b"")
     with pytest.raises(SourceError, match="not a Delta table"):
         con.execute(f"CREATE SOURCE s FROM DELTA '{tmp_path / 'plain'}'")
+    write_deltalake(str(tmp_path / "gone"), _batch([1], ["a"], [1]))
+    con.execute(f"CREATE SOURCE g FROM DELTA '{tmp_path / 'gone'}'")
+    con.execute("ADVANCE BY 1")
+    shutil.rmtree(tmp_path / "gone")
+    with pytest.warns(DsqlWarning, match="source 'g' cannot read its table: no such Delta table"):
+        con.execute("ADVANCE BY 1")
+    assert con.execute("SELECT k FROM g").fetchall() == [(1,)]  # told once
+    assert "no such Delta table" in con.execute("SHOW SOURCES").fetchall()[0][5]
+    con.execute("DROP SOURCE g")
     nested = pa.table({"k": [1], "m": pa.array([{"a": 1}], pa.struct([("a", pa.int64())]))})
     write_deltalake(str(tmp_path / "nested"), nested)
     with pytest.raises(SchemaError, match='column "m" .* no type for'):
