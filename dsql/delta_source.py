@@ -208,7 +208,7 @@ class DeltaSources:
                 )
             ]
         if removes:
-            info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+            info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
             operation = info.get("operation")
             raise SourceError(
                 f"Delta table {source.path} removed rows at version {version}"

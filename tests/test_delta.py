@@ -10,6 +10,7 @@ import datetime as dt
 import decimal
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -107,6 +108,43 @@ def test_a_source_follows_appends_updates_deletes_and_merges_with_the_feed(
     _check(con, path)
     (row,) = con.execute("SHOW SOURCES").fetchall()
     assert row[2:4] == ("delta", DeltaTable(str(path)).version()) and row[5] is None
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_versions_keep_the_view_equal_to_recomputation(tmp_path: Path, seed: int) -> None:
+    """Seeded random appends, updates, deletes and merges, polled after one to three
+    versions at a time; AS OF each polled time the view is what the table was then."""
+    rng = random.Random(seed)
+    path = tmp_path / "t"
+    write_deltalake(str(path), _batch([0], ["a"], [0]), configuration=FEED)
+    con = dsql.connect(kernel="local", allowed_paths=[tmp_path])
+    con.execute(f"CREATE SOURCE s FROM DELTA '{path}'")
+    con.execute(f"CREATE MATERIALIZED VIEW m WITH (RETAIN HISTORY FOR '1 hour') AS {VIEW}")
+    then: dict[int, list[tuple[Any, ...]]] = {}
+    for _ in range(8):
+        for _version in range(rng.randint(1, 3)):
+            table, k = DeltaTable(str(path)), rng.randint(0, 9)
+            match rng.choice(["append", "update", "delete", "merge"]):
+                case "append":
+                    n = rng.randint(1, 3)
+                    ks = [rng.randint(0, 9) for _ in range(n)]
+                    vs = [rng.choice(["a", "b", None]) for _ in range(n)]
+                    write_deltalake(str(path), _batch(ks, vs, ks), mode="append")
+                case "update":
+                    table.update(updates={"x": "x + 1", "v": "'b'"}, predicate=f"k <= {k}")
+                case "delete":
+                    table.delete(f"k = {k}")
+                case "merge":
+                    (
+                        table.merge(_batch([k], ["c"], [k]), "t.k = s.k", "s", "t")
+                        .when_matched_delete()
+                        .when_not_matched_insert_all()
+                        .execute()
+                    )
+        _check(con, path)
+        then[con.execute("SELECT mz_now()").fetchone()[0] - 1] = _recomputed(path)
+    for ms, want in then.items():
+        assert _rows(con, f"SELECT * FROM m AS OF {ms}") == want
 
 
 def test_appends_without_the_feed_are_read_from_their_files(tmp_path: Path) -> None:
