@@ -400,6 +400,23 @@ def test_sinks_hold_the_views_history_and_state(tmp_path: Path) -> None:
     assert diff.version() == upsert.version() == len(WRITES)
 
 
+def test_an_upsert_key_with_several_rows_has_none_in_the_table(tmp_path: Path) -> None:
+    """A Delta table holds one row per key: a key violation removes the key's row until
+    the relation has one row for it again."""
+    con = dsql.connect(kernel="local", allowed_paths=[tmp_path])
+    con.execute("CREATE TABLE t (k int, v text)")
+    con.execute(f"CREATE SINK u FROM t INTO DELTA '{tmp_path / 'up'}' KEY (k) ENVELOPE UPSERT")
+    steps = [
+        ("INSERT INTO t VALUES (1, 'a'), (2, 'x')", [(1, "a"), (2, "x")]),
+        ("INSERT INTO t VALUES (1, 'b')", [(2, "x")]),
+        ("DELETE FROM t WHERE v = 'a'", [(1, "b"), (2, "x")]),
+    ]
+    for sql, want in steps:
+        con.execute(sql)
+        con.execute("ADVANCE BY 1")
+        assert _upserted(tmp_path / "up") == want
+
+
 @pytest.mark.parametrize("checkpoint_bytes", [None, 1], ids=["log", "checkpoint"])
 def test_restarts_read_each_version_and_write_each_millisecond_once(
     tmp_path: Path, checkpoint_bytes: int | None
