@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
+from dsql.delta_source import delta_failures
 from dsql.errors import SourceError, UnsupportedError
 from dsql.runtime.lattice import DIFF
 
@@ -80,7 +81,7 @@ class DeltaTarget:
             return
         try:
             write_deltalake(str(self.path), wanted.empty_table(), mode="append")
-        except Exception as error:  # delta-rs raises its own classes
+        except delta_failures() as error:
             raise SourceError(f"cannot create Delta table {self.path}: {error}") from None
 
     def _schema(self, schema: pa.Schema) -> pa.Schema:
@@ -117,7 +118,7 @@ class DeltaTarget:
                 write_deltalake(str(self.path), changes, mode="append", commit_properties=commit)
             else:
                 self._merge(_last_states(changes, self.key), commit)
-        except Exception as error:  # delta-rs raises its own classes, and OSError
+        except delta_failures() as error:
             raise SourceError(f"cannot write Delta table {self.path}: {error}") from None
 
     def _merge(self, states: pa.Table, commit: Any) -> None:

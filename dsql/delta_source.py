@@ -156,22 +156,32 @@ class DeltaSources:
         source.unreadable = None
         latest = table.version()
         try:
-            if source.version is None:
-                for uri in table.file_uris():
-                    self._inside(source, uri)
-                snapshot = table.to_pyarrow_table(columns=source.schema.names).cast(source.schema)
-                source.changes.append((self._typed(source, snapshot), 1))
-                source.version = latest
-            while source.version < latest:
-                at = source.version + 1
-                for rows, diff in self._version(source, table, at):
-                    source.changes.append((self._typed(source, rows), diff))
-                source.version = at
+            self._collect(source, table, latest)
         except DsqlError as error:
-            source.error = f"version {(source.version or 0) + 1}: {error.message}"
-            hint = f" ({error.hint})" if error.hint else ""
-            return [f"source '{source.name}' stopped at {source.error}{hint}"]
-        return []
+            message, hint = error.message, error.hint
+        except delta_failures() as error:  # a file gone, a protocol feature delta-rs lacks
+            message, hint = f"{type(error).__name__}: {error}", None
+        else:
+            return []
+        at = "the snapshot" if source.version is None else f"version {source.version + 1}"
+        source.error = f"{at}: {message}"
+        return [
+            f"source '{source.name}' stopped at {source.error}" + (f" ({hint})" if hint else "")
+        ]
+
+    def _collect(self, source: DeltaSource, table: Any, latest: int) -> None:
+        """Collect the snapshot (first) and each version up to `latest` into
+        `source.changes`, moving `source.version` past each one read."""
+        if source.version is None:
+            for uri in table.file_uris():
+                self._inside(source, uri)
+            snapshot = table.to_pyarrow_table(columns=source.schema.names).cast(source.schema)
+            source.changes.append((self._typed(source, snapshot), 1))
+            source.version = latest
+        while source.version < latest:
+            for rows, diff in self._version(source, table, source.version + 1):
+                source.changes.append((self._typed(source, rows), diff))
+            source.version += 1
 
     def _version(self, source: DeltaSource, table: Any, version: int) -> list[tuple[pa.Table, int]]:
         """Version `version`'s changes as (rows, diff) pairs (module docstring)."""
@@ -191,13 +201,7 @@ class DeltaSources:
         if not adds and not removes:
             return []
         if _feed_on(table, version):
-            try:
-                changes = pa.table(table.load_cdf(starting_version=version, ending_version=version))
-            except Exception as error:  # delta-rs raises its own classes, and OSError
-                raise SourceError(
-                    f"cannot read the change data feed of version {version} of {source.path}: "
-                    f"{error}"
-                ) from None
+            changes = pa.table(table.load_cdf(starting_version=version, ending_version=version))
             kinds = changes["_change_type"].cast(pa.string())
             changes = changes.select(source.schema.names).cast(source.schema)
             return [
@@ -290,8 +294,16 @@ def open_table(path: Path, label: str) -> Any:
         )
     try:
         return DeltaTable(str(path))
-    except Exception as error:  # delta-rs raises its own classes, and OSError
+    except delta_failures() as error:
         raise SourceError(f"cannot open Delta table {label}: {error}") from None
+
+
+def delta_failures() -> tuple[type[BaseException], ...]:
+    """What reading or writing a Delta table may raise besides dsql's errors: delta-rs's
+    `DeltaError`s, and Arrow's and the file system's errors under it."""
+    from deltalake.exceptions import DeltaError
+
+    return (DeltaError, OSError, pa.ArrowException)
 
 
 def arrow_schema(table: Any) -> pa.Schema:
@@ -351,4 +363,4 @@ def _fields(schema: dict[str, Any]) -> list[tuple[str, str]]:
     return [(f["name"], json.dumps(f["type"], sort_keys=True)) for f in schema["fields"]]
 
 
-__all__ = ["DeltaSource", "DeltaSources", "open_table"]
+__all__ = ["DeltaSource", "DeltaSources", "delta_failures", "open_table"]
