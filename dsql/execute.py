@@ -199,8 +199,10 @@ class Executor:
                 self.updated.wait(min(remaining, POLL_SECONDS) if wall else remaining)
 
     def _poll(self) -> list[str]:
-        """Read the files arrived in the sources' directories (`dsql.file_source`), logged
-        with the sources' progress before the statement runs; the notices of bad files.
+        """Read what arrived at the sources (files, `dsql.file_source`; upstream
+        transactions, `dsql.pg_source`; Delta versions, `dsql.delta_source`), logged with
+        the sources' progress before the statement runs; the notices of bad files and
+        stopped or unreachable sources.
         A recovering session does not poll: its sources' rows come from the log."""
         s = self.session
         if s.durable is not None and s.durable.replaying:
