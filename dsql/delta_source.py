@@ -59,8 +59,9 @@ class DeltaSource:
     columns: tuple[Column, ...]
     #: The Delta schema (field names and types) the columns were made from.
     schema: pa.Schema
-    #: The same schema as Delta's (name, type) pairs, to tell a version that changes it.
-    fields: list[tuple[str, str]]
+    #: The table's schema as Delta's (name, type) pairs, to tell a version that changes
+    #: it (None until the table is first opened).
+    fields: list[tuple[str, str]] | None
     #: The last version read (the source's progress); None before the snapshot.
     version: int | None = None
     #: Why the source stopped (None: it runs).
@@ -93,25 +94,48 @@ class DeltaSources:
                 f"{stmt.location}: only local Delta tables are read",
                 hint="give the table's directory on this machine",
             )
-        table = open_table(place, stmt.location)
-        mapping = table.metadata().configuration.get("delta.columnMapping.mode", "none")
-        if mapping not in (None, "none"):
-            raise UnsupportedError(
-                f"Delta table {stmt.location} uses column mapping ({mapping})",
-                hint="read a table without delta.columnMapping.mode",
+        given = None
+        if stmt.columns is not None:
+            given = (
+                tuple(Column(c.name, types.build(c.type)) for c in stmt.columns),
+                tuple(c.not_null for c in stmt.columns),
             )
-        schema = arrow_schema(table)
-        columns = tuple(Column(f.name, sql_type(f, stmt.location)) for f in schema)
-        s.create_table(stmt.name, columns, tuple(not f.nullable for f in schema))
+        try:
+            table = open_table(place, stmt.location)
+        except DsqlError:
+            if not (s.sandbox.recovering and given):
+                raise
+            table = None  # recovered from its logged columns; the first poll tells why
+        fields, stopped, found = None, None, given
+        if table is not None:
+            found = _columns(table, stmt.location)
+            fields = _fields(json.loads(table.schema().to_json()))
+            if given is not None and _spelled(given) != _spelled(found):
+                if not s.sandbox.recovering:
+                    raise SchemaError(
+                        f"the columns given, ({_spelled(given)}), are not Delta table "
+                        f"{stmt.location}'s: ({_spelled(found)})",
+                        hint="leave the columns out: they are read from the table",
+                    )
+                stopped = f"the table's columns are now ({_spelled(found)})"
+        assert found is not None  # the table's, or the given ones when it cannot be read
+        columns, not_null = given or found
+        s.create_table(stmt.name, columns, not_null)
         s.relations[stmt.name].kind = "source"
-        fields = _fields(json.loads(table.schema().to_json()))
-        self.by_name[stmt.name] = DeltaSource(stmt.name, place, columns, schema, fields)
+        schema = pa.schema([pa.field(c.name, types.to_arrow(c.type)) for c in columns])
+        source = DeltaSource(stmt.name, place, columns, schema, fields)
+        source.error = stopped
+        self.by_name[stmt.name] = source
 
     def definition(self, name: str) -> str:
-        """The CREATE SOURCE statement that makes source `name` again, its path absolute."""
+        """The CREATE SOURCE statement that makes source `name` again: its columns (a
+        recovery needs no table to make the relation its views read) and its path,
+        absolute."""
         quoted = exp.to_identifier(name, quoted=True).sql("postgres")
+        rel = self.session.relations[name]
+        columns = _spelled((rel.columns, rel.not_null))
         where = exp.Literal.string(str(self.by_name[name].path)).sql("postgres")
-        return f"CREATE SOURCE {quoted} FROM DELTA {where}"
+        return f"CREATE SOURCE {quoted} ({columns}) FROM DELTA {where}"
 
     def drop(self, name: str) -> None:
         """Forget source `name` (its relation is dropped by the session)."""
@@ -154,6 +178,8 @@ class DeltaSources:
                 else [f"source '{source.name}' cannot read its table: {error.message}"]
             )
         source.unreadable = None
+        if source.fields is None:
+            source.fields = _fields(json.loads(table.schema().to_json()))
         latest = table.version()
         try:
             self._collect(source, table, latest)
@@ -296,6 +322,29 @@ def open_table(path: Path, label: str) -> Any:
         return DeltaTable(str(path))
     except delta_failures() as error:
         raise SourceError(f"cannot open Delta table {label}: {error}") from None
+
+
+def _columns(table: Any, label: str) -> tuple[tuple[Column, ...], tuple[bool, ...]]:
+    """The columns of Delta table `table` and which are NOT NULL; refused if it uses
+    column mapping or a type dsql has none for."""
+    mapping = table.metadata().configuration.get("delta.columnMapping.mode", "none")
+    if mapping not in (None, "none"):
+        raise UnsupportedError(
+            f"Delta table {label} uses column mapping ({mapping})",
+            hint="read a table without delta.columnMapping.mode",
+        )
+    schema = arrow_schema(table)
+    columns = tuple(Column(f.name, sql_type(f, label)) for f in schema)
+    return columns, tuple(not f.nullable for f in schema)
+
+
+def _spelled(columns: tuple[tuple[Column, ...], tuple[bool, ...]]) -> str:
+    """Columns and their NOT NULLs as a CREATE statement lists them."""
+    return ", ".join(
+        f"{exp.to_identifier(c.name, quoted=True).sql('postgres')} {c.type.sql('postgres')}"
+        + (" NOT NULL" if required else "")
+        for c, required in zip(*columns, strict=True)
+    )
 
 
 def delta_failures() -> tuple[type[BaseException], ...]:

@@ -345,12 +345,13 @@ class CreatePgSource(Statement):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateDeltaSource(Statement):
-    """`CREATE SOURCE [IF NOT EXISTS] s FROM DELTA 'path'`: a relation kept equal to a
-    Delta Lake table, version by version (`dsql.delta_source`); its columns are the
-    table's."""
+    """`CREATE SOURCE [IF NOT EXISTS] s [(col type, ...)] FROM DELTA 'path'`: a relation
+    kept equal to a Delta Lake table, version by version (`dsql.delta_source`); its
+    columns are the table's (`columns`, when given, must be them)."""
 
     name: str
     location: str
+    columns: tuple[ColumnDef, ...] | None = None
     if_not_exists: bool = False
 
 

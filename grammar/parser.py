@@ -574,10 +574,13 @@ class _Builder(Transformer):
         )
 
     def create_delta_source(
-        self, meta, _c, _s, if_not_exists, name, _f, _delta, location
+        self, meta, _c, _s, if_not_exists, name, group, _f, _delta, location
     ) -> ast.CreateDeltaSource:
         return ast.CreateDeltaSource(
             name=name,
+            columns=None
+            if group is None
+            else parse_columns(self.fragment, self._text(group), self._at(group)),
             location=string_value(self._text(location)),
             if_not_exists=bool(if_not_exists),
             **self._located(meta),

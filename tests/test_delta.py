@@ -460,6 +460,30 @@ def test_restarts_read_each_version_and_write_each_millisecond_once(
     con.close()
 
 
+def test_a_restart_without_the_table_keeps_the_source_and_its_rows(tmp_path: Path) -> None:
+    """The log holds the source's columns: a table gone at restart does not stop the
+    recovery; the source says why it reads nothing, and reads again once it is back."""
+    data, path = tmp_path / "data", tmp_path / "t"
+    write_deltalake(str(path), _batch([1, 2], ["a", "b"], [1, 2]), configuration=FEED)
+    con = dsql.connect(kernel="local", data_dir=data, allowed_paths=[tmp_path])
+    with pytest.raises(SchemaError, match="are not Delta table"):
+        con.execute(f"CREATE SOURCE s (k int, v text) FROM DELTA '{path}'")
+    con.execute(f"CREATE SOURCE s (k int, v text, x bigint) FROM DELTA '{path}'")
+    con.execute(f"CREATE MATERIALIZED VIEW m AS {VIEW}")
+    _check(con, path)
+    want = _rows(con, "SELECT * FROM m")
+    con.close()
+    path.rename(tmp_path / "away")
+    con = dsql.connect(kernel="local", data_dir=data, allowed_paths=[tmp_path])
+    with pytest.warns(DsqlWarning, match="cannot read its table: no such Delta table"):
+        assert _rows(con, "SELECT * FROM m") == want
+    assert "no such Delta table" in con.execute("SHOW SOURCES").fetchall()[0][5]
+    (tmp_path / "away").rename(path)
+    DeltaTable(str(path)).delete("k = 1")
+    _check(con, path)
+    con.close()
+
+
 _CHILD = textwrap.dedent(
     """
     import os, signal, sys
