@@ -1,7 +1,8 @@
 """Delta Lake sources: a relation kept equal to a Delta table, one version at a time.
 
-`CREATE SOURCE s FROM DELTA 'path'` makes `s` a relation with the table's columns
-(its Delta schema; a type dsql has no counterpart for is refused at CREATE). The first
+`CREATE SOURCE s [(col type, ...)] FROM DELTA 'path'` makes `s` a relation with the
+table's columns (its Delta schema; columns given must be those; a type dsql has no
+counterpart for is refused at CREATE). The first
 poll reads the snapshot at the table's current version; every later poll reads each
 version committed since, in order, as that version's changes: its inserted rows with a
 diff of +1, its removed rows with -1. A version is atomic: its changes are written at
@@ -22,8 +23,11 @@ Versions that change no data (OPTIMIZE, metadata) add nothing; a version that ch
 the schema stops the source. Polls run with the file sources' (before each statement
 and while a FETCH waits; `dsql.execute`), and the last version read is the source's
 progress, logged with the poll's rows (`Durable.polled`), so a restarted session
-neither loses nor repeats a version. The path passes the sandbox (`dsql.sandbox`) at
-CREATE. Tables are read in the driver with `deltalake` (delta-rs): no Spark needed.
+neither loses nor repeats a version; the log keeps the source's columns
+(`definition`), so a recovery makes its relation even when the table is gone then. The
+path passes the sandbox (`dsql.sandbox`) at CREATE, and every data file the table's log
+names passes it at the poll that reads it. Tables are read in the driver with
+`deltalake` (delta-rs): no Spark needed.
 """
 
 from __future__ import annotations
