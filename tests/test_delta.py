@@ -543,3 +543,56 @@ def test_sigkill_around_the_delta_commit_writes_each_millisecond_once(
     con.execute("ADVANCE BY 1")
     assert _accumulated(_history(out), 10**15) == _rows(con, "SELECT * FROM m")
     con.close()
+
+
+_SOURCE_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    import pyarrow as pa
+    from deltalake import write_deltalake
+    import dsql
+    from dsql import durable
+
+    data, path, when = sys.argv[1:4]
+    original = durable.Durable.polled
+    calls = []
+
+    def polled(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2 and when == "before":
+            os.kill(os.getpid(), signal.SIGKILL)
+        original(self, *args, **kwargs)
+        if len(calls) == 2 and when == "after":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    durable.Durable.polled = polled
+    con = dsql.connect(kernel="local", data_dir=data, allowed_paths=[os.path.dirname(path)])
+    con.execute(f"CREATE SOURCE s FROM DELTA '{path}'")
+    con.execute("ADVANCE BY 1")  # the snapshot: the first poll
+    for i in range(3):
+        batch = pa.table({"k": pa.array([10 + i], pa.int32()), "v": ["n"], "x": [i]})
+        write_deltalake(path, batch, mode="append")
+        con.execute("ADVANCE BY 1")
+    print("not killed", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_sigkill_around_a_polls_log_record_reads_each_version_once(
+    tmp_path: Path, when: str
+) -> None:
+    data, path = tmp_path / "data", tmp_path / "t"
+    write_deltalake(str(path), _batch([1, 2], ["a", "b"], [1, 2]), configuration=FEED)
+    child = subprocess.run(
+        [sys.executable, "-c", _SOURCE_CHILD, str(data), str(path), when],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )
+    assert child.returncode == -signal.SIGKILL, child.stdout + child.stderr
+    con = dsql.connect(kernel="local", data_dir=data, allowed_paths=[tmp_path])
+    con.execute("ADVANCE BY 1")
+    assert _rows(con, "SELECT k, v, x FROM s") == _delta_rows(path)
+    con.close()
