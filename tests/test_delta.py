@@ -484,6 +484,18 @@ def test_a_restart_without_the_table_keeps_the_source_and_its_rows(tmp_path: Pat
     con.close()
 
 
+def _killed(script: str, *args: Path | str) -> None:
+    """Run `script` in a fresh Python with `args`; it must end killed by SIGKILL."""
+    child = subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )
+    assert child.returncode == -signal.SIGKILL, child.stdout + child.stderr
+
+
 _CHILD = textwrap.dedent(
     """
     import os, signal, sys
@@ -520,14 +532,7 @@ def test_sigkill_around_the_delta_commit_writes_each_millisecond_once(
     tmp_path: Path, when: str
 ) -> None:
     data, out = tmp_path / "data", tmp_path / "diff"
-    child = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(data), str(tmp_path), str(out), when],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
-    )
-    assert child.returncode == -signal.SIGKILL, child.stderr
+    _killed(_CHILD, data, tmp_path, out, when)
     committed = DeltaTable(str(out)).version()
     assert committed == (2 if when == "before" else 3)
     con = dsql.connect(kernel="local", data_dir=data, allowed_paths=[tmp_path])
@@ -584,14 +589,7 @@ def test_sigkill_around_a_polls_log_record_reads_each_version_once(
 ) -> None:
     data, path = tmp_path / "data", tmp_path / "t"
     write_deltalake(str(path), _batch([1, 2], ["a", "b"], [1, 2]), configuration=FEED)
-    child = subprocess.run(
-        [sys.executable, "-c", _SOURCE_CHILD, str(data), str(path), when],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
-    )
-    assert child.returncode == -signal.SIGKILL, child.stdout + child.stderr
+    _killed(_SOURCE_CHILD, data, path, when)
     con = dsql.connect(kernel="local", data_dir=data, allowed_paths=[tmp_path])
     con.execute("ADVANCE BY 1")
     assert _rows(con, "SELECT k, v, x FROM s") == _delta_rows(path)
