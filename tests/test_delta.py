@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,21 @@ def test_random_versions_keep_the_view_equal_to_recomputation(tmp_path: Path, se
         then[con.execute("SELECT mz_now()").fetchone()[0] - 1] = _recomputed(path)
     for ms, want in then.items():
         assert _rows(con, f"SELECT * FROM m AS OF {ms}") == want
+
+
+def test_a_waiting_fetch_reads_new_versions_under_the_wall_clock(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    write_deltalake(str(path), _batch([1], ["a"], [1]), configuration=FEED)
+    con = dsql.connect(kernel="local", clock="wall", allowed_paths=[tmp_path])
+    cur = con.cursor()
+    cur.execute(f"CREATE SOURCE s FROM DELTA '{path}'")
+    cur.execute("SUBSCRIBE (SELECT sum(x) AS total FROM s)")
+    DeltaTable(str(path)).update(updates={"x": "41"}, predicate="k = 1")
+    deadline = time.monotonic() + 30
+    got: list[Any] = []
+    while not any(u[-1] == 41 for u in got) and time.monotonic() < deadline:
+        got += cur.fetchall(timeout=1)  # no statement runs: the wait itself polls
+    assert [(u[1], u[-1]) for u in got if u[-1] == 41] == [(1, 41)]
 
 
 def test_appends_without_the_feed_are_read_from_their_files(tmp_path: Path) -> None:
