@@ -122,20 +122,28 @@ class DeltaTarget:
             raise SourceError(f"cannot write Delta table {self.path}: {error}") from None
 
     def _merge(self, states: pa.Table, commit: Any) -> None:
-        """One merge commit: each key in `states` takes its last state."""
+        """One merge commit: each key in `states` takes its last state. A merge that
+        changes no row makes no commit in delta-rs: an empty append then carries the
+        progress (the merge changed nothing, so the two are still one change)."""
+        from deltalake import write_deltalake
+
         assert self.key is not None
         columns = states.column_names[1:]
         on = " AND ".join(f"t.{_q(k)} IS NOT DISTINCT FROM s.{_q(k)}" for k in self.key)
         values = {_q(c): f"s.{_q(c)}" for c in columns}
         upsert = "s.mz_state = 'upsert'"
+        table = self._table()
+        before = table.version()
         (
-            self._table()
-            .merge(states, on, source_alias="s", target_alias="t", commit_properties=commit)
+            table.merge(states, on, source_alias="s", target_alias="t", commit_properties=commit)
             .when_matched_update(values, predicate=upsert)
             .when_matched_delete(predicate=f"NOT ({upsert})")
             .when_not_matched_insert(values, predicate=upsert)
             .execute()
         )
+        if self._table().version() == before:
+            empty = states.select(columns).schema.empty_table()
+            write_deltalake(str(self.path), empty, mode="append", commit_properties=commit)
 
     def into(self) -> str:
         """The INTO clause that names this target again."""

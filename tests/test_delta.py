@@ -426,11 +426,16 @@ def test_an_upsert_key_with_several_rows_has_none_in_the_table(tmp_path: Path) -
         ("INSERT INTO t VALUES (1, 'a'), (2, 'x')", [(1, "a"), (2, "x")]),
         ("INSERT INTO t VALUES (1, 'b')", [(2, "x")]),
         ("DELETE FROM t WHERE v = 'a'", [(1, "b"), (2, "x")]),
+        # Key 3 comes and goes: its 'delete' meets no row, and the commit still records
+        # the progress.
+        ("INSERT INTO t VALUES (3, 'y'), (3, 'z')", [(1, "b"), (2, "x")]),
     ]
     for sql, want in steps:
         con.execute(sql)
         con.execute("ADVANCE BY 1")
         assert _upserted(tmp_path / "up") == want
+        through = con.execute("SHOW SINKS").fetchall()[0][4]
+        assert DeltaTable(str(tmp_path / "up")).transaction_version("dsql-sink-u") == through
 
 
 @pytest.mark.parametrize("checkpoint_bytes", [None, 1], ids=["log", "checkpoint"])
