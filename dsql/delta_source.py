@@ -4,8 +4,9 @@
 table's columns (its Delta schema; columns given must be those; a type dsql has no
 counterpart for is refused at CREATE). The first poll reads the snapshot at the table's
 current version; every later poll reads each version committed since, in order, as
-that version's changes: its inserted rows with a diff of +1, its removed rows with -1. A version is atomic: its changes are written at
-one time, never split (the versions a poll finds share that poll's time, in order).
+that version's changes: its inserted rows with a diff of +1, its removed rows with -1.
+A version is atomic: its changes are written at one time, never split (the versions a
+poll finds share that poll's time, in order).
 
 Where a version's changes come from:
 
