@@ -3,9 +3,11 @@
 `Durable` owns a directory holding a write-ahead log (`dsql.wal`) and at most one
 checkpoint. Every statement that changes what a later session must see is logged
 before it returns: DDL (CREATE TABLE/VIEW/INDEX/SINK/CONNECTION, CREATE TABLE AS,
-DROP) as its text, a PostgreSQL source as a definition naming its slot, table writes
+DROP) as its text, a PostgreSQL source as a definition naming its slot (a Delta
+source as one naming its absolute path), table writes
 as their rows and diffs with the ticks they were stamped at, ADVANCE as the millisecond
-reached, a poll of the sources with their progress (files read, upstream position).
+reached, a poll of the sources with their progress (files read, upstream position, Delta
+version).
 A transaction's statements are one record, written at COMMIT
 (or at the ROLLBACK dsql refuses, after which the writes stay), as are an
 `executemany`'s (`batch`); a crash before loses all of them and nothing else. A
@@ -128,6 +130,8 @@ class Durable:
             case grammar.CreateSource() if stmt.name not in before:
                 self._entry({"sql": stmt.text, "tick": tick})
                 before = before | {f"{stmt.name}_quarantine"}  # made again by the source
+            case grammar.CreateDeltaSource() if stmt.name not in before:
+                self._entry({"sql": s.delta.definition(stmt.name), "tick": tick})
             case grammar.CreateConnection() | grammar.DropConnection():
                 self._entry({"sql": stmt.text, "tick": tick})
             case grammar.CreatePgSource() if stmt.name in s.pg and not before & set(
@@ -153,13 +157,17 @@ class Durable:
         writes: list[tuple[str, pa.Table, int, int]],
         progress: dict[str, tuple[str, ...]],
         pg_progress: dict[str, int],
+        delta_progress: dict[str, int | None] | None = None,
     ) -> None:
         """Log the rows a poll of the sources wrote, with the files each file source has
-        read and the upstream position each PostgreSQL source reached, as one record:
-        recovered, each file and each upstream transaction stays applied once."""
+        read, the upstream position each PostgreSQL source reached and the last version
+        each Delta source read, as one record: recovered, each file, upstream
+        transaction and Delta version stays applied once."""
         self._writes(writes)
         self._entry({"sources": {name: list(seen) for name, seen in progress.items()}})
         self._entry({"pg_sources": pg_progress})
+        if delta_progress:
+            self._entry({"delta_sources": delta_progress})
         self.settle()
 
     def _pg_relations(self, name: str) -> list[str]:
@@ -253,6 +261,8 @@ class Durable:
             return sinks.definition(s.sinks[name])
         if isinstance(stmt, grammar.CreatePgSource):
             return s.pg.definition(stmt.name)
+        if isinstance(stmt, grammar.CreateDeltaSource):
+            return s.delta.definition(stmt.name)
         if isinstance(stmt, grammar.CreateIndex) and stmt.name is None:
             index = s.indexes.by_name[name]  # a default name, written out
             keys = ", ".join(_quoted(k) for k in index.key_names)
@@ -280,6 +290,7 @@ class Durable:
             "tables": tables,
             "sources": {name: list(seen) for name, seen in s.sources.progress().items()},
             "pg_sources": s.pg.progress(),
+            "delta_sources": s.delta.progress(),
         }
         with open(tmp / "manifest.json", "w", encoding="utf-8") as f:
             json.dump(manifest, f)
@@ -402,6 +413,7 @@ class Durable:
             s.write(name, rows, 1, kinds=_WRITTEN)
         self._restore_sources(manifest.get("sources", {}))
         s.pg.restore(manifest.get("pg_sources", {}))
+        s.delta.restore(manifest.get("delta_sources", {}))
         return int(manifest["tick"])
 
     def _apply(self, entry: dict[str, Any], tables: list[pa.Table], path: Path) -> None:
@@ -414,6 +426,9 @@ class Durable:
             return
         if "pg_sources" in entry:
             s.pg.restore(entry["pg_sources"])
+            return
+        if "delta_sources" in entry:
+            s.delta.restore(entry["delta_sources"])
             return
         self._at(entry["tick"])
         if "sql" in entry:

@@ -23,6 +23,7 @@ from sqlglot import exp
 from dsql import exports, fast_path, grammar, sinks
 from dsql.assignment import assign, typed_literals
 from dsql.copy import copy_from, copy_to
+from dsql.delta_sink import DeltaTarget
 from dsql.errors import (
     DsqlError,
     ResourceLimitError,
@@ -198,15 +199,17 @@ class Executor:
                 self.updated.wait(min(remaining, POLL_SECONDS) if wall else remaining)
 
     def _poll(self) -> list[str]:
-        """Read the files arrived in the sources' directories (`dsql.file_source`), logged
-        with the sources' progress before the statement runs; the notices of bad files.
+        """Read what arrived at the sources (files, `dsql.file_source`; upstream
+        transactions, `dsql.pg_source`; Delta versions, `dsql.delta_source`), logged with
+        the sources' progress before the statement runs; the notices of bad files and
+        stopped or unreachable sources.
         A recovering session does not poll: its sources' rows come from the log."""
         s = self.session
         if s.durable is not None and s.durable.replaying:
             return []
-        notices = s.sources.poll() + s.pg.poll()
+        notices = s.sources.poll() + s.pg.poll() + s.delta.poll()
         if s.durable is not None and s.writes:
-            s.durable.polled(s.writes, s.sources.progress(), s.pg.progress())
+            s.durable.polled(s.writes, s.sources.progress(), s.pg.progress(), s.delta.progress())
         if s.durable is not None and s.durable.pending:  # an executemany's: not on disk yet
             return notices  # the slots advance at a later poll, once it is
         return notices + s.pg.confirm()
@@ -240,6 +243,9 @@ class Executor:
                 return Result(status="CREATE SOURCE")
             case grammar.CreatePgSource():
                 s.pg.create(stmt)
+                return Result(status="CREATE SOURCE")
+            case grammar.CreateDeltaSource():
+                s.delta.create(stmt)
                 return Result(status="CREATE SOURCE")
             case grammar.CreateConnection():
                 s.pg.create_connection(stmt)
@@ -280,6 +286,7 @@ class Executor:
                         continue
                     dropped += s.drop(name, stmt.cascade, stmt.kind, stmt.if_exists)
                     dropped += s.sources.drop(name)
+                    s.delta.drop(name)
                 return Result(status=f"DROP {stmt.kind.upper()}")
             case grammar.Select():
                 return self._select(stmt)
@@ -312,10 +319,20 @@ class Executor:
                         f"{stmt.uri}: a sink writes local directories only",
                         hint="a Hadoop URI sink is not built yet",
                     )
-                target = sinks.FileTarget(str(place), stmt.format)
-                sinks.create(
+                target: sinks.Target
+                if stmt.target == "delta":
+                    target = DeltaTarget(place, stmt.name, stmt.key)
+                else:
+                    target = sinks.FileTarget(str(place), stmt.format)
+                made = sinks.create(
                     s, stmt.name, stmt.source, target, stmt.key, stmt.text, stmt.if_not_exists
                 )
+                if made and isinstance(target, DeltaTarget):
+                    try:
+                        target.prepare(s.sinks[stmt.name].subscription._schema())
+                    except DsqlError:
+                        sinks.drop(s, (stmt.name,), if_exists=True)
+                        raise
                 return Result(status="CREATE SINK")
             case grammar.DropSink():
                 sinks.drop(s, stmt.names, stmt.if_exists)
@@ -550,7 +567,8 @@ class Executor:
                 raise SchemaError(f"unknown index '{stmt.of}'", hint="SHOW INDEXES lists them")
             return _rows({"name": [index.name], "create_sql": [index.sql]})
         if what == "sources":
-            return _rows(s.sources.rows())
+            files, delta = s.sources.rows(), s.delta.rows()
+            return _rows({column: files[column] + delta[column] for column in files})
         if what == "sinks":
             return _rows(sinks.rows(s))
         if what == "connections":

@@ -25,6 +25,7 @@ from sqlglot import exp
 
 from dsql import fast_path
 from dsql.clock import TICKS_PER_MS, Clock, tick_of
+from dsql.delta_source import DeltaSources
 from dsql.errors import DsqlError, ExecutionError, SchemaError, TypeMismatchError
 from dsql.exports import FETCH_ROWS
 from dsql.file_source import FileSources
@@ -125,6 +126,8 @@ class Session:
         self.sources = FileSources(self)
         #: The PostgreSQL connections and sources (`dsql.pg_source`), polled with them.
         self.pg = PgSources(self)
+        #: The Delta Lake sources (`dsql.delta_source`), polled with them.
+        self.delta = DeltaSources(self)
         self._unit = self._new_input(pa.schema([("_c0", pa.int32())]))
         self._unit.update_at((0,), self.clock.write_tick(), 1)
         self._unit_arrangement = self._unit.to_collection().arrange_by_self()

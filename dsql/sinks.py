@@ -9,6 +9,8 @@ clock has moved past it, so no later write can join it. Targets:
   (ranges are disjoint and follow each other). A file is written under a temporary name,
   fsynced and renamed, so a file either exists whole or not at all, and its name is its
   progress: after a restart the sink continues after the last range written.
+- `DeltaTarget` (`INTO DELTA 'path'`, `dsql.delta_sink`): one Delta commit per flush that
+  has changes, its progress an application transaction in the same commit.
 - `CallbackTarget` (`Connection.sink(v, callback)`): `callback(ms, table)` once per
   millisecond with changes, for as long as the connection lives.
 
@@ -74,6 +76,9 @@ class Target(Protocol):
     def write(self, first: int, last: int, changes: pa.Table) -> None:
         """Write the changes of milliseconds `first`..`last` (every one of them closed)."""
 
+    def into(self) -> str:
+        """The INTO clause of the CREATE SINK that makes this target again (kept ones)."""
+
     def describe(self) -> str:
         """For SHOW SINKS."""
 
@@ -122,15 +127,10 @@ class FileTarget:
             return pa.table({DIFF: pa.array([], pa.int64())})
         changes = pa.concat_tables(tables)
         if key is None:
-            accumulated = consolidate_table(
-                changes.rename_columns([*changes.column_names[:1], DIFF, *columns]),
-                tuple(columns),
-                (),
-            )
-            return accumulated.select([DIFF, *columns])
+            return accumulated(changes, columns)
         latest: dict[tuple[Any, ...], dict[str, Any]] = {}
         for row in changes.to_pylist():  # files are in time order, rows within one too
-            k = tuple(row[c] for c in key)
+            k = tuple(_hashable(row[c]) for c in key)
             if row["mz_state"] == "upsert":
                 latest[k] = row
             else:
@@ -157,6 +157,9 @@ class FileTarget:
         except (OSError, pa.ArrowException) as error:
             tmp.unlink(missing_ok=True)
             raise SourceError(f"cannot write sink file {self.path / name}: {error}") from None
+
+    def into(self) -> str:
+        return f"INTO FILES {exp.Literal.string(str(self.path.resolve())).sql('postgres')}"
 
     def describe(self) -> str:
         return str(self.path)
@@ -193,6 +196,9 @@ class CallbackTarget:
                     hint="the same changes are offered again at the next statement",
                 ) from error
             self.last = ms
+
+    def into(self) -> str:
+        raise AssertionError("a callback sink is never logged")
 
     def describe(self) -> str:
         return f"callback {getattr(self.callback, '__qualname__', repr(self.callback))}"
@@ -357,6 +363,7 @@ def upserts(changes: pa.Table, key: tuple[str, ...], state: KeyState) -> pa.Tabl
         if ms != last and last is not None:
             emit(last)
         last = ms
+        row = [_hashable(v) for v in row]
         k = tuple(row[i] for i in at)
         state.setdefault(k, Counter())[tuple(row)] += diff
         changed[k] = None
@@ -370,6 +377,21 @@ def upserts(changes: pa.Table, key: tuple[str, ...], state: KeyState) -> pa.Tabl
         ]
     )
     return pa.Table.from_pylist(out, schema=schema)
+
+
+def accumulated(changes: pa.Table, columns: list[str]) -> pa.Table:
+    """What diff-envelope `changes` (`mz_timestamp`, `mz_diff`, columns) add up to, as
+    `mz_diff` plus columns, zeros dropped."""
+    total = consolidate_table(
+        changes.rename_columns([*changes.column_names[:1], DIFF, *columns]), tuple(columns), ()
+    )
+    return total.select([DIFF, *columns])
+
+
+def _hashable(value: Any) -> Any:
+    """`value` with its arrays as tuples (Arrow takes either back for a list column), so
+    a row with one can be counted."""
+    return tuple(map(_hashable, value)) if isinstance(value, list) else value
 
 
 def create(
@@ -416,12 +438,10 @@ def flush(session: Session) -> None:
 
 
 def definition(sink: Sink) -> str:
-    """The CREATE SINK statement that makes `sink` again, its directory absolute (a data
+    """The CREATE SINK statement that makes `sink` again, its place absolute (a data
     directory's log replays it from whatever directory the next process runs in)."""
-    assert isinstance(sink.target, FileTarget)
     quoted = [exp.to_identifier(n, quoted=True).sql("postgres") for n in (sink.name, sink.source)]
-    where = exp.Literal.string(str(sink.target.path.resolve())).sql("postgres")
-    sql = f"CREATE SINK {quoted[0]} FROM {quoted[1]} INTO FILES {where}"
+    sql = f"CREATE SINK {quoted[0]} FROM {quoted[1]} {sink.target.into()}"
     if sink.key is not None:
         keys = ", ".join(exp.to_identifier(k, quoted=True).sql("postgres") for k in sink.key)
         sql += f" KEY ({keys}) ENVELOPE UPSERT"
@@ -447,6 +467,7 @@ def rows(session: Session) -> dict[str, list[Any]]:
 
 __all__ = [
     "CallbackTarget",
+    "accumulated",
     "FileTarget",
     "Sink",
     "create",

@@ -344,14 +344,29 @@ class CreatePgSource(Statement):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CreateSink(Statement):
-    """`CREATE SINK [IF NOT EXISTS] name FROM relation INTO FILES 'dir' [KEY (cols)]
-    [WITH (FORMAT = 'parquet')] [ENVELOPE DIFF | UPSERT]` (`dsql.sinks`).
+class CreateDeltaSource(Statement):
+    """`CREATE SOURCE [IF NOT EXISTS] s [(col type, ...)] FROM DELTA 'path'`: a relation
+    kept equal to a Delta Lake table, version by version (`dsql.delta_source`); its
+    columns are the table's (`columns`, when given, must be them)."""
 
-    `envelope` is "diff" when left out; `key` is given exactly with UPSERT."""
+    name: str
+    location: str
+    columns: tuple[ColumnDef, ...] | None = None
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateSink(Statement):
+    """`CREATE SINK [IF NOT EXISTS] name FROM relation INTO FILES | DELTA 'place' [KEY
+    (cols)] [WITH (FORMAT = 'parquet')] [ENVELOPE DIFF | UPSERT]` (`dsql.sinks`).
+
+    `target` is "files" (a directory of Parquet files) or "delta" (a Delta Lake table,
+    `dsql.delta_sink`); `envelope` is "diff" when left out; `key` is given exactly with
+    UPSERT."""
 
     name: str
     source: str
+    target: str = "files"
     uri: str
     key: tuple[str, ...] | None = None
     format: str = "parquet"

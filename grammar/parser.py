@@ -488,7 +488,7 @@ class _Builder(Transformer):
         _f,
         source,
         _i,
-        _files,
+        into,
         uri,
         key,
         _w,
@@ -515,6 +515,7 @@ class _Builder(Transformer):
         return ast.CreateSink(
             name=name,
             source=source,
+            target=into,
             uri=string_value(self._text(uri)),
             key=key,
             format=settings.get("format", "parquet"),
@@ -522,6 +523,9 @@ class _Builder(Transformer):
             if_not_exists=bool(if_not_exists),
             **self._located(meta),
         )
+
+    def sink_kind(self, meta, word: Token) -> str:
+        return word.type.lower()
 
     def sink_key(self, meta, _k, group) -> tuple[str, ...]:
         return tuple(self._inside(group, "names"))
@@ -565,6 +569,19 @@ class _Builder(Transformer):
             connection=connection,
             options=tuple(_option_pair(o) for o in self._options(group)),
             tables=tables,
+            if_not_exists=bool(if_not_exists),
+            **self._located(meta),
+        )
+
+    def create_delta_source(
+        self, meta, _c, _s, if_not_exists, name, group, _f, _delta, location
+    ) -> ast.CreateDeltaSource:
+        return ast.CreateDeltaSource(
+            name=name,
+            columns=None
+            if group is None
+            else parse_columns(self.fragment, self._text(group), self._at(group)),
+            location=string_value(self._text(location)),
             if_not_exists=bool(if_not_exists),
             **self._located(meta),
         )
