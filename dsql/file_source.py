@@ -38,7 +38,7 @@ Streaming's file source for big inputs is not used yet: files are read in the dr
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dsql import upsert
+from dsql import grammar, upsert
 from dsql.copy import field_count_problem, read_text, text_fields, typed_fields, typed_file
 from dsql.copy_format import CopyFormat, RecordError, records
 from dsql.errors import DataError, DsqlError, SchemaError, SourceError
@@ -80,7 +80,10 @@ class FileSource:
 
 
 class FileSources:
-    """The session's file sources (module docstring)."""
+    """The session's file sources (module docstring); a `dsql.sources.SourceKind`."""
+
+    statement = grammar.CreateSource
+    log_key = "sources"
 
     def __init__(self, session: Any) -> None:
         self.session = session
@@ -137,15 +140,14 @@ class FileSources:
                 raise
         self.by_name[stmt.name] = source
 
-    def drop(self, name: str) -> list[str]:
-        """Forget source `name` (its relation is dropped by the session); its quarantine
-        table goes with it."""
-        source = self.by_name.pop(name, None)
-        if source is None or source.quarantine is None:
-            return []
-        if source.quarantine in self.session.relations:
-            return self.session.drop(source.quarantine, cascade=True, kind="table")
-        return []
+    def drop(self, name: str, cascade: bool) -> list[str]:
+        """DROP SOURCE of a file source: its relation (with CASCADE, what reads it) and
+        its quarantine table; the names dropped."""
+        dropped = self.session.drop(name, cascade, "source")
+        source = self.by_name.pop(name)
+        if source.quarantine is not None and source.quarantine in self.session.relations:
+            dropped += self.session.drop(source.quarantine, cascade=True, kind="table")
+        return dropped
 
     def poll(self) -> list[str]:
         """Read every new file of every source (module docstring); the notices of the
@@ -325,6 +327,19 @@ class FileSources:
     def restore(self, name: str, seen: Iterable[str]) -> None:
         """Resume source `name` from its persisted progress: those files are not read again."""
         self.by_name[name].seen.update(seen)
+
+    def resume(self, progress: Mapping[str, Iterable[str]]) -> None:
+        """Resume every source `progress` names that exists (`restore`)."""
+        for name, seen in progress.items():
+            if name in self.by_name:
+                self.restore(name, seen)
+
+    def confirm(self) -> list[str]:
+        """Nothing upstream to tell: the files read are the progress."""
+        return []
+
+    def close(self) -> None:
+        """Nothing held open between polls."""
 
     def rows(self) -> dict[str, list[Any]]:
         """SHOW SOURCES: each source's name, directory, format, files read, rows

@@ -51,6 +51,7 @@ from dsql.runtime.lattice import DIFF, TIME
 from dsql.runtime.memory import parse_size
 from dsql.runtime.switch import SwitchNode
 from dsql.sandbox import Sandbox
+from dsql.sources import SourceKinds
 
 #: The kinds of relation whose rows are written, not computed: tables and file sources.
 INPUTS = ("table", "source")
@@ -125,6 +126,8 @@ class Session:
         self.sources = FileSources(self)
         #: The PostgreSQL connections and sources (`dsql.pg_source`), polled with them.
         self.pg = PgSources(self)
+        #: Every kind of source, in polling order (`dsql.sources`).
+        self.source_kinds = SourceKinds((self.sources, self.pg))
         self._unit = self._new_input(pa.schema([("_c0", pa.int32())]))
         self._unit.update_at((0,), self.clock.write_tick(), 1)
         self._unit_arrangement = self._unit.to_collection().arrange_by_self()
