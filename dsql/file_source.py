@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from dsql import grammar, upsert
@@ -238,11 +239,17 @@ class FileSources:
             else:
                 columns, lines = self._quarantined(source, path, text, given, kinds, bad)
         table = pa.table(columns, names=[f"_c{i}" for i in range(len(columns))])
+        # A tombstone's NULLs delete a row; they are never stored, so NOT NULL holds.
+        stored = None
         if source.upserts is not None:
             table = self._null_keys(source, path, table, lines, raw, bad)
+            stored = source.upserts.stored(table)
         for i, required in enumerate(self.session.relations[source.name].not_null):
-            if required and table.column(i).null_count:
-                row = table.column(i).is_null().combine_chunks().to_pylist().index(True)
+            nulls = table.column(i).is_null().combine_chunks()
+            if stored is not None:
+                nulls = pc.and_(nulls, stored)
+            if required and pc.any(nulls).as_py():
+                row = nulls.to_pylist().index(True)
                 raise DataError(
                     f'null value in column "{given[i]}" violates not-null constraint '
                     f"(record {row + 1} of {path})"

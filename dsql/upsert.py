@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dsql.errors import SchemaError
 
@@ -101,6 +102,15 @@ class Upserts:
     def is_tombstone(self, row: Row) -> bool:
         """Whether every value column (outside the key) of `row` is NULL."""
         return all(row[i] is None for i in range(self.arity) if i not in self.key)
+
+    def stored(self, records: pa.Table) -> pa.Array:
+        """Per record of `records` (columns in the relation's order), whether it is a
+        row to store rather than a tombstone."""
+        tombstone: Any = pa.array([True] * records.num_rows, pa.bool_())
+        for i in range(self.arity):
+            if i not in self.key:
+                tombstone = pc.and_(tombstone, records.column(i).is_null())
+        return pc.invert(tombstone.combine_chunks())
 
     def changes(self, records: Iterable[Row]) -> tuple[list[Row], list[Row]]:
         """The rows to retract and the rows to insert (both at one time) that apply

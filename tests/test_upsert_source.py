@@ -284,3 +284,18 @@ def test_the_source_equals_a_dict_replay_after_every_poll(
             _replay(state, records)
         cur.execute("ADVANCE BY 1")
         assert _rows(cur, "SELECT * FROM s") == sorted(state.values(), key=repr)
+
+
+def test_not_null_value_columns_take_tombstones_but_no_stored_null(inbox: Path) -> None:
+    cur = dsql.connect(kernel="local", allowed_paths=[inbox]).cursor()
+    cur.execute(
+        f"CREATE SOURCE s (k int, v text NOT NULL, n int) FROM FILES '{inbox}' "
+        "WITH (FORMAT = 'csv') KEY (k) ENVELOPE UPSERT"
+    )
+    _write(inbox, "a.csv", "csv", [(1, "a", 1), (2, "b", 2)])
+    _write(inbox, "b.csv", "csv", [(1, None, None)])  # a tombstone: nothing stored is NULL
+    assert _rows(cur, "SELECT * FROM s") == [(2, "b", 2)]
+    _write(inbox, "c.csv", "csv", [(3, "c", 3), (2, None, 5)])  # a row with a NULL v
+    with pytest.warns(DsqlWarning, match='null value in column "v"'):
+        cur.execute("ADVANCE BY 1")
+    assert _rows(cur, "SELECT * FROM s") == [(2, "b", 2)]
