@@ -7,9 +7,10 @@ the clock, under the executor's lock, never inside a transaction), reports its
 progress as a JSON value that the data directory logs with the poll's rows, resumes
 from that progress on recovery, confirms upstream what the log holds, and drops a
 source with what it made. `SourceKinds` is the session's ordered set of kinds; the
-executor and `dsql.durable` talk to it alone, so a new kind (Kafka, say) is one
-module that implements `SourceKind`, registered in `Session.__init__`, plus its
-statement in the grammar.
+executor and `dsql.durable` talk to it alone, except `Durable.statement`, which logs
+each kind's CREATE SOURCE. A new kind (Kafka, say) is therefore one module that
+implements `SourceKind`, registered in `Session.__init__`, plus its statement in the
+grammar and its case in `Durable.statement`.
 
 Invariant: a source's rows reach the relation only through `poll`; `progress()`
 after a poll covers exactly what that poll wrote, so a recovered session that resumes
