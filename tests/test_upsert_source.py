@@ -214,7 +214,7 @@ def test_a_null_key_fails_its_file_naming_the_line(inbox: Path, fmt: str) -> Non
     assert _rows(cur, "SELECT * FROM s") == []
 
 
-@pytest.mark.parametrize("fmt", ["csv", "json"])
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])
 def test_bad_records_go_to_quarantine_and_the_rest_is_applied(inbox: Path, fmt: str) -> None:
     cur = dsql.connect(kernel="local", allowed_paths=[inbox]).cursor()
     _source(cur, inbox, fmt, on_error="quarantine")
