@@ -208,12 +208,16 @@ class FileSources:
             state.load(upsert.rows_of(s.read(s.plan(query))))
         retract, insert = state.changes(upsert.rows_of(records))
         schema = records.schema
-        with s.clock.one_time():
-            if retract:
-                s.write(source.name, upsert.table_of(retract, schema), -1, kinds=("source",))
-            if insert:
-                n = s.write(source.name, upsert.table_of(insert, schema), 1, kinds=("source",))
-                source.rows += n
+        try:
+            with s.clock.one_time():
+                if retract:
+                    s.write(source.name, upsert.table_of(retract, schema), -1, kinds=("source",))
+                if insert:
+                    n = s.write(source.name, upsert.table_of(insert, schema), 1, kinds=("source",))
+                    source.rows += n
+        except BaseException:  # the relation may hold part: read it again at the next poll
+            state.rows = None
+            raise
 
     def _failed(self, source: FileSource, name: str, message: str) -> list[str]:
         source.errors.append((name, message))
