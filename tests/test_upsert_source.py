@@ -299,3 +299,88 @@ def test_not_null_value_columns_take_tombstones_but_no_stored_null(inbox: Path) 
     with pytest.warns(DsqlWarning, match='null value in column "v"'):
         cur.execute("ADVANCE BY 1")
     assert _rows(cur, "SELECT * FROM s") == [(2, "b", 2)]
+
+
+_WRITER = """
+import os, random, sys
+import dsql
+data, inbox, start, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+con = dsql.connect(kernel="local", data_dir=data, allowed_paths=[inbox], checkpoint_bytes=6000)
+con.execute(
+    f"CREATE SOURCE IF NOT EXISTS s (k int, v text, n int) FROM FILES '{inbox}' "
+    "WITH (FORMAT = 'csv') KEY (k) ENVELOPE UPSERT"
+)
+con.execute(
+    "CREATE MATERIALIZED VIEW IF NOT EXISTS tot AS SELECT v, count(*) AS c, sum(n) AS s "
+    "FROM s GROUP BY v"
+)
+rng = random.Random(seed)
+for i in range(start, start + 10_000):
+    lines = []
+    for _ in range(rng.randint(1, 8)):
+        k, v, n = rng.randint(0, 15), rng.choice("abc"), rng.randint(0, 9)
+        lines.append(f"{k},," if rng.random() < 0.25 else f"{k},{v},{n}")
+    part = os.path.join(inbox, f".{i:06d}.part")
+    with open(part, "w") as f:
+        f.write("k,v,n\\n" + "\\n".join(lines) + "\\n")
+    os.replace(part, os.path.join(inbox, f"{i:06d}.csv"))
+    con.execute("SELECT count(*) FROM s")  # each statement polls first
+"""
+
+
+def test_kill9_while_upserting_loses_and_repeats_no_record(tmp_path: Path) -> None:
+    """A writer killed with SIGKILL at random moments (checkpoints every few polls): on
+    restart the source equals the dict replay of every file that arrived (each applied
+    once, in name order), and its view equals that replay aggregated."""
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    data, inbox = tmp_path / "data", tmp_path / "in"
+    inbox.mkdir()
+    rng = random.Random(39)
+    arrived: list[int] = []
+    env = {**os.environ, "PYTHONPATH": str(Path(dsql.__file__).parent.parent)}
+    for cycle in range(6):
+        start = len(list(inbox.glob("*.csv")))
+        writer = subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(data), str(inbox), str(start), str(cycle)],
+            env=env,
+        )
+        if cycle % 2:  # while it recovers or creates, or as it writes
+            time.sleep(rng.uniform(0.5, 3.0))
+        else:  # once it writes, whatever the machine's load
+            deadline = time.monotonic() + 60
+            while len(list(inbox.glob("*.csv"))) == start and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 1.0))
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        con = dsql.connect(kernel="local", data_dir=data, allowed_paths=[inbox])
+        try:
+            if "s" not in {r[0] for r in con.execute("SHOW SOURCES").fetchall()}:
+                continue  # killed before its CREATE SOURCE was logged
+            state: dict[int, tuple[Any, ...]] = {}
+            for path in sorted(inbox.glob("*.csv")):
+                records = []
+                for line in path.read_text().splitlines()[1:]:
+                    k, v, n = line.split(",")
+                    records.append((int(k), v or None, int(n) if n else None))
+                _replay(state, records)
+            cur = con.cursor()
+            arrived.append(len(list(inbox.glob("*.csv"))))
+            assert _rows(cur, "SELECT * FROM s") == sorted(state.values(), key=repr)
+            want: dict[str, tuple[int, int]] = {}
+            for _, v, n in state.values():
+                c, s = want.get(v, (0, 0))
+                want[v] = (c + 1, s + n)
+            if not _rows(cur, "SHOW MATERIALIZED VIEWS"):
+                continue  # killed before its CREATE MATERIALIZED VIEW was logged
+            assert _rows(cur, "SELECT * FROM tot") == sorted(
+                ((v, c, s) for v, (c, s) in want.items()), key=repr
+            )
+        finally:
+            con.close()
+    assert len(arrived) >= 3 and arrived[-1] > arrived[0] > 0  # the kills hit a running writer
