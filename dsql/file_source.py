@@ -236,7 +236,8 @@ class FileSources:
             lines = list(range(1, len(columns[0]) + 1)) if columns else []
         else:
             text = read_text(path)
-            raw = text.splitlines()
+            if source.upserts is not None:  # a NULL key's record, quarantined as written
+                raw = text.splitlines()
             if source.quarantine is None:
                 lines, fields = text_fields(text, source.fmt, given, label, str(path))
                 columns = typed_fields(lines, fields, given, kinds, label, str(path))
