@@ -296,7 +296,7 @@ class Connection:
         for sub in self.executor.cursors.values():
             sub.close()
         exports.release(self.session)
-        self.session.pg.close()
+        self.session.source_kinds.close()
         if self.session.durable is not None and not self.closed:
             self.session.durable.close()
         self.closed = True

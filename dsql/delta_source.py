@@ -33,6 +33,7 @@ names passes it at the poll that reads it. Tables are read in the driver with
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from sqlglot import exp
 
+from dsql import grammar
 from dsql.errors import DsqlError, SchemaError, SourceError, UnsupportedError
 from dsql.planner import types
 from dsql.planner.plan import Column
@@ -78,6 +80,9 @@ class DeltaSource:
 
 class DeltaSources:
     """The session's Delta sources (module docstring)."""
+
+    statement = grammar.CreateDeltaSource
+    log_key = "delta_sources"
 
     def __init__(self, session: Any) -> None:
         self.session = session
@@ -141,9 +146,12 @@ class DeltaSources:
         where = exp.Literal.string(str(self.by_name[name].path)).sql("postgres")
         return f"CREATE SOURCE {quoted} ({columns}) FROM DELTA {where}"
 
-    def drop(self, name: str) -> None:
-        """Forget source `name` (its relation is dropped by the session)."""
-        self.by_name.pop(name, None)
+    def drop(self, name: str, cascade: bool) -> list[str]:
+        """DROP SOURCE of a Delta source: its relation (with CASCADE, what reads it); the
+        names dropped. The Delta table is the user's and stays."""
+        dropped = self.session.drop(name, cascade, "source")
+        del self.by_name[name]
+        return dropped
 
     # --- polling -------------------------------------------------------------------------
     def poll(self) -> list[str]:
@@ -292,11 +300,18 @@ class DeltaSources:
         """Each source's progress: the last version read (None: not even the snapshot)."""
         return {name: x.version for name, x in self.by_name.items()}
 
-    def restore(self, progress: dict[str, int | None]) -> None:
+    def resume(self, progress: Mapping[str, int | None]) -> None:
         """Resume the sources from their logged progress (sources dropped since are gone)."""
         for name, version in progress.items():
             if name in self.by_name:
                 self.by_name[name].version = version
+
+    def confirm(self) -> list[str]:
+        """Nothing upstream to tell: the versions read are the progress."""
+        return []
+
+    def close(self) -> None:
+        """Nothing held open between polls."""
 
     def rows(self) -> dict[str, list[Any]]:
         """SHOW SOURCES' columns for the Delta sources (`files`: the last version read)."""

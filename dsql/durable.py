@@ -39,7 +39,7 @@ import json
 import os
 import shutil
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -155,19 +155,15 @@ class Durable:
     def polled(
         self,
         writes: list[tuple[str, pa.Table, int, int]],
-        progress: dict[str, tuple[str, ...]],
-        pg_progress: dict[str, int],
-        delta_progress: dict[str, int | None] | None = None,
+        progress: Mapping[str, Mapping[str, Any]],
     ) -> None:
-        """Log the rows a poll of the sources wrote, with the files each file source has
-        read, the upstream position each PostgreSQL source reached and the last version
-        each Delta source read, as one record: recovered, each file, upstream
-        transaction and Delta version stays applied once."""
+        """Log the rows a poll of the sources wrote, with each source kind's progress
+        (by its log key: the files each file source has read, the upstream position
+        each PostgreSQL source reached), as one record: recovered, each file and each
+        upstream transaction stays applied once."""
         self._writes(writes)
-        self._entry({"sources": {name: list(seen) for name, seen in progress.items()}})
-        self._entry({"pg_sources": pg_progress})
-        if delta_progress:
-            self._entry({"delta_sources": delta_progress})
+        for key, value in progress.items():
+            self._entry({key: dict(value)})
         self.settle()
 
     def _pg_relations(self, name: str) -> list[str]:
@@ -288,9 +284,7 @@ class Durable:
             "tick": s.clock.tick,
             "catalog": list(self.catalog.items()),
             "tables": tables,
-            "sources": {name: list(seen) for name, seen in s.sources.progress().items()},
-            "pg_sources": s.pg.progress(),
-            "delta_sources": s.delta.progress(),
+            **{key: dict(value) for key, value in s.source_kinds.progress().items()},
         }
         with open(tmp / "manifest.json", "w", encoding="utf-8") as f:
             json.dump(manifest, f)
@@ -411,9 +405,7 @@ class Durable:
                     hint="restore the data directory from a backup",
                 ) from None
             s.write(name, rows, 1, kinds=_WRITTEN)
-        self._restore_sources(manifest.get("sources", {}))
-        s.pg.restore(manifest.get("pg_sources", {}))
-        s.delta.restore(manifest.get("delta_sources", {}))
+        s.source_kinds.resume(manifest)
         return int(manifest["tick"])
 
     def _apply(self, entry: dict[str, Any], tables: list[pa.Table], path: Path) -> None:
@@ -421,27 +413,14 @@ class Durable:
         if "advance" in entry:
             s.clock.advance_to(entry["advance"])
             return
-        if "sources" in entry:
-            self._restore_sources(entry["sources"])
-            return
-        if "pg_sources" in entry:
-            s.pg.restore(entry["pg_sources"])
-            return
-        if "delta_sources" in entry:
-            s.delta.restore(entry["delta_sources"])
+        if s.source_kinds.logs(entry):  # a poll's progress (`polled`)
+            s.source_kinds.resume(entry)
             return
         self._at(entry["tick"])
         if "sql" in entry:
             self._run(entry["sql"], path)
         else:
             s.write(entry["write"], tables[entry["rows"]], entry["diff"], kinds=_WRITTEN)
-
-    def _restore_sources(self, progress: dict[str, list[str]]) -> None:
-        """The files each source had read (sources dropped since are not there)."""
-        sources = self._session().sources
-        for name, seen in progress.items():
-            if name in sources:
-                sources.restore(name, seen)
 
     def _run(self, sql: str, path: Path) -> None:
         assert self.executor is not None

@@ -207,12 +207,12 @@ class Executor:
         s = self.session
         if s.durable is not None and s.durable.replaying:
             return []
-        notices = s.sources.poll() + s.pg.poll() + s.delta.poll()
+        notices = s.source_kinds.poll()
         if s.durable is not None and s.writes:
-            s.durable.polled(s.writes, s.sources.progress(), s.pg.progress(), s.delta.progress())
+            s.durable.polled(s.writes, s.source_kinds.progress())
         if s.durable is not None and s.durable.pending:  # an executemany's: not on disk yet
-            return notices  # the slots advance at a later poll, once it is
-        return notices + s.pg.confirm()
+            return notices  # upstream hears at a later poll, once it is
+        return notices + s.source_kinds.confirm()
 
     def _execute(self, stmt: Any) -> Result:
         s = self.session
@@ -238,14 +238,8 @@ class Executor:
                 return self._insert(stmt)
             case grammar.Copy():
                 return copy_from(self, stmt) if stmt.direction == "from" else copy_to(self, stmt)
-            case grammar.CreateSource():
-                s.sources.create(stmt)
-                return Result(status="CREATE SOURCE")
-            case grammar.CreatePgSource():
-                s.pg.create(stmt)
-                return Result(status="CREATE SOURCE")
-            case grammar.CreateDeltaSource():
-                s.delta.create(stmt)
+            case _ if s.source_kinds.creates(stmt):
+                s.source_kinds.create(stmt)
                 return Result(status="CREATE SOURCE")
             case grammar.CreateConnection():
                 s.pg.create_connection(stmt)
@@ -281,12 +275,11 @@ class Executor:
                     if stmt.kind == "index":
                         dropped += s.indexes.drop(name, stmt.if_exists)
                         continue
-                    if stmt.kind == "source" and name in s.pg:
-                        dropped += s.pg.drop(name, stmt.cascade)
+                    owner = s.source_kinds.owner(name) if stmt.kind == "source" else None
+                    if owner is not None:
+                        dropped += owner.drop(name, stmt.cascade)
                         continue
                     dropped += s.drop(name, stmt.cascade, stmt.kind, stmt.if_exists)
-                    dropped += s.sources.drop(name)
-                    s.delta.drop(name)
                 return Result(status=f"DROP {stmt.kind.upper()}")
             case grammar.Select():
                 return self._select(stmt)

@@ -22,6 +22,14 @@ source goes on with the next file. `ON ERROR = 'quarantine'` instead inserts the
 file's good rows and puts each bad one into the table `<source>_quarantine` (file,
 line, error, record), which is created with the source and dropped with it.
 
+`KEY (k, ...) ENVELOPE UPSERT` after the options makes the source's records upserts
+by key (`dsql.upsert`): a poll's records, in the order of their files' names and then
+their lines, replace their key's row (the last record of a key in the poll wins), and
+a record whose value columns are all NULL deletes it. A record with a NULL key is a bad
+record: with `ON ERROR = 'report'` its file adds nothing and the error names the file
+and the line (CSV, text) or record (JSON lines, Parquet); with 'quarantine' it goes to
+the quarantine table and the file's other records are applied.
+
 Files must lie inside the session's sandbox (`dsql.sandbox`), checked at CREATE and
 at each poll (a symlink to elsewhere is refused, never followed). Spark Structured
 Streaming's file source for big inputs is not used yet: files are read in the driver.
@@ -29,14 +37,17 @@ Streaming's file source for big inputs is not used yet: files are read in the dr
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
+from dsql import grammar, upsert
 from dsql.copy import field_count_problem, read_text, text_fields, typed_fields, typed_file
 from dsql.copy_format import CopyFormat, RecordError, records
 from dsql.errors import DataError, DsqlError, SchemaError, SourceError
@@ -61,6 +72,8 @@ class FileSource:
     #: Every file that failed: (file, message).
     errors: list[tuple[str, str]] = field(default_factory=list)
     rows: int = 0
+    #: With ENVELOPE UPSERT: the rows by key, which each poll's records replace.
+    upserts: upsert.Upserts | None = None
 
     @property
     def quarantine(self) -> str | None:
@@ -68,7 +81,10 @@ class FileSource:
 
 
 class FileSources:
-    """The session's file sources (module docstring)."""
+    """The session's file sources (module docstring); a `dsql.sources.SourceKind`."""
+
+    statement = grammar.CreateSource
+    log_key = "sources"
 
     def __init__(self, session: Any) -> None:
         self.session = session
@@ -109,6 +125,11 @@ class FileSources:
         for c in columns:
             types.to_arrow(c.type)
         source = FileSource(stmt.name, directory, fmt, columns, on_error)
+        if stmt.key is not None:
+            names = [c.name for c in columns]
+            source.upserts = upsert.Upserts(
+                upsert.check_key(stmt.key, names, stmt.name), len(names)
+            )
         s.create_table(stmt.name, columns, tuple(c.not_null for c in stmt.columns))
         s.relations[stmt.name].kind = "source"
         if source.quarantine is not None:
@@ -120,15 +141,14 @@ class FileSources:
                 raise
         self.by_name[stmt.name] = source
 
-    def drop(self, name: str) -> list[str]:
-        """Forget source `name` (its relation is dropped by the session); its quarantine
-        table goes with it."""
-        source = self.by_name.pop(name, None)
-        if source is None or source.quarantine is None:
-            return []
-        if source.quarantine in self.session.relations:
-            return self.session.drop(source.quarantine, cascade=True, kind="table")
-        return []
+    def drop(self, name: str, cascade: bool) -> list[str]:
+        """DROP SOURCE of a file source: its relation (with CASCADE, what reads it) and
+        its quarantine table; the names dropped."""
+        dropped = self.session.drop(name, cascade, "source")
+        source = self.by_name.pop(name)
+        if source.quarantine is not None and source.quarantine in self.session.relations:
+            dropped += self.session.drop(source.quarantine, cascade=True, kind="table")
+        return dropped
 
     def poll(self) -> list[str]:
         """Read every new file of every source (module docstring); the notices of the
@@ -163,7 +183,9 @@ class FileSources:
             except DsqlError as error:
                 notices += self._failed(source, name, error.message)
         rows = [b for b in batches if b.num_rows]
-        if rows:
+        if rows and source.upserts is not None:
+            self._upsert(source, pa.concat_tables(rows))
+        elif rows:
             table = pa.concat_tables(rows)
             source.rows += s.write(source.name, table, 1, kinds=("source",))
         if bad and source.quarantine in s.relations:
@@ -173,6 +195,29 @@ class FileSources:
             )
             s.write(source.quarantine, q, 1)
         return notices
+
+    def _upsert(self, source: FileSource, records: pa.Table) -> None:
+        """Apply a poll's records, in order, as upserts by the source's key: the rows
+        they replace retracted and their rows inserted, at one time."""
+        s, state = self.session, source.upserts
+        assert state is not None
+        if state.rows is None:  # the relation is the state (after a restart, recovered)
+            query = exp.select("*").from_(
+                exp.to_table(exp.to_identifier(source.name, True).sql("postgres"))
+            )
+            state.load(upsert.rows_of(s.read(s.plan(query))))
+        retract, insert = state.changes(upsert.rows_of(records))
+        schema = records.schema
+        try:
+            with s.clock.one_time():
+                if retract:
+                    s.write(source.name, upsert.table_of(retract, schema), -1, kinds=("source",))
+                if insert:
+                    n = s.write(source.name, upsert.table_of(insert, schema), 1, kinds=("source",))
+                    source.rows += n
+        except BaseException:  # the relation may hold part: read it again at the next poll
+            state.rows = None
+            raise
 
     def _failed(self, source: FileSource, name: str, message: str) -> list[str]:
         source.errors.append((name, message))
@@ -185,24 +230,69 @@ class FileSources:
         given = [c.name for c in source.columns]
         kinds = {c.name: c.type for c in source.columns}
         label = f"source {source.name}"
+        raw: list[str] = []
         if source.fmt.format in ("json", "parquet"):
             columns = typed_file(path, source.fmt.format, given, kinds, label)
+            lines = list(range(1, len(columns[0]) + 1)) if columns else []
         else:
             text = read_text(path)
+            if source.upserts is not None:  # a NULL key's record, quarantined as written
+                raw = text.splitlines()
             if source.quarantine is None:
                 lines, fields = text_fields(text, source.fmt, given, label, str(path))
                 columns = typed_fields(lines, fields, given, kinds, label, str(path))
             else:
-                columns = self._quarantined(source, path, text, given, kinds, bad)
+                columns, lines = self._quarantined(source, path, text, given, kinds, bad)
         table = pa.table(columns, names=[f"_c{i}" for i in range(len(columns))])
+        # A tombstone's NULLs delete a row; they are never stored, so NOT NULL holds.
+        stored = None
+        if source.upserts is not None:
+            table = self._null_keys(source, path, table, lines, raw, bad)
+            stored = source.upserts.stored(table)
         for i, required in enumerate(self.session.relations[source.name].not_null):
-            if required and table.column(i).null_count:
-                row = table.column(i).is_null().combine_chunks().to_pylist().index(True)
+            nulls = table.column(i).is_null().combine_chunks()
+            if stored is not None:
+                nulls = pc.and_(nulls, stored)
+            if required and pc.any(nulls).as_py():
+                row = nulls.to_pylist().index(True)
                 raise DataError(
                     f'null value in column "{given[i]}" violates not-null constraint '
                     f"(record {row + 1} of {path})"
                 )
         return table
+
+    def _null_keys(
+        self,
+        source: FileSource,
+        path: Path,
+        table: pa.Table,
+        lines: list[int],
+        raw: list[str],
+        bad: list[tuple[str, int, str, str]],
+    ) -> pa.Table:
+        """`table` without its records whose key has a NULL, each of which goes to
+        `bad` (quarantine) or fails the file, naming its line (text formats) or record
+        (JSON lines, Parquet)."""
+        assert source.upserts is not None
+        nulls = upsert.null_keys(table, source.upserts.key)
+        if not nulls:
+            return table
+        where = "record" if source.fmt.format in ("json", "parquet") else "line"
+        names = [source.columns[i].name for i in source.upserts.key]
+        message = f"null value in key ({', '.join(names)}) of an upsert source"
+        if source.quarantine is None:
+            raise DataError(
+                f"{message} ({where} {lines[nulls[0]]} of {path})",
+                hint="every record of a KEY ... ENVELOPE UPSERT source needs its key",
+            )
+        rows = upsert.rows_of(table)
+        for i in nulls:
+            line = lines[i]
+            text = raw[line - 1] if raw and line <= len(raw) else json.dumps(rows[i], default=str)
+            bad.append((path.name, line, message, text))
+        dropped = set(nulls)
+        keep = pa.array([i not in dropped for i in range(table.num_rows)])
+        return table.filter(keep)
 
     def _quarantined(
         self,
@@ -212,9 +302,9 @@ class FileSources:
         given: list[str],
         kinds: dict[str, Any],
         bad: list[tuple[str, int, str, str]],
-    ) -> list[pa.Array]:
-        """A text file's good records as columns, each bad one (a wrong field count, a
-        value that does not read) put in `bad` with its line and error."""
+    ) -> tuple[list[pa.Array], list[int]]:
+        """A text file's good records as columns and their lines, each bad one (a wrong
+        field count, a value that does not read) put in `bad` with its line and error."""
         label, where = f"source {source.name}", str(path)
         good: list[tuple[int, list[pa.Array]]] = []
         raw = text.splitlines()
@@ -222,7 +312,7 @@ class FileSources:
             found = list(records(text, source.fmt))
         except RecordError as error:  # no record can be told apart from the next
             bad.append((path.name, error.line, f"{error.message}; no record of it was read", ""))
-            return [pa.array([], types.to_arrow(kinds[n])) for n in given]
+            return [pa.array([], types.to_arrow(kinds[n])) for n in given], []
         for line, record in found:
             try:
                 problem = field_count_problem(record, given)
@@ -233,12 +323,13 @@ class FileSources:
             except DataError as error:
                 message = error.message.split("\nCONTEXT")[0]
                 bad.append((path.name, line, message, raw[line - 1] if line <= len(raw) else ""))
-        return [
+        columns = [
             pa.concat_arrays([cols[k] for _, cols in good])
             if good
             else pa.array([], types.to_arrow(kinds[n]))
             for k, n in enumerate(given)
         ]
+        return columns, [line for line, _ in good]
 
     def progress(self) -> dict[str, tuple[str, ...]]:
         """Each source's progress: the names of the files it has read, sorted (what a
@@ -248,6 +339,19 @@ class FileSources:
     def restore(self, name: str, seen: Iterable[str]) -> None:
         """Resume source `name` from its persisted progress: those files are not read again."""
         self.by_name[name].seen.update(seen)
+
+    def resume(self, progress: Mapping[str, Iterable[str]]) -> None:
+        """Resume every source `progress` names that exists (`restore`)."""
+        for name, seen in progress.items():
+            if name in self.by_name:
+                self.restore(name, seen)
+
+    def confirm(self) -> list[str]:
+        """Nothing upstream to tell: the files read are the progress."""
+        return []
+
+    def close(self) -> None:
+        """Nothing held open between polls."""
 
     def rows(self) -> dict[str, list[Any]]:
         """SHOW SOURCES: each source's name, directory, format, files read, rows

@@ -38,6 +38,7 @@ import re
 import secrets
 import warnings
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +47,7 @@ import pyarrow as pa
 from psycopg import pq, sql
 from sqlglot import exp
 
-from dsql import pgoutput
+from dsql import grammar, pgoutput
 from dsql.errors import DsqlError, DsqlWarning, SchemaError, SourceError
 from dsql.planner import types
 from dsql.planner.plan import Column
@@ -142,7 +143,11 @@ class PgSource:
 
 
 class PgSources:
-    """The session's PostgreSQL connections and sources (module docstring)."""
+    """The session's PostgreSQL connections and sources (module docstring); a
+    `dsql.sources.SourceKind`."""
+
+    statement = grammar.CreatePgSource
+    log_key = "pg_sources"
 
     def __init__(self, session: Any) -> None:
         self.session = session
@@ -313,7 +318,7 @@ class PgSources:
         """Each source's progress: the end of the last upstream transaction applied."""
         return {name: x.lsn for name, x in self.by_name.items()}
 
-    def restore(self, progress: dict[str, int]) -> None:
+    def resume(self, progress: Mapping[str, int]) -> None:
         """Resume the sources from their logged progress: transactions that end at or
         before it are applied already and skipped when the slot sends them again."""
         for name, lsn in progress.items():

@@ -52,6 +52,7 @@ from dsql.runtime.lattice import DIFF, TIME
 from dsql.runtime.memory import parse_size
 from dsql.runtime.switch import SwitchNode
 from dsql.sandbox import Sandbox
+from dsql.sources import SourceKinds
 
 #: The kinds of relation whose rows are written, not computed: tables and file sources.
 INPUTS = ("table", "source")
@@ -128,6 +129,8 @@ class Session:
         self.pg = PgSources(self)
         #: The Delta Lake sources (`dsql.delta_source`), polled with them.
         self.delta = DeltaSources(self)
+        #: Every kind of source, in polling order (`dsql.sources`).
+        self.source_kinds = SourceKinds((self.sources, self.pg, self.delta))
         self._unit = self._new_input(pa.schema([("_c0", pa.int32())]))
         self._unit.update_at((0,), self.clock.write_tick(), 1)
         self._unit_arrangement = self._unit.to_collection().arrange_by_self()

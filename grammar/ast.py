@@ -296,15 +296,19 @@ class Copy(Statement):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateSource(Statement):
     """`CREATE SOURCE [IF NOT EXISTS] s (col type, ...) FROM FILES 'dir' [WITH (FORMAT =
-    'csv', ...)]`: a relation fed by the files that arrive in a directory.
+    'csv', ...)] [KEY (cols) ENVELOPE UPSERT]`: a relation fed by the files that arrive
+    in a directory, their records inserted (ENVELOPE NONE, the default) or upserted by
+    `key` (`dsql.upsert`).
 
-    `options` are (lower-case name, value) pairs, checked when the source is created.
+    `options` are (lower-case name, value) pairs, checked when the source is created;
+    `key` is given exactly with ENVELOPE UPSERT.
     """
 
     name: str
     columns: tuple[ColumnDef, ...]
     location: str
     options: tuple[tuple[str, str], ...] = ()
+    key: tuple[str, ...] | None = None
     if_not_exists: bool = False
 
 

@@ -312,16 +312,55 @@ class _Builder(Transformer):
         )
 
     def create_source(
-        self, meta, _c, _s, if_not_exists, name, group, _from, _files, location, _with, options
+        self,
+        meta,
+        _c,
+        _s,
+        if_not_exists,
+        name,
+        group,
+        _from,
+        _files,
+        location,
+        _with,
+        options,
+        key,
+        envelope,
     ) -> ast.CreateSource:
+        self._check_key(meta, key, envelope, "to insert every record")
         return ast.CreateSource(
             name=name,
             columns=parse_columns(self.fragment, self._text(group), self._at(group)),
             location=string_value(self._text(location)),
             options=tuple(_option_pair(o) for o in self._options(options)),
+            key=key,
             if_not_exists=bool(if_not_exists),
             **self._located(meta),
         )
+
+    def source_envelope(self, meta, _e, word: Token) -> str:
+        return self._envelope(
+            word,
+            "source",
+            ("none", "upsert"),
+            "write ENVELOPE NONE (every record inserted) or KEY (k) ENVELOPE UPSERT",
+        )
+
+    def _check_key(self, meta, key: object, envelope: str | None, otherwise: str) -> None:
+        """A ParseError unless KEY is given exactly with ENVELOPE UPSERT."""
+        if (envelope == "upsert") != (key is not None):
+            raise self.fragment.error_at(
+                self._at(meta),
+                "ENVELOPE UPSERT needs KEY (columns), and KEY goes only with it",
+                f"write KEY (k) ... ENVELOPE UPSERT, or neither {otherwise}",
+            )
+
+    def _envelope(self, word: Token, what: str, kinds: tuple[str, ...], hint: str) -> str:
+        """The envelope `word` names, lower-case; a ParseError at it if not one of `kinds`."""
+        kind = word.lower()
+        if kind not in kinds:
+            raise self.fragment.error_at(self._at(word), f"unknown {what} envelope {kind!r}", hint)
+        return kind
 
     def insert(self, meta, _i, _into, table, columns, query) -> ast.Insert:
         names = None if columns is None else self._inside(columns, "names")
@@ -506,12 +545,7 @@ class _Builder(Transformer):
                 )
             settings[option_name] = value.lower()
         kind = envelope or "diff"
-        if (kind == "upsert") != (key is not None):
-            raise self.fragment.error_at(
-                self._at(meta),
-                "ENVELOPE UPSERT needs KEY (columns), and KEY goes only with it",
-                "write KEY (k) ... ENVELOPE UPSERT, or neither for the diff envelope",
-            )
+        self._check_key(meta, key, kind, "for the diff envelope")
         return ast.CreateSink(
             name=name,
             source=source,
@@ -531,14 +565,12 @@ class _Builder(Transformer):
         return tuple(self._inside(group, "names"))
 
     def sink_envelope(self, meta, _e, word: Token) -> str:
-        kind = word.lower()
-        if kind not in {"diff", "upsert"}:
-            raise self.fragment.error_at(
-                self._at(word),
-                f"unknown sink envelope {kind!r}",
-                "write ENVELOPE DIFF (mz_timestamp, mz_diff, columns) or ENVELOPE UPSERT",
-            )
-        return kind
+        return self._envelope(
+            word,
+            "sink",
+            ("diff", "upsert"),
+            "write ENVELOPE DIFF (mz_timestamp, mz_diff, columns) or ENVELOPE UPSERT",
+        )
 
     def drop_sink(self, meta, _d, _s, if_exists, *names: str) -> ast.DropSink:
         return ast.DropSink(names=tuple(names), if_exists=bool(if_exists), **self._located(meta))

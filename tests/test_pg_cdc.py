@@ -343,7 +343,7 @@ def test_restart_resumes_without_loss_or_repeat(
         s = con.session
         s.writes = []
         s.pg.poll()
-        s.durable.polled(s.writes, s.sources.progress(), s.pg.progress())
+        s.durable.polled(s.writes, s.source_kinds.progress())
         s.writes = None
         con.close()
         db.execute("INSERT INTO b VALUES (1, 5)")  # while dsql is down
