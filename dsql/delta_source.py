@@ -81,7 +81,7 @@ class DeltaSource:
 class DeltaSources:
     """The session's Delta sources (module docstring)."""
 
-    statement = grammar.CreateDeltaSource
+    statement: type = grammar.CreateDeltaSource
     log_key = "delta_sources"
 
     def __init__(self, session: Any) -> None:

@@ -83,7 +83,7 @@ class FileSource:
 class FileSources:
     """The session's file sources (module docstring); a `dsql.sources.SourceKind`."""
 
-    statement = grammar.CreateSource
+    statement: type = grammar.CreateSource
     log_key = "sources"
 
     def __init__(self, session: Any) -> None:

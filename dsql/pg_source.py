@@ -146,7 +146,7 @@ class PgSources:
     """The session's PostgreSQL connections and sources (module docstring); a
     `dsql.sources.SourceKind`."""
 
-    statement = grammar.CreatePgSource
+    statement: type = grammar.CreatePgSource
     log_key = "pg_sources"
 
     def __init__(self, session: Any) -> None:
