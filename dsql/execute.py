@@ -20,7 +20,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from dsql import exports, fast_path, grammar, sinks
+from dsql import exports, fast_path, grammar, pg_sink, sinks
 from dsql.assignment import assign, typed_literals
 from dsql.copy import copy_from, copy_to
 from dsql.errors import (
@@ -304,6 +304,22 @@ class Executor:
                 self._cursor(stmt.cursor).close()
                 del self.cursors[stmt.cursor]
                 return Result(status="CLOSE CURSOR")
+            case grammar.CreateSink() if stmt.connection is not None:
+                if stmt.if_not_exists and stmt.name in s.sinks:
+                    return Result(status="CREATE SINK")
+                target = pg_sink.PgTarget(
+                    s.pg.connection(stmt.connection),
+                    stmt.uri,
+                    stmt.name,
+                    s.plan(exp.select("*").from_(exp.to_table(stmt.source))).columns,
+                    stmt.key,
+                )
+                try:
+                    sinks.create(s, stmt.name, stmt.source, target, stmt.key, stmt.text)
+                except BaseException:
+                    target.close()
+                    raise
+                return Result(status="CREATE SINK")
             case grammar.CreateSink():
                 s.columns(stmt.source)  # an unknown relation is refused before any mkdir
                 place = s.sandbox.check(stmt.uri, "write")
@@ -550,7 +566,11 @@ class Executor:
                 raise SchemaError(f"unknown index '{stmt.of}'", hint="SHOW INDEXES lists them")
             return _rows({"name": [index.name], "create_sql": [index.sql]})
         if what == "sources":
-            return _rows(s.sources.rows())
+            files, pg = s.sources.rows(), s.pg.source_rows()
+            counts = {"files", "rows"}  # typed even when every value is NULL
+            return _rows(
+                {k: pa.array(files[k] + pg[k], pa.int64() if k in counts else None) for k in files}
+            )
         if what == "sinks":
             return _rows(sinks.rows(s))
         if what == "connections":

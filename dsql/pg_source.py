@@ -194,13 +194,29 @@ class PgSources:
                 if stmt.if_exists:
                     continue
                 raise SchemaError(f'connection "{name}" does not exist')
-            users = sorted(x.name for x in self.by_name.values() if x.connection.name == name)
+            users = [
+                ("source", x.name) for x in self.by_name.values() if x.connection.name == name
+            ] + [
+                ("sink", k.name)
+                for k in self.session.sinks.values()
+                if getattr(k.target, "connection", None) is self.connections[name]
+            ]
             if users:
+                kind, user = sorted(users)[0]
                 raise SchemaError(
-                    f'cannot drop connection "{name}": source "{users[0]}" uses it',
-                    hint=f"DROP SOURCE {users[0]} first",
+                    f'cannot drop connection "{name}": {kind} "{user}" uses it',
+                    hint=f"DROP {kind.upper()} {user} first",
                 )
             del self.connections[name]
+
+    def connection(self, name: str) -> PgConnection:
+        """Connection `name`, or a SchemaError saying to create it."""
+        if name not in self.connections:
+            raise SchemaError(
+                f'connection "{name}" does not exist',
+                hint="CREATE CONNECTION ... TO POSTGRES first",
+            )
+        return self.connections[name]
 
     def connection_rows(self) -> dict[str, list[Any]]:
         """SHOW CONNECTIONS: name, type, host, port, user, database (no password)."""
@@ -214,6 +230,27 @@ class PgSources:
             "database": [c.database for c in cs],
         }
 
+    def source_rows(self) -> dict[str, list[Any]]:
+        """SHOW SOURCES' rows of the PostgreSQL sources (`FileSources.rows`' columns):
+        name, where (connection, publication, tables), format `pgoutput`, files NULL,
+        rows applied, last error."""
+        xs = sorted(self.by_name.values(), key=lambda x: x.name)
+        return {
+            "name": [x.name for x in xs],
+            "location": [
+                f"postgres {x.connection.name} (PUBLICATION {_literal(x.publication)}) "
+                + ", ".join(
+                    f"{t.schema}.{t.table} AS {t.local}"
+                    for t in sorted(x.tables.values(), key=lambda t: t.local)
+                )
+                for x in xs
+            ],
+            "format": ["pgoutput" for _ in xs],
+            "files": [None for _ in xs],
+            "rows": [x.rows for x in xs],
+            "error": [x.errors[-1] if x.errors else None for x in xs],
+        }
+
     # --- sources -------------------------------------------------------------------------
     def create(self, stmt: Any) -> None:
         """CREATE SOURCE ... FROM POSTGRES: the slot, the snapshot and the relations."""
@@ -224,11 +261,7 @@ class PgSources:
             if stmt.if_not_exists:
                 return
             raise SchemaError(f'source "{stmt.name}" already exists')
-        if stmt.connection not in self.connections:
-            raise SchemaError(
-                f'connection "{stmt.connection}" does not exist',
-                hint="CREATE CONNECTION ... TO POSTGRES first",
-            )
+        c = self.connection(stmt.connection)
         options = dict(stmt.options)
         publication = options.pop("publication", None)
         slot = options.pop("slot", None) if self._replaying() else None
@@ -236,7 +269,6 @@ class PgSources:
             raise SchemaError(
                 "CREATE SOURCE ... FROM POSTGRES takes (PUBLICATION 'name') and nothing else"
             )
-        c = self.connections[stmt.connection]
         try:
             with c.connect() as conn:
                 _check_server(conn, c, publication)

@@ -77,6 +77,12 @@ class Target(Protocol):
     def describe(self) -> str:
         """For SHOW SINKS."""
 
+    def clause(self) -> str:
+        """The INTO part of the CREATE SINK statement that makes this target again."""
+
+    def close(self) -> None:
+        """Release what the target holds open (a connection)."""
+
 
 class FileTarget:
     """A directory of Parquet files, one per flushed range of milliseconds."""
@@ -161,6 +167,12 @@ class FileTarget:
     def describe(self) -> str:
         return str(self.path)
 
+    def clause(self) -> str:
+        return f"INTO FILES {exp.Literal.string(str(self.path.resolve())).sql('postgres')}"
+
+    def close(self) -> None:
+        pass
+
 
 class CallbackTarget:
     """A Python function called once per millisecond with changes."""
@@ -196,6 +208,12 @@ class CallbackTarget:
 
     def describe(self) -> str:
         return f"callback {getattr(self.callback, '__qualname__', repr(self.callback))}"
+
+    def clause(self) -> str:
+        raise AssertionError("a callback sink is never logged")
+
+    def close(self) -> None:
+        pass
 
 
 class Sink:
@@ -284,13 +302,26 @@ class Sink:
             return
         changes = self._consolidated(closed)
         if changes.num_rows:
+            before = self._keys_before(changes)
             try:
                 out = changes if self.key is None else upserts(changes, self.key, self._state)
                 self.target.write(self.through + 1, now - 1, out)
-            except DsqlError:  # offered again at the next flush
+            except DsqlError:  # offered again at the next flush, to the state before it
+                self._state.update(before)
+                for k in [k for k in before if not before[k]]:
+                    del self._state[k]
                 self._held = pa.concat_tables([changes, self._held])
                 raise
         self.through = now - 1
+
+    def _keys_before(self, changes: pa.Table) -> KeyState:
+        """The upsert state of the keys `changes` touch (an empty Counter: no rows), to
+        restore if their write fails."""
+        if self.key is None:
+            return {}
+        at = [self.columns.index(k) for k in self.key]
+        keys = zip(*(changes.column(2 + i).to_pylist() for i in at), strict=True)
+        return {k: Counter(self._state.get(k, Counter())) for k in keys}
 
     def _stamped(self, accumulated: pa.Table, sign: int) -> pa.Table:
         """`accumulated` (mz_diff, columns) as changes in the subscription's schema."""
@@ -323,6 +354,7 @@ class Sink:
 
     def close(self) -> None:
         self.subscription.close()
+        self.target.close()
 
 
 #: An upsert sink's relation by key: each key's rows and their counts.
@@ -416,12 +448,10 @@ def flush(session: Session) -> None:
 
 
 def definition(sink: Sink) -> str:
-    """The CREATE SINK statement that makes `sink` again, its directory absolute (a data
+    """The CREATE SINK statement that makes `sink` again, a directory absolute (a data
     directory's log replays it from whatever directory the next process runs in)."""
-    assert isinstance(sink.target, FileTarget)
     quoted = [exp.to_identifier(n, quoted=True).sql("postgres") for n in (sink.name, sink.source)]
-    where = exp.Literal.string(str(sink.target.path.resolve())).sql("postgres")
-    sql = f"CREATE SINK {quoted[0]} FROM {quoted[1]} INTO FILES {where}"
+    sql = f"CREATE SINK {quoted[0]} FROM {quoted[1]} {sink.target.clause()}"
     if sink.key is not None:
         keys = ", ".join(exp.to_identifier(k, quoted=True).sql("postgres") for k in sink.key)
         sql += f" KEY ({keys}) ENVELOPE UPSERT"

@@ -346,13 +346,16 @@ class CreatePgSource(Statement):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateSink(Statement):
     """`CREATE SINK [IF NOT EXISTS] name FROM relation INTO FILES 'dir' [KEY (cols)]
-    [WITH (FORMAT = 'parquet')] [ENVELOPE DIFF | UPSERT]` (`dsql.sinks`).
+    [WITH (FORMAT = 'parquet')] [ENVELOPE DIFF | UPSERT]` (`dsql.sinks`), or `... INTO
+    POSTGRES CONNECTION c (TABLE 'schema.table') [KEY (cols)] [ENVELOPE ...]`
+    (`dsql.pg_sink`): then `connection` is set and `uri` is the table.
 
     `envelope` is "diff" when left out; `key` is given exactly with UPSERT."""
 
     name: str
     source: str
     uri: str
+    connection: str | None = None
     key: tuple[str, ...] | None = None
     format: str = "parquet"
     envelope: str = "diff"

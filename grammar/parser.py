@@ -505,13 +505,7 @@ class _Builder(Transformer):
                     "CREATE SINK takes WITH (FORMAT = 'parquet')",
                 )
             settings[option_name] = value.lower()
-        kind = envelope or "diff"
-        if (kind == "upsert") != (key is not None):
-            raise self.fragment.error_at(
-                self._at(meta),
-                "ENVELOPE UPSERT needs KEY (columns), and KEY goes only with it",
-                "write KEY (k) ... ENVELOPE UPSERT, or neither for the diff envelope",
-            )
+        kind = self._envelope(meta, key, envelope)
         return ast.CreateSink(
             name=name,
             source=source,
@@ -522,6 +516,43 @@ class _Builder(Transformer):
             if_not_exists=bool(if_not_exists),
             **self._located(meta),
         )
+
+    def create_pg_sink(
+        self, meta, _c, _s, if_not_exists, name, _f, source, _i, _pg, _conn, connection, group,
+        key, envelope,
+    ) -> ast.CreateSink:  # fmt: skip
+        settings = dict(_option_pair(o) for o in self._options(group))
+        unknown = sorted(set(settings) - {"table"})
+        if unknown or "table" not in settings:
+            raise self.fragment.error_at(
+                self._at(meta),
+                f"unknown CREATE SINK ... INTO POSTGRES option {unknown[0]!r}"
+                if unknown
+                else "CREATE SINK ... INTO POSTGRES needs (TABLE 'schema.table')",
+                "write INTO POSTGRES CONNECTION c (TABLE 'schema.table')",
+            )
+        kind = self._envelope(meta, key, envelope)
+        return ast.CreateSink(
+            name=name,
+            source=source,
+            uri=settings["table"],
+            connection=connection,
+            key=key,
+            envelope=kind,
+            if_not_exists=bool(if_not_exists),
+            **self._located(meta),
+        )
+
+    def _envelope(self, meta, key: tuple[str, ...] | None, envelope: str | None) -> str:
+        """The sink's envelope (diff when left out), refusing a KEY without UPSERT."""
+        kind = envelope or "diff"
+        if (kind == "upsert") != (key is not None):
+            raise self.fragment.error_at(
+                self._at(meta),
+                "ENVELOPE UPSERT needs KEY (columns), and KEY goes only with it",
+                "write KEY (k) ... ENVELOPE UPSERT, or neither for the diff envelope",
+            )
+        return kind
 
     def sink_key(self, meta, _k, group) -> tuple[str, ...]:
         return tuple(self._inside(group, "names"))
