@@ -263,7 +263,7 @@ class PgTarget:
             first = violations.slice(0, 1).to_pylist()[0]
             spelled = ", ".join(f"{k} = {first[k]!r}" for k in self.key or ())
             raise SourceError(
-                f"sink {self.sink}: key ({spelled}) has several rows at {first['mz_timestamp']};"
+                f"key ({spelled}) has several rows at {first['mz_timestamp']};"
                 f" table {self.table_name} holds one row per key",
                 hint="the sink waits until it is dropped: make the key unique in the view",
             )

@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from pg_oracle import PgServer
+from test_pg_cdc import LOGICAL
 
 import dsql
 from dsql.errors import DsqlWarning, SchemaError
@@ -37,7 +38,7 @@ VIEW = "SELECT g, sum(v) AS total, count(*) AS n, max(note) AS note FROM t GROUP
 @pytest.fixture(scope="module")
 def server() -> Iterator[PgServer]:
     root = Path(tempfile.mkdtemp(prefix="dsql-pgsink-"))
-    started = PgServer.start(root)
+    started = PgServer.start(root, LOGICAL)  # SHOW SOURCES lists a CDC source of it too
     yield started
     started.stop()
     shutil.rmtree(root, ignore_errors=True)
@@ -352,3 +353,72 @@ def test_a_restart_resumes_each_sink_exactly_once(
     assert _upserted(db, "state") == _view_rows(con)
     assert _progress(db)["changes"] == _progress(db)["state"]
     con.close()
+
+
+def test_a_key_with_several_rows_holds_the_upsert_sink_back(server: PgServer, db: Any) -> None:
+    con = dsql.connect()
+    _start(con, server, db)
+    con.execute(
+        "CREATE SINK u FROM t INTO POSTGRES CONNECTION pg (TABLE 'by_g') KEY (g) ENVELOPE UPSERT"
+    )
+    con.execute("INSERT INTO t VALUES (1, 1, 1, 'a')")
+    con.execute("ADVANCE BY 1")
+    con.execute("INSERT INTO t VALUES (2, 1, 2, 'b')")  # key g = 1 now has two rows
+    with pytest.warns(DsqlWarning, match=r"sink u: key \(g = 1\) has several rows at 1"):
+        con.execute("ADVANCE BY 1")
+        con.execute("SELECT 1")
+    assert db.execute("SELECT id, g FROM by_g").fetchall() == [(1, 1)]  # as at 0
+    assert _progress(db) == {"by_g": 0}
+    con.close()
+
+
+def test_a_sink_created_again_on_its_table_resumes(server: PgServer, db: Any) -> None:
+    con = dsql.connect()
+    _start(con, server, db)
+    make = "CREATE SINK d FROM v INTO POSTGRES CONNECTION pg (TABLE 'changes')"
+    con.execute(make)
+    rng = random.Random(3)
+    expected = _history(con, rng, 6)
+    con.execute("DROP SINK d")
+    expected |= _history(con, rng, 3, first_id=500)  # not written while dropped
+    con.execute(make)
+    expected |= _history(con, rng, 4, first_id=900)
+    last = max(expected)
+    assert _accumulated(db, "changes", last) == expected[last] == _view_rows(con)
+    assert _progress(db) == {"changes": last}
+    con.close()
+
+
+def test_show_sources_and_sinks_list_every_kind_without_the_password(
+    server: PgServer, db: Any, tmp_path: Path
+) -> None:
+    db.execute(
+        "CREATE TABLE up (k int, w text); ALTER TABLE up REPLICA IDENTITY FULL;"
+        " CREATE PUBLICATION p FOR TABLE up; INSERT INTO up VALUES (1, 'x')"
+    )
+    con = dsql.connect(allowed_paths=[str(tmp_path)])
+    try:
+        con.execute(connection_sql(server, db.dbname))
+        con.execute("CREATE SOURCE s FROM POSTGRES CONNECTION pg (PUBLICATION 'p') FOR TABLES (up)")
+        con.execute(f"CREATE SOURCE f (a int) FROM FILES '{tmp_path}' WITH (FORMAT = 'csv')")
+        con.execute("CREATE SINK k FROM up INTO POSTGRES CONNECTION pg (TABLE 'out.up')")
+        con.execute(f"CREATE SINK j FROM up INTO FILES '{tmp_path / 'j'}'")
+        con.sink("up", lambda ms, changes: None)
+        sources = con.execute("SHOW SOURCES").fetchall()
+        assert [r[0] for r in sources] == ["f", "s"]
+        assert sources[1][1:] == (
+            "postgres pg (PUBLICATION 'p') public.up AS up",
+            "pgoutput",
+            None,
+            1,
+            None,
+        )
+        sinks = {r[0]: r[3] for r in con.execute("SHOW SINKS").fetchall()}
+        callback = [name for name in sinks if name not in {"k", "j"}]
+        assert sinks["k"] == "postgres pg out.up" and sinks["j"] == str(tmp_path / "j")
+        assert len(callback) == 1 and sinks[callback[0]].startswith("callback")
+        shown = str(sources) + str(sinks) + str(con.execute("SHOW CONNECTIONS").fetchall())
+        assert "hunter2" not in shown
+    finally:
+        con.execute("DROP SOURCE s CASCADE")  # its slot goes with it
+        con.close()
