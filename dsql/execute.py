@@ -103,7 +103,7 @@ class Executor:
                 tick = s.clock.tick
                 before = durable.names() if durable is not None else set()
                 try:
-                    with self.guarded(getattr(stmt, "text", None)):
+                    with self.guarded(_shown_text(stmt)):
                         with statement_deadline(s.worker, self.statement_timeout):
                             result = self._execute(stmt)
                     if deliver and isinstance(stmt, _WRITES):
@@ -247,6 +247,12 @@ class Executor:
             case grammar.DropConnection():
                 s.pg.drop_connection(stmt)
                 return Result(status="DROP CONNECTION")
+            case grammar.CreateSecret():
+                s.pg.create_secret(stmt)
+                return Result(status="CREATE SECRET")
+            case grammar.DropSecret():
+                s.pg.drop_secret(stmt)
+                return Result(status="DROP SECRET")
             case grammar.Delete():
                 old = self._matching(stmt.table, stmt.where)
                 n = s.write(stmt.table, old, -1)
@@ -575,6 +581,8 @@ class Executor:
             return _rows(sinks.rows(s))
         if what == "connections":
             return _rows(s.pg.connection_rows())
+        if what == "secrets":
+            return _rows(s.pg.secret_rows())
         if what == "subscriptions":
             return _rows(subscription_rows(s.subscriptions))
         if what.startswith("create "):
@@ -598,6 +606,13 @@ def too_deep(statement: str | None) -> ResourceLimitError:
         hint="simplify it: fewer levels of nested subqueries, functions or parentheses "
         "(a chain of WITH queries nests less)",
     )
+
+
+def _shown_text(stmt: Any) -> str | None:
+    """The statement text an error shows: a CREATE SECRET's without its value."""
+    if isinstance(stmt, grammar.CreateSecret):
+        return f"CREATE SECRET {stmt.name} AS '...'"
+    return getattr(stmt, "text", None)
 
 
 def _rows(columns: dict[str, list[Any]]) -> Result:

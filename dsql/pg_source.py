@@ -72,8 +72,10 @@ class PgConnection:
     host: str
     port: int
     user: str
-    password: str | None
+    password: str | None = field(repr=False)
     database: str
+    #: The secret the password is, if it was given as `PASSWORD SECRET name`.
+    secret: str | None = None
 
     def connect(self, **extra: Any) -> psycopg.Connection[Any]:
         """A connection, or a SourceError saying why there is none (with a hint)."""
@@ -147,6 +149,8 @@ class PgSources:
     def __init__(self, session: Any) -> None:
         self.session = session
         self.connections: dict[str, PgConnection] = {}
+        #: CREATE SECRET's values by name.
+        self.secrets: dict[str, str] = {}
         self.by_name: dict[str, PgSource] = {}
 
     def __contains__(self, name: object) -> bool:
@@ -159,13 +163,20 @@ class PgSources:
             if stmt.if_not_exists:
                 return
             raise SchemaError(f'connection "{stmt.name}" already exists')
+        if stmt.name in self.secrets:
+            raise SchemaError(f'"{stmt.name}" is a secret', hint="choose another name")
         options = dict(stmt.options)
+        secret = options.pop("password secret", None)
+        if secret is not None:
+            if "password" in options:
+                raise SchemaError("give PASSWORD or PASSWORD SECRET, not both")
+            options["password"] = self.secret(secret)
         unknown = sorted(set(options) - set(CONNECTION_OPTIONS))
         if unknown:
             raise SchemaError(
                 f"unknown CONNECTION option {unknown[0].upper()!r}",
-                hint="CREATE CONNECTION ... TO POSTGRES takes HOST, PORT, USER, PASSWORD, "
-                "DATABASE (PASSWORD as a string: SECRET objects are not supported)",
+                hint="CREATE CONNECTION ... TO POSTGRES takes HOST, PORT, USER, PASSWORD "
+                "(a string, or SECRET name), DATABASE",
             )
         values = {**CONNECTION_OPTIONS, **options}
         missing = [k for k in ("host", "user", "database") if values[k] is None]
@@ -182,6 +193,7 @@ class PgSources:
             str(values["user"]),
             values["password"],
             str(values["database"]),
+            secret,
         )
         if not self._replaying():
             c.connect().close()
@@ -208,6 +220,43 @@ class PgSources:
                     hint=f"DROP {kind.upper()} {user} first",
                 )
             del self.connections[name]
+
+    # --- secrets ---------------------------------------------------------------------------
+    def create_secret(self, stmt: Any) -> None:
+        """CREATE SECRET: a value kept for connections to name; no message prints it."""
+        if stmt.name in self.secrets and stmt.if_not_exists:
+            return
+        if stmt.name in self.secrets or stmt.name in self.connections:
+            kind = "secret" if stmt.name in self.secrets else "connection"
+            raise SchemaError(f'{kind} "{stmt.name}" already exists', hint="choose another name")
+        self.secrets[stmt.name] = stmt.value
+
+    def drop_secret(self, stmt: Any) -> None:
+        """DROP SECRET: refused while a connection uses it."""
+        for name in stmt.names:
+            if name not in self.secrets:
+                if stmt.if_exists:
+                    continue
+                raise SchemaError(f'secret "{name}" does not exist')
+            users = sorted(c.name for c in self.connections.values() if c.secret == name)
+            if users:
+                raise SchemaError(
+                    f'cannot drop secret "{name}": connection "{users[0]}" uses it',
+                    hint=f"DROP CONNECTION {users[0]} first",
+                )
+            del self.secrets[name]
+
+    def secret(self, name: str) -> str:
+        """Secret `name`'s value, or a SchemaError saying to create it."""
+        if name not in self.secrets:
+            raise SchemaError(
+                f'secret "{name}" does not exist', hint="CREATE SECRET name AS '...' first"
+            )
+        return self.secrets[name]
+
+    def secret_rows(self) -> dict[str, list[Any]]:
+        """SHOW SECRETS: their names, never their values."""
+        return {"name": sorted(self.secrets)}
 
     def connection(self, name: str) -> PgConnection:
         """Connection `name`, or a SchemaError saying to create it."""
@@ -338,8 +387,8 @@ class PgSources:
         )
 
     def names(self) -> set[str]:
-        """The connections' names (catalog objects a data directory keeps)."""
-        return set(self.connections)
+        """The connections' and secrets' names (catalog objects a data directory keeps)."""
+        return set(self.connections) | set(self.secrets)
 
     def progress(self) -> dict[str, int]:
         """Each source's progress: the end of the last upstream transaction applied."""

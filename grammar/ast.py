@@ -311,13 +311,33 @@ class CreateSource(Statement):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateConnection(Statement):
     """`CREATE CONNECTION [IF NOT EXISTS] c TO POSTGRES (HOST 'h', PORT 5432, USER 'u',
-    PASSWORD 'p', DATABASE 'd')`: where a PostgreSQL source reads (`dsql.pg_source`).
+    PASSWORD 'p' | PASSWORD SECRET s, DATABASE 'd')`: where a PostgreSQL source reads and
+    a PostgreSQL sink writes (`dsql.pg_source`).
 
-    `options` are (lower-case name, value) pairs, checked when the connection is made."""
+    `options` are (lower-case name, value) pairs, checked when the connection is made;
+    `PASSWORD SECRET s` is ("password secret", "s")."""
 
     name: str
     options: tuple[tuple[str, str], ...] = ()
     if_not_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateSecret(Statement):
+    """`CREATE SECRET [IF NOT EXISTS] name AS 'value'`: a value a connection names
+    (`PASSWORD SECRET name`) and no SHOW or error message prints (`dsql.pg_source`)."""
+
+    name: str
+    value: str = field(repr=False)
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DropSecret(Statement):
+    """`DROP SECRET [IF EXISTS] name, ...`."""
+
+    names: tuple[str, ...]
+    if_exists: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

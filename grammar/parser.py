@@ -573,9 +573,15 @@ class _Builder(Transformer):
     def create_connection(
         self, meta, _c, _conn, if_not_exists, name, _to, _pg, group
     ) -> ast.CreateConnection:
+        options = []
+        for o in self._options(group):
+            if [w.lower() for w in o.words[:2]] == ["password", "secret"] and len(o.words) == 3:
+                options.append(("password secret", o.words[2]))  # PASSWORD SECRET name
+            else:
+                options.append(_option_pair(o))
         return ast.CreateConnection(
             name=name,
-            options=tuple(_option_pair(o) for o in self._options(group)),
+            options=tuple(options),
             if_not_exists=bool(if_not_exists),
             **self._located(meta),
         )
@@ -584,6 +590,20 @@ class _Builder(Transformer):
         return ast.DropConnection(
             names=tuple(names), if_exists=bool(if_exists), **self._located(meta)
         )
+
+    def create_secret(self, meta, _c, _s, if_not_exists, name, _as, value) -> ast.CreateSecret:
+        return ast.CreateSecret(
+            name=name,
+            value=string_value(self._text(value)),
+            if_not_exists=bool(if_not_exists),
+            **self._located(meta),
+        )
+
+    def drop_secret(self, meta, _d, _s, if_exists, *names: str) -> ast.DropSecret:
+        return ast.DropSecret(names=tuple(names), if_exists=bool(if_exists), **self._located(meta))
+
+    def show_secrets(self, meta, *_: Token) -> ast.Show:
+        return ast.Show(what="secrets", **self._located(meta))
 
     def show_connections(self, meta, *_: Token) -> ast.Show:
         return ast.Show(what="connections", **self._located(meta))

@@ -422,3 +422,41 @@ def test_show_sources_and_sinks_list_every_kind_without_the_password(
     finally:
         con.execute("DROP SOURCE s CASCADE")  # its slot goes with it
         con.close()
+
+
+def test_a_secret_is_the_connections_password_and_no_output_prints_it(
+    server: PgServer, db: Any, tmp_path: Path
+) -> None:
+    data_dir = str(tmp_path / "data")
+    con = dsql.connect(data_dir=data_dir)
+    con.execute("CREATE SECRET pw AS 'hunter2'")
+    with pytest.raises(SchemaError) as taken:
+        con.execute("CREATE SECRET pw AS 'hunter2'")
+    assert "hunter2" not in str(taken.value)
+    con.execute(
+        connection_sql(server, db.dbname).replace("PASSWORD 'hunter2'", "PASSWORD SECRET pw")
+    )
+    con.execute("CREATE TABLE t (a int)")
+    con.execute("CREATE SINK k FROM t INTO POSTGRES CONNECTION pg (TABLE 'sec')")
+    con.execute("INSERT INTO t VALUES (1)")
+    con.execute("ADVANCE BY 1")
+    con.execute("SELECT 1")
+    assert db.execute("SELECT a, mz_diff FROM sec").fetchall() == [(1, 1)]
+    assert con.session.pg.connections["pg"].password == "hunter2"  # the test server trusts
+    assert con.execute("SHOW SECRETS").fetchall() == [("pw",)]
+    with pytest.raises(SchemaError, match='connection "pg" uses it'):
+        con.execute("DROP SECRET pw")
+    with pytest.raises(SchemaError, match='secret "nope" does not exist'):
+        con.execute(
+            "CREATE CONNECTION q TO POSTGRES (HOST 'h', USER 'u', PASSWORD SECRET nope,"
+            " DATABASE 'd')"
+        )
+    shown = [con.execute(f"SHOW {what}").fetchall() for what in ("CONNECTIONS", "SINKS", "SOURCES")]
+    assert "hunter2" not in str(shown) + repr(con.session.pg.connections)
+    con.close()
+    con = dsql.connect(data_dir=data_dir)  # the secret and the connection come back
+    con.execute("INSERT INTO t VALUES (2)")
+    con.execute("ADVANCE BY 1")
+    con.execute("SELECT 1")
+    assert sorted(db.execute("SELECT a, mz_diff FROM sec").fetchall()) == [(1, 1), (2, 1)]
+    con.close()
