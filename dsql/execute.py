@@ -241,18 +241,15 @@ class Executor:
             case grammar.CreatePgSource():
                 s.pg.create(stmt)
                 return Result(status="CREATE SOURCE")
-            case grammar.CreateConnection():
-                s.pg.create_connection(stmt)
-                return Result(status="CREATE CONNECTION")
-            case grammar.DropConnection():
-                s.pg.drop_connection(stmt)
-                return Result(status="DROP CONNECTION")
-            case grammar.CreateSecret():
-                s.pg.create_secret(stmt)
-                return Result(status="CREATE SECRET")
-            case grammar.DropSecret():
-                s.pg.drop_secret(stmt)
-                return Result(status="DROP SECRET")
+            case (
+                grammar.CreateConnection()
+                | grammar.DropConnection()
+                | grammar.CreateSecret()
+                | grammar.DropSecret()
+            ):
+                method, status = _PG_CATALOG[type(stmt)]
+                getattr(s.pg, method)(stmt)
+                return Result(status=status)
             case grammar.Delete():
                 old = self._matching(stmt.table, stmt.where)
                 n = s.write(stmt.table, old, -1)
@@ -606,6 +603,16 @@ def too_deep(statement: str | None) -> ResourceLimitError:
         hint="simplify it: fewer levels of nested subqueries, functions or parentheses "
         "(a chain of WITH queries nests less)",
     )
+
+
+#: The PostgreSQL connections' and secrets' statements: the `PgSources` method that
+#: runs each, and its status.
+_PG_CATALOG: dict[type, tuple[str, str]] = {
+    grammar.CreateConnection: ("create_connection", "CREATE CONNECTION"),
+    grammar.DropConnection: ("drop_connection", "DROP CONNECTION"),
+    grammar.CreateSecret: ("create_secret", "CREATE SECRET"),
+    grammar.DropSecret: ("drop_secret", "DROP SECRET"),
+}
 
 
 def _shown_text(stmt: Any) -> str | None:

@@ -125,7 +125,7 @@ def test_diff_and_upsert_sinks_follow_the_views_history(server: PgServer, db: An
     con.execute(
         "CREATE SINK u FROM v INTO POSTGRES CONNECTION pg (TABLE 'v_state') KEY (g) ENVELOPE UPSERT"
     )
-    expected = _history(con, random.Random(39), 25)
+    expected = _history(con, random.Random(39), 20)
     for ms, rows in expected.items():
         assert _accumulated(db, "out.v_changes", ms) == rows, ms
     assert _upserted(db, "v_state") == _view_rows(con)
@@ -301,7 +301,7 @@ CHILD = textwrap.dedent(
             " ENVELOPE UPSERT"
         )
         con.execute("CREATE SINK f FROM v INTO FILES " + repr(data_dir + "-files"))
-    _history(con, random.Random(seed), 12, first_id=seed * 1000)
+    _history(con, random.Random(seed), 10, first_id=seed * 1000)
     con.close()
     """
 )
