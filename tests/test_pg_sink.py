@@ -460,3 +460,31 @@ def test_a_secret_is_the_connections_password_and_no_output_prints_it(
     con.execute("SELECT 1")
     assert sorted(db.execute("SELECT a, mz_diff FROM sec").fetchall()) == [(1, 1), (2, 1)]
     con.close()
+
+
+@pytest.mark.parametrize("checkpoint_bytes", [None, 1], ids=["log", "checkpoint"])
+def test_a_reconnected_session_continues_both_envelopes(
+    server: PgServer, db: Any, tmp_path: Path, checkpoint_bytes: int | None
+) -> None:
+    """Closed and opened again on its data directory, the session's sinks go on from
+    their progress; after a checkpoint (history folded into a snapshot) the first write
+    is the difference between the table and the relation, read back from PostgreSQL."""
+    data_dir = str(tmp_path / "data")
+    rng = random.Random(11)
+    con = dsql.connect(data_dir=data_dir, checkpoint_bytes=checkpoint_bytes)
+    _start(con, server, db)
+    con.execute("CREATE SINK d FROM v INTO POSTGRES CONNECTION pg (TABLE 'changes')")
+    con.execute(
+        "CREATE SINK u FROM v INTO POSTGRES CONNECTION pg (TABLE 'state') KEY (g) ENVELOPE UPSERT"
+    )
+    expected = _history(con, rng, 6)
+    con.close()
+    con = dsql.connect(data_dir=data_dir, checkpoint_bytes=checkpoint_bytes)
+    expected |= _history(con, rng, 6, first_id=500)
+    last = max(expected)
+    assert _accumulated(db, "changes", last) == expected[last] == _view_rows(con)
+    assert _upserted(db, "state") == _view_rows(con)
+    if checkpoint_bytes is None:  # the whole history kept: every millisecond as it was
+        for ms, rows in expected.items():
+            assert _accumulated(db, "changes", ms) == rows, ms
+    con.close()
