@@ -433,6 +433,11 @@ def test_a_secret_is_the_connections_password_and_no_output_prints_it(
     with pytest.raises(SchemaError) as taken:
         con.execute("CREATE SECRET pw AS 'hunter2'")
     assert "hunter2" not in str(taken.value)
+    for broken in ("CREATE SECRET x AS 'hunter2' junk", "CREATE SECRET x 'hunter2'",
+                   "CREATE SECRET x AS 'hunter2"):  # fmt: skip
+        with pytest.raises(dsql.Error) as garbled:
+            con.execute(broken)
+        assert "hunter2" not in str(garbled.value) and "*******" in str(garbled.value)
     con.execute(
         connection_sql(server, db.dbname).replace("PASSWORD 'hunter2'", "PASSWORD SECRET pw")
     )
