@@ -308,14 +308,13 @@ class Executor:
                 del self.cursors[stmt.cursor]
                 return Result(status="CLOSE CURSOR")
             case grammar.CreateSink() if stmt.connection is not None:
-                if stmt.if_not_exists and stmt.name in s.sinks:
+                # everything dsql can refuse is refused before the table is made
+                if not sinks.check_name(s, stmt.name, stmt.if_not_exists):
                     return Result(status="CREATE SINK")
+                columns = s.plan(exp.select("*").from_(exp.to_table(stmt.source))).columns
+                sinks.check_key([c.name for c in columns], stmt.key, stmt.source)
                 target = pg_sink.PgTarget(
-                    s.pg.connection(stmt.connection),
-                    stmt.uri,
-                    stmt.name,
-                    s.plan(exp.select("*").from_(exp.to_table(stmt.source))).columns,
-                    stmt.key,
+                    s.pg.connection(stmt.connection), stmt.uri, stmt.name, columns, stmt.key
                 )
                 try:
                     sinks.create(s, stmt.name, stmt.source, target, stmt.key, stmt.text)

@@ -243,13 +243,7 @@ class Sink:
         bound = session.plan(exp.select("*").from_(exp.to_table(source)))
         self.columns = [c.name for c in bound.columns]
         self.key = key
-        if key is not None:
-            missing = [k for k in key if k not in self.columns]
-            if missing:
-                raise SchemaError(
-                    f"sink key column '{missing[0]}' is not a column of '{source}'",
-                    hint=f"its columns: {', '.join(self.columns)}",
-                )
+        check_key(self.columns, key, source)
         #: The upsert envelope's current rows by key.
         self._state: KeyState = {}
         self.subscription = Subscription(session, bound, sql=sql)
@@ -404,6 +398,27 @@ def upserts(changes: pa.Table, key: tuple[str, ...], state: KeyState) -> pa.Tabl
     return pa.Table.from_pylist(out, schema=schema)
 
 
+def check_key(columns: list[str], key: tuple[str, ...] | None, source: str) -> None:
+    """Refuse a sink key naming a column `source` does not have."""
+    missing = [k for k in key or () if k not in columns]
+    if missing:
+        raise SchemaError(
+            f"sink key column '{missing[0]}' is not a column of '{source}'",
+            hint=f"its columns: {', '.join(columns)}",
+        )
+
+
+def check_name(session: Session, name: str, if_not_exists: bool = False) -> bool:
+    """Whether sink `name` is to be made: False if it exists and `if_not_exists`; a
+    SchemaError if another object has the name."""
+    taken = name in session.sinks or name in session.relations or name in session.indexes.by_name
+    if taken:
+        if if_not_exists and name in session.sinks:
+            return False
+        raise SchemaError(f"'{name}' already exists", hint="choose another name, or DROP SINK it")
+    return True
+
+
 def create(
     session: Session,
     name: str,
@@ -415,11 +430,8 @@ def create(
 ) -> bool:
     """Start sink `name` (False: it exists and `if_not_exists`); its first flush is at
     the next statement boundary."""
-    taken = name in session.sinks or name in session.relations or name in session.indexes.by_name
-    if taken:
-        if if_not_exists and name in session.sinks:
-            return False
-        raise SchemaError(f"'{name}' already exists", hint="choose another name, or DROP SINK it")
+    if not check_name(session, name, if_not_exists):
+        return False
     session.sinks[name] = Sink(session, name, source, target, key, sql)
     return True
 
@@ -478,6 +490,8 @@ def rows(session: Session) -> dict[str, list[Any]]:
 __all__ = [
     "CallbackTarget",
     "FileTarget",
+    "check_key",
+    "check_name",
     "Sink",
     "create",
     "drop",

@@ -232,6 +232,18 @@ def test_an_existing_table_that_does_not_fit_is_refused(server: PgServer, db: An
     assert _upserted(db, "filled") == _view_rows(con)
     with pytest.raises(SchemaError, match='sink "u" uses it'):
         con.execute("DROP CONNECTION pg")
+    refused = {
+        "CREATE SINK t FROM v INTO POSTGRES CONNECTION pg (TABLE 'made1')": "already exists",
+        "CREATE SINK k FROM nope INTO POSTGRES CONNECTION pg (TABLE 'made2')": "nope",
+        "CREATE SINK k FROM v INTO POSTGRES CONNECTION pg (TABLE 'made3') KEY (x)"
+        " ENVELOPE UPSERT": "sink key column 'x' is not a column of 'v'",
+        "CREATE SINK k FROM v INTO POSTGRES CONNECTION nope (TABLE 'made4')": "does not exist",
+    }
+    for statement, message in refused.items():
+        with pytest.raises(dsql.Error, match=message):
+            con.execute(statement)
+    made = db.execute("SELECT relname FROM pg_class WHERE relname LIKE 'made%'").fetchall()
+    assert made == []  # refused before anything was created upstream
     con.close()
 
 
