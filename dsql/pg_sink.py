@@ -81,7 +81,11 @@ class PgTarget:
         self.schema, self.table = split_name(table)
         self.columns = tuple(columns)
         self._conn: psycopg.Connection[Any] | None = None
-        self._run(self._prepare)
+        try:
+            self._run(self._prepare)
+        except BaseException:  # refused: no connection left open behind it
+            self.close()
+            raise
 
     # --- the table ------------------------------------------------------------------------
     def _prepare(self, conn: psycopg.Connection[Any]) -> None:
