@@ -313,13 +313,13 @@ class Executor:
                     return Result(status="CREATE SINK")
                 columns = s.plan(exp.select("*").from_(exp.to_table(stmt.source))).columns
                 sinks.check_key([c.name for c in columns], stmt.key, stmt.source)
-                target = pg_sink.PgTarget(
+                table = pg_sink.PgTarget(
                     s.pg.connection(stmt.connection), stmt.uri, stmt.name, columns, stmt.key
                 )
                 try:
-                    sinks.create(s, stmt.name, stmt.source, target, stmt.key, stmt.text)
+                    sinks.create(s, stmt.name, stmt.source, table, stmt.key, stmt.text)
                 except BaseException:
-                    target.close()
+                    table.close()
                     raise
                 return Result(status="CREATE SINK")
             case grammar.CreateSink():
