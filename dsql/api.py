@@ -297,6 +297,8 @@ class Connection:
             sub.close()
         exports.release(self.session)
         self.session.source_kinds.close()
+        for sink in self.session.sinks.values():
+            sink.target.close()
         if self.session.durable is not None and not self.closed:
             self.session.durable.close()
         self.closed = True

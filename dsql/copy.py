@@ -260,13 +260,13 @@ def copy_to(executor: Any, stmt: Any) -> Result:
         if fmt.format not in ("text", "csv"):
             raise UnsupportedError(f"COPY TO STDOUT takes text or csv, not {fmt.format}")
         return Result(
-            status=f"COPY {rows.num_rows}", rowcount=rows.num_rows, output=_text(rows, fmt)
+            status=f"COPY {rows.num_rows}", rowcount=rows.num_rows, output=text_data(rows, fmt)
         )
     _write(local(s.sandbox.check(stmt.path, "write"), "write"), rows, fmt)
     return Result(status=f"COPY {rows.num_rows}", rowcount=rows.num_rows)
 
 
-def _text(rows: pa.Table, fmt: CopyFormat) -> str:
+def text_data(rows: pa.Table, fmt: CopyFormat) -> str:
     """`rows` as a text or CSV COPY's data, each value in PostgreSQL's text."""
     return render([_texts(c.combine_chunks()) for c in rows.columns], fmt, rows.column_names)
 
@@ -322,7 +322,7 @@ def _write(path: Path, rows: pa.Table, fmt: CopyFormat) -> None:
                     record = dict(zip(rows.column_names, row, strict=True))
                     out.write(json.dumps(record, default=str) + "\n")
         else:
-            Path(temporary).write_text(_text(rows, fmt), encoding="utf-8")
+            Path(temporary).write_text(text_data(rows, fmt), encoding="utf-8")
         os.replace(temporary, path)
     except OSError as error:
         Path(temporary).unlink(missing_ok=True)

@@ -152,6 +152,9 @@ class DeltaTarget:
     def describe(self) -> str:
         return f"delta {self.path}"
 
+    def close(self) -> None:
+        """Nothing held open between flushes."""
+
 
 def _last_states(changes: pa.Table, key: tuple[str, ...]) -> pa.Table:
     """The upsert envelope's rows (in time order) reduced to each key's last one, without

@@ -318,7 +318,7 @@ class DeltaSources:
         sources = sorted(self.by_name.values(), key=lambda x: x.name)
         return {
             "name": [x.name for x in sources],
-            "directory": [str(x.path) for x in sources],
+            "location": [str(x.path) for x in sources],
             "format": ["delta"] * len(sources),
             "files": [x.version for x in sources],
             "rows": [x.rows for x in sources],

@@ -132,7 +132,12 @@ class Durable:
                 before = before | {f"{stmt.name}_quarantine"}  # made again by the source
             case grammar.CreateDeltaSource() if stmt.name not in before:
                 self._entry({"sql": s.delta.definition(stmt.name), "tick": tick})
-            case grammar.CreateConnection() | grammar.DropConnection():
+            case (
+                grammar.CreateConnection()
+                | grammar.DropConnection()
+                | grammar.CreateSecret()
+                | grammar.DropSecret()
+            ):
                 self._entry({"sql": stmt.text, "tick": tick})
             case grammar.CreatePgSource() if stmt.name in s.pg and not before & set(
                 self._pg_relations(stmt.name)

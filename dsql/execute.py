@@ -20,7 +20,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from dsql import exports, fast_path, grammar, sinks
+from dsql import exports, fast_path, grammar, pg_sink, sinks
 from dsql.assignment import assign, typed_literals
 from dsql.copy import copy_from, copy_to
 from dsql.delta_sink import DeltaTarget
@@ -104,7 +104,7 @@ class Executor:
                 tick = s.clock.tick
                 before = durable.names() if durable is not None else set()
                 try:
-                    with self.guarded(getattr(stmt, "text", None)):
+                    with self.guarded(_shown_text(stmt)):
                         with statement_deadline(s.worker, self.statement_timeout):
                             result = self._execute(stmt)
                     if deliver and isinstance(stmt, _WRITES):
@@ -241,12 +241,15 @@ class Executor:
             case _ if s.source_kinds.creates(stmt):
                 s.source_kinds.create(stmt)
                 return Result(status="CREATE SOURCE")
-            case grammar.CreateConnection():
-                s.pg.create_connection(stmt)
-                return Result(status="CREATE CONNECTION")
-            case grammar.DropConnection():
-                s.pg.drop_connection(stmt)
-                return Result(status="DROP CONNECTION")
+            case (
+                grammar.CreateConnection()
+                | grammar.DropConnection()
+                | grammar.CreateSecret()
+                | grammar.DropSecret()
+            ):
+                method, status = _PG_CATALOG[type(stmt)]
+                getattr(s.pg, method)(stmt)
+                return Result(status=status)
             case grammar.Delete():
                 old = self._matching(stmt.table, stmt.where)
                 n = s.write(stmt.table, old, -1)
@@ -304,6 +307,21 @@ class Executor:
                 self._cursor(stmt.cursor).close()
                 del self.cursors[stmt.cursor]
                 return Result(status="CLOSE CURSOR")
+            case grammar.CreateSink() if stmt.connection is not None:
+                # everything dsql can refuse is refused before the table is made
+                if not sinks.check_name(s, stmt.name, stmt.if_not_exists):
+                    return Result(status="CREATE SINK")
+                columns = s.plan(exp.select("*").from_(exp.to_table(stmt.source))).columns
+                sinks.check_key([c.name for c in columns], stmt.key, stmt.source)
+                table = pg_sink.PgTarget(
+                    s.pg.connection(stmt.connection), stmt.uri, stmt.name, columns, stmt.key
+                )
+                try:
+                    sinks.create(s, stmt.name, stmt.source, table, stmt.key, stmt.text)
+                except BaseException:
+                    table.close()
+                    raise
+                return Result(status="CREATE SINK")
             case grammar.CreateSink():
                 s.columns(stmt.source)  # an unknown relation is refused before any mkdir
                 place = s.sandbox.check(stmt.uri, "write")
@@ -560,12 +578,23 @@ class Executor:
                 raise SchemaError(f"unknown index '{stmt.of}'", hint="SHOW INDEXES lists them")
             return _rows({"name": [index.name], "create_sql": [index.sql]})
         if what == "sources":
-            files, delta = s.sources.rows(), s.delta.rows()
-            return _rows({column: files[column] + delta[column] for column in files})
+            parts = [s.sources.rows(), s.pg.source_rows(), s.delta.rows()]
+            counts = {"files", "rows"}  # typed even when every value is NULL
+            return _rows(
+                {
+                    k: pa.array(
+                        [v for part in parts for v in part[k]],
+                        pa.int64() if k in counts else None,
+                    )
+                    for k in parts[0]
+                }
+            )
         if what == "sinks":
             return _rows(sinks.rows(s))
         if what == "connections":
             return _rows(s.pg.connection_rows())
+        if what == "secrets":
+            return _rows(s.pg.secret_rows())
         if what == "subscriptions":
             return _rows(subscription_rows(s.subscriptions))
         if what.startswith("create "):
@@ -589,6 +618,23 @@ def too_deep(statement: str | None) -> ResourceLimitError:
         hint="simplify it: fewer levels of nested subqueries, functions or parentheses "
         "(a chain of WITH queries nests less)",
     )
+
+
+#: The PostgreSQL connections' and secrets' statements: the `PgSources` method that
+#: runs each, and its status.
+_PG_CATALOG: dict[type, tuple[str, str]] = {
+    grammar.CreateConnection: ("create_connection", "CREATE CONNECTION"),
+    grammar.DropConnection: ("drop_connection", "DROP CONNECTION"),
+    grammar.CreateSecret: ("create_secret", "CREATE SECRET"),
+    grammar.DropSecret: ("drop_secret", "DROP SECRET"),
+}
+
+
+def _shown_text(stmt: Any) -> str | None:
+    """The statement text an error shows: a CREATE SECRET's without its value."""
+    if isinstance(stmt, grammar.CreateSecret):
+        return f"CREATE SECRET {stmt.name} AS '...'"
+    return getattr(stmt, "text", None)
 
 
 def _rows(columns: dict[str, list[Any]]) -> Result:

@@ -354,12 +354,12 @@ class FileSources:
         """Nothing held open between polls."""
 
     def rows(self) -> dict[str, list[Any]]:
-        """SHOW SOURCES: each source's name, directory, format, files read, rows
-        inserted, and its last error (NULL if none)."""
+        """SHOW SOURCES: each source's name, location (its directory), format, files
+        read, rows inserted, and its last error (NULL if none)."""
         sources = sorted(self.by_name.values(), key=lambda x: x.name)
         return {
             "name": [x.name for x in sources],
-            "directory": [str(x.directory) for x in sources],
+            "location": [str(x.directory) for x in sources],
             "format": [x.fmt.format for x in sources],
             "files": [len(x.seen) for x in sources],
             "rows": [x.rows for x in sources],

@@ -73,8 +73,10 @@ class PgConnection:
     host: str
     port: int
     user: str
-    password: str | None
+    password: str | None = field(repr=False)
     database: str
+    #: The secret the password is, if it was given as `PASSWORD SECRET name`.
+    secret: str | None = None
 
     def connect(self, **extra: Any) -> psycopg.Connection[Any]:
         """A connection, or a SourceError saying why there is none (with a hint)."""
@@ -152,6 +154,8 @@ class PgSources:
     def __init__(self, session: Any) -> None:
         self.session = session
         self.connections: dict[str, PgConnection] = {}
+        #: CREATE SECRET's values by name.
+        self.secrets: dict[str, str] = {}
         self.by_name: dict[str, PgSource] = {}
 
     def __contains__(self, name: object) -> bool:
@@ -164,13 +168,20 @@ class PgSources:
             if stmt.if_not_exists:
                 return
             raise SchemaError(f'connection "{stmt.name}" already exists')
+        if stmt.name in self.secrets:
+            raise SchemaError(f'"{stmt.name}" is a secret', hint="choose another name")
         options = dict(stmt.options)
+        secret = options.pop("password secret", None)
+        if secret is not None:
+            if "password" in options:
+                raise SchemaError("give PASSWORD or PASSWORD SECRET, not both")
+            options["password"] = self.secret(secret)
         unknown = sorted(set(options) - set(CONNECTION_OPTIONS))
         if unknown:
             raise SchemaError(
                 f"unknown CONNECTION option {unknown[0].upper()!r}",
-                hint="CREATE CONNECTION ... TO POSTGRES takes HOST, PORT, USER, PASSWORD, "
-                "DATABASE (PASSWORD as a string: SECRET objects are not supported)",
+                hint="CREATE CONNECTION ... TO POSTGRES takes HOST, PORT, USER, PASSWORD "
+                "(a string, or SECRET name), DATABASE",
             )
         values = {**CONNECTION_OPTIONS, **options}
         missing = [k for k in ("host", "user", "database") if values[k] is None]
@@ -187,6 +198,7 @@ class PgSources:
             str(values["user"]),
             values["password"],
             str(values["database"]),
+            secret,
         )
         if not self._replaying():
             c.connect().close()
@@ -199,13 +211,66 @@ class PgSources:
                 if stmt.if_exists:
                     continue
                 raise SchemaError(f'connection "{name}" does not exist')
-            users = sorted(x.name for x in self.by_name.values() if x.connection.name == name)
+            users = [
+                ("source", x.name) for x in self.by_name.values() if x.connection.name == name
+            ] + [
+                ("sink", k.name)
+                for k in self.session.sinks.values()
+                if getattr(k.target, "connection", None) is self.connections[name]
+            ]
             if users:
+                kind, user = sorted(users)[0]
                 raise SchemaError(
-                    f'cannot drop connection "{name}": source "{users[0]}" uses it',
-                    hint=f"DROP SOURCE {users[0]} first",
+                    f'cannot drop connection "{name}": {kind} "{user}" uses it',
+                    hint=f"DROP {kind.upper()} {user} first",
                 )
             del self.connections[name]
+
+    # --- secrets ---------------------------------------------------------------------------
+    def create_secret(self, stmt: Any) -> None:
+        """CREATE SECRET: a value kept for connections to name; no message prints it."""
+        if stmt.name in self.secrets and stmt.if_not_exists:
+            return
+        if stmt.name in self.secrets or stmt.name in self.connections:
+            kind = "secret" if stmt.name in self.secrets else "connection"
+            raise SchemaError(f'{kind} "{stmt.name}" already exists', hint="choose another name")
+        self.secrets[stmt.name] = stmt.value
+
+    def drop_secret(self, stmt: Any) -> None:
+        """DROP SECRET: refused while a connection uses it."""
+        for name in stmt.names:
+            if name not in self.secrets:
+                if stmt.if_exists:
+                    continue
+                raise SchemaError(f'secret "{name}" does not exist')
+            users = sorted(c.name for c in self.connections.values() if c.secret == name)
+            if users:
+                raise SchemaError(
+                    f'cannot drop secret "{name}": connection "{users[0]}" uses it',
+                    hint=f"DROP CONNECTION {users[0]} first",
+                )
+            del self.secrets[name]
+
+    def secret(self, name: str) -> str:
+        """Secret `name`'s value, or a SchemaError saying to create it."""
+        if name not in self.secrets:
+            raise SchemaError(
+                f'secret "{name}" does not exist', hint="CREATE SECRET name AS '...' first"
+            )
+        return self.secrets[name]
+
+    def secret_rows(self) -> dict[str, list[Any]]:
+        """SHOW SECRETS: their names, never their values."""
+        return {"name": sorted(self.secrets)}
+
+    def connection(self, name: str) -> PgConnection:
+        """Connection `name`, or a SchemaError saying to create it."""
+        if name not in self.connections:
+            raise SchemaError(
+                f'connection "{name}" does not exist',
+                hint="CREATE CONNECTION ... TO POSTGRES first",
+            )
+        return self.connections[name]
 
     def connection_rows(self) -> dict[str, list[Any]]:
         """SHOW CONNECTIONS: name, type, host, port, user, database (no password)."""
@@ -219,6 +284,27 @@ class PgSources:
             "database": [c.database for c in cs],
         }
 
+    def source_rows(self) -> dict[str, list[Any]]:
+        """SHOW SOURCES' rows of the PostgreSQL sources (`FileSources.rows`' columns):
+        name, where (connection, publication, tables), format `pgoutput`, files NULL,
+        rows applied, last error."""
+        xs = sorted(self.by_name.values(), key=lambda x: x.name)
+        return {
+            "name": [x.name for x in xs],
+            "location": [
+                f"postgres {x.connection.name} (PUBLICATION {_literal(x.publication)}) "
+                + ", ".join(
+                    f"{t.schema}.{t.table} AS {t.local}"
+                    for t in sorted(x.tables.values(), key=lambda t: t.local)
+                )
+                for x in xs
+            ],
+            "format": ["pgoutput" for _ in xs],
+            "files": [None for _ in xs],
+            "rows": [x.rows for x in xs],
+            "error": [x.errors[-1] if x.errors else None for x in xs],
+        }
+
     # --- sources -------------------------------------------------------------------------
     def create(self, stmt: Any) -> None:
         """CREATE SOURCE ... FROM POSTGRES: the slot, the snapshot and the relations."""
@@ -229,11 +315,7 @@ class PgSources:
             if stmt.if_not_exists:
                 return
             raise SchemaError(f'source "{stmt.name}" already exists')
-        if stmt.connection not in self.connections:
-            raise SchemaError(
-                f'connection "{stmt.connection}" does not exist',
-                hint="CREATE CONNECTION ... TO POSTGRES first",
-            )
+        c = self.connection(stmt.connection)
         options = dict(stmt.options)
         publication = options.pop("publication", None)
         slot = options.pop("slot", None) if self._replaying() else None
@@ -241,7 +323,6 @@ class PgSources:
             raise SchemaError(
                 "CREATE SOURCE ... FROM POSTGRES takes (PUBLICATION 'name') and nothing else"
             )
-        c = self.connections[stmt.connection]
         try:
             with c.connect() as conn:
                 _check_server(conn, c, publication)
@@ -311,8 +392,8 @@ class PgSources:
         )
 
     def names(self) -> set[str]:
-        """The connections' names (catalog objects a data directory keeps)."""
-        return set(self.connections)
+        """The connections' and secrets' names (catalog objects a data directory keeps)."""
+        return set(self.connections) | set(self.secrets)
 
     def progress(self) -> dict[str, int]:
         """Each source's progress: the end of the last upstream transaction applied."""

@@ -82,6 +82,9 @@ class Target(Protocol):
     def describe(self) -> str:
         """For SHOW SINKS."""
 
+    def close(self) -> None:
+        """Release what the target holds open (a connection)."""
+
 
 class FileTarget:
     """A directory of Parquet files, one per flushed range of milliseconds."""
@@ -164,6 +167,9 @@ class FileTarget:
     def describe(self) -> str:
         return str(self.path)
 
+    def close(self) -> None:
+        pass
+
 
 class CallbackTarget:
     """A Python function called once per millisecond with changes."""
@@ -203,6 +209,9 @@ class CallbackTarget:
     def describe(self) -> str:
         return f"callback {getattr(self.callback, '__qualname__', repr(self.callback))}"
 
+    def close(self) -> None:
+        pass
+
 
 class Sink:
     """One sink: a subscription to `source` and the closed milliseconds it has written.
@@ -231,13 +240,7 @@ class Sink:
         bound = session.plan(exp.select("*").from_(exp.to_table(source)))
         self.columns = [c.name for c in bound.columns]
         self.key = key
-        if key is not None:
-            missing = [k for k in key if k not in self.columns]
-            if missing:
-                raise SchemaError(
-                    f"sink key column '{missing[0]}' is not a column of '{source}'",
-                    hint=f"its columns: {', '.join(self.columns)}",
-                )
+        check_key(self.columns, key, source)
         #: The upsert envelope's current rows by key.
         self._state: KeyState = {}
         self.subscription = Subscription(session, bound, sql=sql)
@@ -290,13 +293,26 @@ class Sink:
             return
         changes = self._consolidated(closed)
         if changes.num_rows:
+            before = self._keys_before(changes)
             try:
                 out = changes if self.key is None else upserts(changes, self.key, self._state)
                 self.target.write(self.through + 1, now - 1, out)
-            except DsqlError:  # offered again at the next flush
+            except DsqlError:  # offered again at the next flush, to the state before it
+                self._state.update(before)
+                for k in [k for k in before if not before[k]]:
+                    del self._state[k]
                 self._held = pa.concat_tables([changes, self._held])
                 raise
         self.through = now - 1
+
+    def _keys_before(self, changes: pa.Table) -> KeyState:
+        """The upsert state of the keys `changes` touch (an empty Counter: no rows), to
+        restore if their write fails."""
+        if self.key is None:
+            return {}
+        at = [self.columns.index(k) for k in self.key]
+        keys = zip(*(changes.column(2 + i).to_pylist() for i in at), strict=True)
+        return {k: Counter(self._state.get(k, Counter())) for k in keys}
 
     def _stamped(self, accumulated: pa.Table, sign: int) -> pa.Table:
         """`accumulated` (mz_diff, columns) as changes in the subscription's schema."""
@@ -329,6 +345,7 @@ class Sink:
 
     def close(self) -> None:
         self.subscription.close()
+        self.target.close()
 
 
 #: An upsert sink's relation by key: each key's rows and their counts.
@@ -394,6 +411,27 @@ def _hashable(value: Any) -> Any:
     return tuple(map(_hashable, value)) if isinstance(value, list) else value
 
 
+def check_key(columns: list[str], key: tuple[str, ...] | None, source: str) -> None:
+    """Refuse a sink key naming a column `source` does not have."""
+    missing = [k for k in key or () if k not in columns]
+    if missing:
+        raise SchemaError(
+            f"sink key column '{missing[0]}' is not a column of '{source}'",
+            hint=f"its columns: {', '.join(columns)}",
+        )
+
+
+def check_name(session: Session, name: str, if_not_exists: bool = False) -> bool:
+    """Whether sink `name` is to be made: False if it exists and `if_not_exists`; a
+    SchemaError if another object has the name."""
+    taken = name in session.sinks or name in session.relations or name in session.indexes.by_name
+    if taken:
+        if if_not_exists and name in session.sinks:
+            return False
+        raise SchemaError(f"'{name}' already exists", hint="choose another name, or DROP SINK it")
+    return True
+
+
 def create(
     session: Session,
     name: str,
@@ -405,11 +443,8 @@ def create(
 ) -> bool:
     """Start sink `name` (False: it exists and `if_not_exists`); its first flush is at
     the next statement boundary."""
-    taken = name in session.sinks or name in session.relations or name in session.indexes.by_name
-    if taken:
-        if if_not_exists and name in session.sinks:
-            return False
-        raise SchemaError(f"'{name}' already exists", hint="choose another name, or DROP SINK it")
+    if not check_name(session, name, if_not_exists):
+        return False
     session.sinks[name] = Sink(session, name, source, target, key, sql)
     return True
 
@@ -469,6 +504,8 @@ __all__ = [
     "CallbackTarget",
     "accumulated",
     "FileTarget",
+    "check_key",
+    "check_name",
     "Sink",
     "create",
     "drop",

@@ -315,13 +315,33 @@ class CreateSource(Statement):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateConnection(Statement):
     """`CREATE CONNECTION [IF NOT EXISTS] c TO POSTGRES (HOST 'h', PORT 5432, USER 'u',
-    PASSWORD 'p', DATABASE 'd')`: where a PostgreSQL source reads (`dsql.pg_source`).
+    PASSWORD 'p' | PASSWORD SECRET s, DATABASE 'd')`: where a PostgreSQL source reads and
+    a PostgreSQL sink writes (`dsql.pg_source`).
 
-    `options` are (lower-case name, value) pairs, checked when the connection is made."""
+    `options` are (lower-case name, value) pairs, checked when the connection is made;
+    `PASSWORD SECRET s` is ("password secret", "s")."""
 
     name: str
     options: tuple[tuple[str, str], ...] = ()
     if_not_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateSecret(Statement):
+    """`CREATE SECRET [IF NOT EXISTS] name AS 'value'`: a value a connection names
+    (`PASSWORD SECRET name`) and no SHOW or error message prints (`dsql.pg_source`)."""
+
+    name: str
+    value: str = field(repr=False)
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DropSecret(Statement):
+    """`DROP SECRET [IF EXISTS] name, ...`."""
+
+    names: tuple[str, ...]
+    if_exists: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -365,13 +385,16 @@ class CreateSink(Statement):
     (cols)] [WITH (FORMAT = 'parquet')] [ENVELOPE DIFF | UPSERT]` (`dsql.sinks`).
 
     `target` is "files" (a directory of Parquet files) or "delta" (a Delta Lake table,
-    `dsql.delta_sink`); `envelope` is "diff" when left out; `key` is given exactly with
+    `dsql.delta_sink`); `... INTO POSTGRES CONNECTION c (TABLE 'schema.table') [KEY
+    (cols)] [ENVELOPE ...]` (`dsql.pg_sink`) has target "postgres", `connection` set and
+    the table as `uri`. `envelope` is "diff" when left out; `key` is given exactly with
     UPSERT."""
 
     name: str
     source: str
     target: str = "files"
     uri: str
+    connection: str | None = None
     key: tuple[str, ...] | None = None
     format: str = "parquet"
     envelope: str = "diff"

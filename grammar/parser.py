@@ -561,6 +561,34 @@ class _Builder(Transformer):
     def sink_kind(self, meta, word: Token) -> str:
         return word.type.lower()
 
+    def create_pg_sink(
+        self, meta, _c, _s, if_not_exists, name, _f, source, _i, _pg, _conn, connection, group,
+        key, envelope,
+    ) -> ast.CreateSink:  # fmt: skip
+        settings = dict(_option_pair(o) for o in self._options(group))
+        unknown = sorted(set(settings) - {"table"})
+        if unknown or "table" not in settings:
+            raise self.fragment.error_at(
+                self._at(meta),
+                f"unknown CREATE SINK ... INTO POSTGRES option {unknown[0]!r}"
+                if unknown
+                else "CREATE SINK ... INTO POSTGRES needs (TABLE 'schema.table')",
+                "write INTO POSTGRES CONNECTION c (TABLE 'schema.table')",
+            )
+        kind = envelope or "diff"
+        self._check_key(meta, key, kind, "for the diff envelope")
+        return ast.CreateSink(
+            name=name,
+            source=source,
+            target="postgres",
+            uri=settings["table"],
+            connection=connection,
+            key=key,
+            envelope=kind,
+            if_not_exists=bool(if_not_exists),
+            **self._located(meta),
+        )
+
     def sink_key(self, meta, _k, group) -> tuple[str, ...]:
         return tuple(self._inside(group, "names"))
 
@@ -578,9 +606,15 @@ class _Builder(Transformer):
     def create_connection(
         self, meta, _c, _conn, if_not_exists, name, _to, _pg, group
     ) -> ast.CreateConnection:
+        options = []
+        for o in self._options(group):
+            if [w.lower() for w in o.words[:2]] == ["password", "secret"] and len(o.words) == 3:
+                options.append(("password secret", o.words[2]))  # PASSWORD SECRET name
+            else:
+                options.append(_option_pair(o))
         return ast.CreateConnection(
             name=name,
-            options=tuple(_option_pair(o) for o in self._options(group)),
+            options=tuple(options),
             if_not_exists=bool(if_not_exists),
             **self._located(meta),
         )
@@ -589,6 +623,20 @@ class _Builder(Transformer):
         return ast.DropConnection(
             names=tuple(names), if_exists=bool(if_exists), **self._located(meta)
         )
+
+    def create_secret(self, meta, _c, _s, if_not_exists, name, _as, value) -> ast.CreateSecret:
+        return ast.CreateSecret(
+            name=name,
+            value=string_value(self._text(value)),
+            if_not_exists=bool(if_not_exists),
+            **self._located(meta),
+        )
+
+    def drop_secret(self, meta, _d, _s, if_exists, *names: str) -> ast.DropSecret:
+        return ast.DropSecret(names=tuple(names), if_exists=bool(if_exists), **self._located(meta))
+
+    def show_secrets(self, meta, *_: Token) -> ast.Show:
+        return ast.Show(what="secrets", **self._located(meta))
 
     def show_connections(self, meta, *_: Token) -> ast.Show:
         return ast.Show(what="connections", **self._located(meta))

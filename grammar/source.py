@@ -24,6 +24,7 @@ and `Source.position` turns them into 1-based (line, column) pairs of the whole 
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import ClassVar
@@ -54,6 +55,9 @@ _STRINGS = frozenset(
         TokenType.UNICODE_STRING,
     }
 )
+#: A CREATE SECRET statement, whose string no error message may show.
+_CREATE_SECRET = re.compile(r"\s*create\s+secret\b", re.IGNORECASE)
+
 _OPEN = {TokenType.L_PAREN: TokenType.R_PAREN, TokenType.L_BRACKET: TokenType.R_BRACKET}
 _CLOSE = frozenset(_OPEN.values())
 
@@ -78,9 +82,29 @@ class Source:
         """A ParseError at `offset`, quoting the statement spanning `statement` offsets."""
         text = self.text[statement[0] : statement[1]] if statement else self.text
         origin = self.position(statement[0]) if statement else (1, 1)
+        for literal in self._secrets(statement or (0, len(self.text))):
+            masked = re.sub(r"[^'\n]", "*", literal)  # same length: the caret stays
+            text = text.replace(literal, masked)
+            message = message.replace(literal, masked)
+            hint = hint.replace(literal, masked) if hint else hint
         return ParseError(
             message, statement=text, position=self.position(offset), hint=hint, origin=origin
         )
+
+    def _secrets(self, span: tuple[int, int]) -> list[str]:
+        """The string literals of a CREATE SECRET in `span` (as written, quotes included),
+        which no error message may show."""
+        if not hasattr(self, "tokens"):  # a string that never ends: all of it from its quote
+            text = self.text[span[0] : span[1]]
+            quote = text.find("'")
+            secret = _CREATE_SECRET.match(text) is not None and quote >= 0
+            return [text[quote:]] if secret else []
+        inside = [t for t in self.tokens if span[0] <= t.start < span[1]]
+        words = [t.text.upper() for t in inside[:2]]
+        if words != ["CREATE", "SECRET"]:
+            return []
+        strings = [t for t in inside if t.token_type == TokenType.STRING]
+        return [self.text[t.start : t.end + 1] for t in strings]
 
     def statements(self) -> list[Fragment]:
         """The non-empty statements, split at top-level `;`, without the `;`."""
