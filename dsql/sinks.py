@@ -311,7 +311,7 @@ class Sink:
         if self.key is None:
             return {}
         at = [self.columns.index(k) for k in self.key]
-        keys = zip(*(changes.column(2 + i).to_pylist() for i in at), strict=True)
+        keys = zip(*(map(_hashable, changes.column(2 + i).to_pylist()) for i in at), strict=True)
         return {k: Counter(self._state.get(k, Counter())) for k in keys}
 
     def _stamped(self, accumulated: pa.Table, sign: int) -> pa.Table:

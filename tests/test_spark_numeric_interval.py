@@ -98,9 +98,7 @@ def test_spark_keeps_every_digit_of_a_count_weighted_sum(spark: Any) -> None:
     answers = []
     for con in (dsql.connect(spark=spark, kernel="spark"), dsql.connect(kernel="local")):
         con.execute("CREATE TABLE w (k int, x numeric(38, 20))")
-        con.execute(
-            "CREATE MATERIALIZED VIEW s AS SELECT k, sum(x) AS s FROM w GROUP BY k"
-        )
+        con.execute("CREATE MATERIALIZED VIEW s AS SELECT k, sum(x) AS s FROM w GROUP BY k")
         con.execute(f"INSERT INTO w VALUES {rows}")
         answers.append(con.execute("SELECT * FROM s").fetchall())
     with localcontext() as exact:
