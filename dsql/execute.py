@@ -44,7 +44,12 @@ from dsql.session import Session
 from dsql.show_arrangements import arrangement_rows
 from dsql.subscribe import Subscription, subscription_rows
 from dsql.time_expr import time_ms
-from dsql.timeout import interrupt_cancels, parse_duration, statement_deadline
+from dsql.timeout import (
+    interrupt_cancels,
+    interrupts_deferred,
+    parse_duration,
+    statement_deadline,
+)
 
 #: How often a wait for SUBSCRIBE updates polls under the wall clock (seconds).
 POLL_SECONDS = 0.05
@@ -102,6 +107,10 @@ class Executor:
                 s.writes = []
                 tick = s.clock.tick
                 before = durable.names() if durable is not None else set()
+                # Past this, the statement's record is in the log (or waits in it for
+                # COMMIT or the end of an executemany): an interrupt or error after it
+                # leaves its writes, which a restart would bring back.
+                recorded = False
                 try:
                     with self.guarded(getattr(stmt, "text", None)):
                         with statement_deadline(s.worker, self.statement_timeout):
@@ -111,12 +120,15 @@ class Executor:
                     else:
                         result.notices = polled + s.healing.take_notices()
                     if durable is not None:  # on disk before the statement returns
-                        durable.statement(stmt, s.writes, before, tick)
+                        with interrupts_deferred():
+                            durable.statement(stmt, s.writes, before, tick)
+                            recorded = True
                     self.flush_sinks()
                 except BaseException:
-                    self._undo_writes()
-                    if durable is not None:  # a refused ROLLBACK ends the transaction
-                        durable.settle()
+                    if not recorded:
+                        self._undo_writes()
+                    if durable is not None and not recorded:  # a refused ROLLBACK ends
+                        durable.settle()  # the transaction
                     raise
                 return result
             finally:
