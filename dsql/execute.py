@@ -146,12 +146,21 @@ class Executor:
                 s.write(name, rows, -diff, kinds=("table", "source"))
 
     def flush_sinks(self) -> None:
-        """Write the sinks' closed milliseconds, unless a write they could see is not yet
-        in the log (a transaction, an `executemany`, a recovery): then at its end."""
+        """Write the sinks' closed milliseconds (under the wall clock, every millisecond
+        before the present), unless a write they could see is not yet in the log (a
+        transaction, an `executemany`, a recovery): then at its end."""
         s, durable = self.session, self.session.durable
         if not s.sinks or s.clock.in_transaction:
             return
         if durable is None or not (durable.pending or durable.held or durable.replaying):
+            clock = s.clock
+            if clock.kind == "wall" and not clock.replaying:
+                # The wall clock moves at writes; the milliseconds that passed since the
+                # last are closed all the same, so their changes go out now, not at the
+                # next write.
+                wall_ms = int(time.time() * 1000)
+                if wall_ms > clock.now_ms():
+                    s.advance_to(wall_ms)
             sinks.flush(s)
 
     def deliver(self) -> list[str]:
@@ -202,6 +211,9 @@ class Executor:
                         self._poll()
                     finally:
                         self.session.writes = held
+                    # the milliseconds closed while waiting reach the sinks without a
+                    # statement (a FETCH loop alone drives a source-to-sink pipeline)
+                    self.flush_sinks()
                     table = fetch()
                 remaining = deadline - time.monotonic()
                 if table.num_rows or remaining <= 0:
