@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from test_durable import _snapshot
 
@@ -174,3 +175,37 @@ def test_an_interrupt_before_the_statement_logs_undoes_it(tmp_path: Path, monkey
     assert fired
     held = _same_after_restart(tmp_path, con, monkeypatch)
     assert (3, 30) not in held["rows t"]
+
+
+def test_a_fetch_loop_alone_carries_a_file_to_the_sink_under_the_wall_clock(
+    tmp_path: Path,
+) -> None:
+    # No statement and no later write: the waiting FETCH polls the source, and its next
+    # poll finds the file's millisecond past and flushes the sink.
+    incoming, out = tmp_path / "in", tmp_path / "out"
+    incoming.mkdir()
+    con = dsql.connect(
+        kernel="local", clock="wall", data_dir=str(tmp_path / "data"), allowed_paths=[tmp_path]
+    )
+    con.execute(f"CREATE SOURCE s (k int, x int) FROM FILES '{incoming}' WITH (FORMAT = 'csv')")
+    con.execute("CREATE MATERIALIZED VIEW v AS SELECT k, sum(x) AS s FROM s GROUP BY k")
+    con.execute(f"CREATE SINK o FROM v INTO FILES '{out}'")
+    cur = con.cursor()
+    cur.execute("SUBSCRIBE v")
+    (incoming / "1.csv").write_text("k,x\n1,5\n1,6\n")
+    rows: list[dict[str, Any]] = []
+    for _ in range(100):  # each fetch waits up to 0.1 s; the sink needs two polls
+        cur.fetchall(timeout=0.1)
+        rows = [r for f in sorted(out.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+        if rows:
+            break
+    assert [(r["mz_diff"], r["k"], r["s"]) for r in rows] == [(1, 1, 11)]
+    con.close()
+    again = dsql.connect(
+        kernel="local", clock="wall", data_dir=str(tmp_path / "data"), allowed_paths=[tmp_path]
+    )
+    again.execute("SELECT 1")
+    files = [r for f in sorted(out.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+    assert files == rows  # written once, across the restart
+    assert again.execute("SELECT * FROM v").fetchall() == [(1, 11)]
+    again.close()
