@@ -27,11 +27,9 @@ Example:
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import random
-import resource
 import shlex
 import shutil
 import subprocess
@@ -145,7 +143,8 @@ def _rows(n: int) -> pa.Table:
 def _child(argv: list[str]) -> None:
     """One timed phase in a fresh process, printed as JSON with the process's peak RSS:
     `recover DIR` (connect to a data directory) or `scratch N` (the same view hydrated
-    in memory from an n-row Arrow table, built before the clock starts)."""
+    in memory from an n-row Arrow table, built before the clock starts; `scratch 0` is
+    the floor: dsql imported, a connection, an empty table and view)."""
     what, arg = argv
     rows = _rows(int(arg)) if what == "scratch" else None
     start = time.perf_counter()
@@ -158,7 +157,10 @@ def _child(argv: list[str]) -> None:
     seconds = _seconds(start)
     view = sorted(con.execute("SELECT * FROM v").fetchall())
     con.close()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # VmHWM is this process's own peak: ru_maxrss would carry the parent's over exec.
+    status = Path("/proc/self/status").read_text().split("\n")
+    (hwm,) = [line.split()[1] for line in status if line.startswith("VmHWM:")]
+    peak = int(hwm) * 1024
     print(json.dumps({"seconds": seconds, "peak": peak, "view": view}))
 
 
@@ -186,6 +188,8 @@ def view_recovery(n: int, root: Path) -> dict[str, dict[str, Any]]:
     con.close()
     out["checkpoint"] = _in_child("recover", str(data_dir))
     out["scratch"] = _in_child("scratch", str(n))
+    out["floor"] = _in_child("scratch", "0")
+    out["floor"]["view"] = expected  # nothing to check
     for label, got in out.items():
         if got.pop("view") != expected:
             print(f"MISMATCH: the view recovered by {label} differs")
@@ -281,8 +285,10 @@ def main(argv: list[str] | None = None) -> None:
         lat = latency(args.latency_files, args.latency_gap, root / "latency")
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    title = f"## durable: {args.writes:,} writes / {args.view_rows:,}-row view ({when})"
+    title = (
+        f"## durable: {args.writes:,} writes / {args.view_rows:,}-row view / "
+        f"{args.latency_files} files to a sink"
+    )
     lines = [
         f"| single-row INSERTs/s, in memory | {w['memory']:,.0f} | one view over the table |",
         f"| single-row INSERTs/s, with the log | {w['log']:,.0f} | one fsync a statement |",
@@ -300,6 +306,7 @@ def main(argv: list[str] | None = None) -> None:
         ("log", "log replay", "connect: one record of the rows"),
         ("checkpoint", "checkpoint", "connect: Parquet, then one small record"),
         ("scratch", "from scratch", "in memory: create_table from Arrow, then CREATE"),
+        ("floor", "floor (0 rows)", "the same process with an empty table: imports and all"),
     ):
         lines.append(
             f"| {args.view_rows:,}-row table's view back, {label}: seconds / peak RSS "
