@@ -57,6 +57,7 @@ from dsql.errors import (
     UnsupportedError,
 )
 from dsql.relation import create_table_sql
+from dsql.timeout import interrupts_deferred
 
 if TYPE_CHECKING:
     from dsql.execute import Executor
@@ -121,6 +122,18 @@ class Durable:
         """Log what statement `stmt`, which started at `tick` with catalog `before` and
         made `writes`, changed; returns once it is on disk (unless a transaction is
         open: then at COMMIT)."""
+        mark = len(self.pending), len(self.blobs)
+        try:
+            self._statement(stmt, writes, before, tick)
+        except BaseException:
+            # Not logged: the statement's entries go (a transaction's earlier ones stay),
+            # as its writes are taken back.
+            del self.pending[mark[0] :], self.blobs[mark[1] :]
+            raise
+
+    def _statement(
+        self, stmt: Any, writes: list[tuple[str, pa.Table, int, int]], before: set[str], tick: int
+    ) -> None:
         s = self._session()
         match stmt:
             case grammar.CreateTableAs() if stmt.name not in before:
@@ -194,31 +207,35 @@ class Durable:
         s = self._session()
         if s.clock.in_transaction or self.replaying or self.held or not self.pending:
             return
-        header = {"entries": self.pending, "tick": s.clock.tick}
-        assert self.log is not None
-        try:
-            self.log.append(header, self.blobs)
-        except OSError as error:
-            raise OperationalError(
-                f"cannot write the log {self.log.path}: {error}",
-                hint="the statement did not take effect durably; free disk space and retry",
-            ) from None
-        finally:
-            self.pending, self.blobs = [], []
-        # Every write is in the log: the sinks may show them, and a checkpoint, which
-        # folds history into one snapshot, finds them written (`dsql.sinks`).
-        sinks.flush(s)
-        if self.log.size >= self.checkpoint_bytes:
+        # The record and what follows from it (the sinks, a checkpoint's switch of logs)
+        # are not cut short by Ctrl-C: a record half-handled leaves a session unlike the
+        # log it describes.
+        with interrupts_deferred():
+            header = {"entries": self.pending, "tick": s.clock.tick}
+            assert self.log is not None
             try:
-                self.checkpoint()
-            except (OSError, DsqlError, pa.ArrowException) as error:
-                # The statement is on disk already: it must not fail now. The log keeps
-                # growing and the next statement tries again.
-                warnings.warn(
-                    f"checkpoint of {self.path} failed (the log keeps every write): {error}",
-                    DsqlWarning,
-                    stacklevel=2,
-                )
+                self.log.append(header, self.blobs)
+            except OSError as error:
+                raise OperationalError(
+                    f"cannot write the log {self.log.path}: {error}",
+                    hint="the statement did not take effect durably; free disk space and retry",
+                ) from None
+            finally:
+                self.pending, self.blobs = [], []
+            # Every write is in the log: the sinks may show them, and a checkpoint, which
+            # folds history into one snapshot, finds them written (`dsql.sinks`).
+            sinks.flush(s)
+            if self.log.size >= self.checkpoint_bytes:
+                try:
+                    self.checkpoint()
+                except (OSError, DsqlError, pa.ArrowException) as error:
+                    # The statement is on disk already: it must not fail now. The log keeps
+                    # growing and the next statement tries again.
+                    warnings.warn(
+                        f"checkpoint of {self.path} failed (the log keeps every write): {error}",
+                        DsqlWarning,
+                        stacklevel=2,
+                    )
 
     @contextmanager
     def batch(self) -> Iterator[None]:

@@ -45,7 +45,12 @@ from dsql.session import Session
 from dsql.show_arrangements import arrangement_rows
 from dsql.subscribe import Subscription, subscription_rows
 from dsql.time_expr import time_ms
-from dsql.timeout import interrupt_cancels, parse_duration, statement_deadline
+from dsql.timeout import (
+    interrupt_cancels,
+    interrupts_deferred,
+    parse_duration,
+    statement_deadline,
+)
 
 #: How often a wait for SUBSCRIBE updates polls under the wall clock (seconds).
 POLL_SECONDS = 0.05
@@ -103,6 +108,10 @@ class Executor:
                 s.writes = []
                 tick = s.clock.tick
                 before = durable.names() if durable is not None else set()
+                # Past this, the statement's record is in the log (or waits in it for
+                # COMMIT or the end of an executemany): an interrupt or error after it
+                # leaves its writes, which a restart would bring back.
+                recorded = False
                 try:
                     with self.guarded(_shown_text(stmt)):
                         with statement_deadline(s.worker, self.statement_timeout):
@@ -112,12 +121,15 @@ class Executor:
                     else:
                         result.notices = polled + s.healing.take_notices()
                     if durable is not None:  # on disk before the statement returns
-                        durable.statement(stmt, s.writes, before, tick)
+                        with interrupts_deferred():
+                            durable.statement(stmt, s.writes, before, tick)
+                            recorded = True
                     self.flush_sinks()
                 except BaseException:
-                    self._undo_writes()
-                    if durable is not None:  # a refused ROLLBACK ends the transaction
-                        durable.settle()
+                    if not recorded:
+                        self._undo_writes()
+                    if durable is not None and not recorded:  # a refused ROLLBACK ends
+                        durable.settle()  # the transaction
                     raise
                 return result
             finally:
@@ -135,12 +147,21 @@ class Executor:
                 s.write(name, rows, -diff, kinds=("table", "source"))
 
     def flush_sinks(self) -> None:
-        """Write the sinks' closed milliseconds, unless a write they could see is not yet
-        in the log (a transaction, an `executemany`, a recovery): then at its end."""
+        """Write the sinks' closed milliseconds (under the wall clock, every millisecond
+        before the present), unless a write they could see is not yet in the log (a
+        transaction, an `executemany`, a recovery): then at its end."""
         s, durable = self.session, self.session.durable
         if not s.sinks or s.clock.in_transaction:
             return
         if durable is None or not (durable.pending or durable.held or durable.replaying):
+            clock = s.clock
+            if clock.kind == "wall" and not clock.replaying:
+                # The wall clock moves at writes; the milliseconds that passed since the
+                # last are closed all the same, so their changes go out now, not at the
+                # next write.
+                wall_ms = int(time.time() * 1000)
+                if wall_ms > clock.now_ms():
+                    s.advance_to(wall_ms)
             sinks.flush(s)
 
     def deliver(self) -> list[str]:
@@ -191,6 +212,9 @@ class Executor:
                         self._poll()
                     finally:
                         self.session.writes = held
+                    # the milliseconds closed while waiting reach the sinks without a
+                    # statement (a FETCH loop alone drives a source-to-sink pipeline)
+                    self.flush_sinks()
                     table = fetch()
                 remaining = deadline - time.monotonic()
                 if table.num_rows or remaining <= 0:

@@ -11,6 +11,10 @@ Ctrl-C (SIGINT) cancels a statement the same way (`interrupt_cancels`): it moves
 deadline to now, so the statement stops at its next safe point (between rounds, or in a
 query of its own), never in the middle of a round that maintains the views; then
 `KeyboardInterrupt` is raised, the statement's effects undone as for a timeout.
+Once a statement's record is being written to the log (`dsql.durable`), it is past
+canceling: `interrupts_deferred` holds the signal until the record is synced and the
+session holds what it describes, and `KeyboardInterrupt` is raised after that, with the
+statement's effects kept.
 
 >>> parse_duration("2s"), parse_duration("1500"), parse_duration("0")
 (2.0, 1.5, None)
@@ -116,3 +120,30 @@ def interrupt_cancels(worker: Any) -> Iterator[None]:
         worker.deadline = previous
     if interrupted:
         raise KeyboardInterrupt("canceling statement due to user request")
+
+
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Run the block whole: a SIGINT arriving inside it is handled once the block ends.
+
+    For steps that must not stop half-way, such as a log record written and synced and
+    the session state it describes (`dsql.durable`): a `KeyboardInterrupt` raised between
+    two of them would leave one without the other. The signal reaches the handler that
+    was in place (by default it raises `KeyboardInterrupt`) when the block has finished
+    or failed on its own. Blocks nest; only the main thread receives signals, elsewhere
+    (and under a handler installed outside Python) the block runs as it is.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        yield
+        return
+    caught: list[tuple[int, Any]] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):
+            previous(*caught[0])
+        elif caught and previous == signal.SIG_DFL:
+            signal.raise_signal(signal.SIGINT)

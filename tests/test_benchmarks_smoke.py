@@ -74,7 +74,8 @@ SMOKE = {
     ),
     "slt_speed.py": (["--queries", "5", "--no-results"], "| dsql | incremental |"),
     "durable.py": (
-        ["--writes", "20", "--log-lengths", "10", "--view-rows", "100", "--no-write"],
+        ["--writes", "20", "--log-lengths", "10", "--view-rows", "100", "--latency-files",
+         "3", "--no-write"],
         "## durable",
     ),
 }  # fmt: skip

@@ -2,29 +2,22 @@
 same data directory, must come back holding every acknowledged write and nothing of an
 unacknowledged transaction, with every view equal to its query recomputed by DuckDB.
 
-A server process imports dsql once and forks one child per cycle (`serve`), so a cycle
-costs a fork, a recovery and the workload, not an interpreter start. The child
-(`child`) recovers the directory, reports what it holds, then runs units of work (one
-statement, or BEGIN ... COMMIT around several), reporting each unit before it runs
-and again once it returned, one line per `write` to a file the kill cannot tear. The
-parent keeps the acknowledged units in a DuckDB model: the recovered state must equal
-the model, or the model plus the one unit that was in flight at the kill.
+The cycles run through `kill_loop` (a forking server, the child's report file, the kill
+at a random moment). The child (`child`) recovers the directory, reports what it holds,
+then runs units of work (one statement, or BEGIN ... COMMIT around several), reporting
+each unit before it runs and again once it returned. The parent keeps the acknowledged
+units in a DuckDB model: the recovered state must equal the model, or the model plus
+the one unit that was in flight at the kill.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import signal
-import subprocess
-import sys
-import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 import duckdb
+from kill_loop import Say, forking_server, kill_cycles, run_child
 
 KILLS = 110
 #: Small, so that checkpoints (and kills during them) happen every few cycles.
@@ -32,22 +25,12 @@ CHECKPOINT_BYTES = 24_000
 MAX_TABLES = 4
 MAX_VIEWS = 6
 
-_SERVER = f"""
-import os, signal, sys
-sys.path.insert(0, {str(Path(__file__).parent)!r})
+#: Imports and caches built once in the server, before the forks (no DuckDB yet).
+PRELOAD = """
 import duckdb, pandas, pyarrow, dsql.api, dsql.durable, dsql.runtime.kernel.local
 from dsql import grammar
-# The parser and planner's caches are built once, before the forks (no DuckDB yet).
 grammar.parse("SELECT 1")
-dsql.api.compile("SELECT k % 4, sum(v) FROM t GROUP BY 1", {{"t": {{"k": "int", "v": "int"}}}})
-import test_kill9
-signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped as they die
-for line in sys.stdin:
-    data_dir, out, seed = line.split()
-    pid = os.fork()
-    if pid == 0:
-        test_kill9.child(data_dir, out, int(seed))
-    print(pid, flush=True)
+dsql.api.compile("SELECT k % 4, sum(v) FROM t GROUP BY 1", {"t": {"k": "int", "v": "int"}})
 """
 
 State = dict[str, dict[str, list[list[Any]]]]
@@ -172,14 +155,10 @@ def _catalog_after(unit: dict[str, Any], tables: list[str], views: dict[str, lis
             del views[words[2]]
 
 
-def child(data_dir: str, out: str, seed: int) -> None:
+def child(out: str, data_dir: str, seed: str) -> None:
     """Recover `data_dir`, report its state, then run units until killed (never returns)."""
-    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
-    def say(message: dict[str, Any]) -> None:
-        os.write(fd, (json.dumps(message) + "\n").encode())
-
-    try:
+    def work(say: Say) -> None:
         import dsql
 
         con = dsql.connect(kernel="local", data_dir=data_dir, checkpoint_bytes=CHECKPOINT_BYTES)
@@ -188,7 +167,7 @@ def child(data_dir: str, out: str, seed: int) -> None:
         say({"ready": True})
         tables = sorted(state["tables"])
         views = {v: v.split("_")[1:] for v in state["views"]}
-        rng = random.Random(seed)
+        rng = random.Random(int(seed))
         while True:
             unit = next_unit(rng, tables, views)
             say({"try": unit})
@@ -200,38 +179,11 @@ def child(data_dir: str, out: str, seed: int) -> None:
                 con.execute("COMMIT")
             say({"ack": True})
             _catalog_after(unit, tables, views)
-    except BaseException:
-        say({"error": traceback.format_exc()})
-    finally:
-        os._exit(1)
+
+    run_child(out, work)
 
 
 # --- the parent ---------------------------------------------------------------------------
-
-
-def _read_lines(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    lines = path.read_text().split("\n")
-    # A line the kill cut short (no newline yet) was never sent.
-    return [json.loads(line) for line in lines[:-1] if line.strip()]
-
-
-def _wait_ready(path: Path, deadline: float) -> None:
-    while time.monotonic() < deadline:
-        if any("ready" in m or "error" in m for m in _read_lines(path)):
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"the child did not recover in time: {_read_lines(path)}")
-
-
-def _wait_dead(pid: int) -> None:
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.002)
 
 
 def _check(state: State, model: duckdb.DuckDBPyConnection, inflight: dict[str, Any] | None) -> bool:
@@ -269,28 +221,19 @@ def test_kill9_random_workload_recovers_every_acknowledged_write(tmp_path: Path)
     rng = random.Random(39)
     data_dir = tmp_path / "data"
     model = duckdb.connect(config={"threads": 1})
-    server = subprocess.Popen(
-        [sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    assert server.stdin is not None and server.stdout is not None
     inflight: dict[str, Any] | None = None
     acked = verified = kept = 0
-    try:
-        for cycle in range(KILLS):
-            out = tmp_path / f"cycle{cycle}.jsonl"
-            server.stdin.write(f"{data_dir} {out} {rng.getrandbits(32)}\n")
-            server.stdin.flush()
-            pid = int(server.stdout.readline())
-            if rng.random() < 0.1:  # a kill during recovery
-                time.sleep(rng.uniform(0, 0.3))
-            else:
-                _wait_ready(out, time.monotonic() + 60)
-                time.sleep(rng.uniform(0.005, 0.25))
-            os.kill(pid, signal.SIGKILL)
-            _wait_dead(pid)
-            messages = _read_lines(out)
-            errors = [m["error"] for m in messages if "error" in m]
-            assert not errors, errors[0]
+    with forking_server("test_kill9", PRELOAD) as server:
+        cycles = kill_cycles(
+            server,
+            tmp_path,
+            rng,
+            KILLS,
+            lambda: [str(data_dir), str(rng.getrandbits(32))],
+            delay=(0.005, 0.25),
+            early=0.1,  # a kill during recovery
+        )
+        for messages in cycles:
             if not any("ready" in m for m in messages):
                 continue  # killed before it had recovered: nothing new happened
             kept += _check(messages[0]["state"], model, inflight)
@@ -305,9 +248,6 @@ def test_kill9_random_workload_recovers_every_acknowledged_write(tmp_path: Path)
                         model.execute(sql)
                     inflight = None
                     acked += 1
-    finally:
-        server.stdin.close()
-        server.wait(timeout=30)
 
     import dsql
 

@@ -3,26 +3,18 @@ at every millisecond; each millisecond is written once, across restarts and kill
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import signal
-import subprocess
-import sys
-import time
-import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from kill_loop import Say, forking_server, kill_cycles, run_child
 
 import dsql
 from dsql.errors import DsqlError, DsqlWarning
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_kill9 import _read_lines, _wait_dead, _wait_ready  # noqa: E402
 
 VIEWS = {
     "t": None,
@@ -311,32 +303,18 @@ def test_a_relative_directory_is_kept_absolute(tmp_path: Path, monkeypatch: Any)
 
 KILLS = 20
 
-_SERVER = f"""
-import os, signal, sys
-sys.path.insert(0, {str(Path(__file__).parent)!r})
+PRELOAD = """
 import duckdb, pyarrow, dsql.api, dsql.durable, dsql.sinks, dsql.runtime.kernel.local
 from dsql import grammar
 grammar.parse("SELECT 1")
-import test_sinks
-signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-for line in sys.stdin:
-    data_dir, root, out, seed = line.split()
-    pid = os.fork()
-    if pid == 0:
-        test_sinks.child(data_dir, root, out, int(seed))
-    print(pid, flush=True)
 """
 
 
-def child(data_dir: str, root: str, out: str, seed: int) -> None:
+def child(out: str, data_dir: str, root: str, seed: str) -> None:
     """Recover, then insert and delete rows of `t` (ids unique to this child), reporting
     each statement before it runs and once it returned, with its millisecond."""
-    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
-    def say(message: dict[str, Any]) -> None:
-        os.write(fd, (json.dumps(message) + "\n").encode())
-
-    try:
+    def work(say: Say) -> None:
         con = dsql.connect(
             kernel="local", data_dir=data_dir, allowed_paths=[root], checkpoint_bytes=20_000
         )
@@ -347,8 +325,8 @@ def child(data_dir: str, root: str, out: str, seed: int) -> None:
             con.execute(f"CREATE SINK agg_sink FROM agg INTO FILES '{root}/agg'")
         ids = [r[0] for r in con.execute("SELECT id FROM t").fetchall()]
         say({"ready": True})
-        rng = random.Random(seed)
-        next_id = seed * 1000
+        rng = random.Random(int(seed))
+        next_id = int(seed) * 1000
         while True:
             ms = con.session.clock.now_ms()
             if ids and rng.random() < 0.3:
@@ -364,34 +342,25 @@ def child(data_dir: str, root: str, out: str, seed: int) -> None:
                 con.execute(f"INSERT INTO t VALUES ({next_id}, {next_id % 3}, {next_id % 10})")
                 ids.append(next_id)
             say({"ack": True})
-    except BaseException:
-        say({"error": traceback.format_exc()})
-    finally:
-        os._exit(1)
+
+    run_child(out, work)
 
 
 def test_kill9_each_millisecond_is_written_exactly_once(tmp_path: Path) -> None:
     rng = random.Random(39)
     data_dir, root = tmp_path / "data", tmp_path / "sinks"
-    server = subprocess.Popen(
-        [sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    assert server.stdin is not None and server.stdout is not None
     acked: list[list[Any]] = []
     unsure: list[list[Any]] = []  # in flight at a kill: durable or not
-    try:
-        for cycle in range(KILLS):
-            out = tmp_path / f"cycle{cycle}.jsonl"
-            server.stdin.write(f"{data_dir} {root} {out} {rng.randrange(1, 10**6)}\n")
-            server.stdin.flush()
-            pid = int(server.stdout.readline())
-            _wait_ready(out, time.monotonic() + 60)
-            time.sleep(rng.uniform(0.05, 0.4))
-            os.kill(pid, signal.SIGKILL)
-            _wait_dead(pid)
-            messages = _read_lines(out)
-            errors = [m["error"] for m in messages if "error" in m]
-            assert not errors, errors[0]
+    with forking_server("test_sinks", PRELOAD) as server:
+        cycles = kill_cycles(
+            server,
+            tmp_path,
+            rng,
+            KILLS,
+            lambda: [str(data_dir), str(root), str(rng.randrange(1, 10**6))],
+            delay=(0.05, 0.4),
+        )
+        for messages in cycles:
             inflight = None
             for m in messages:
                 if "try" in m:
@@ -401,9 +370,6 @@ def test_kill9_each_millisecond_is_written_exactly_once(tmp_path: Path) -> None:
                     inflight = None
             if inflight is not None:
                 unsure.append(inflight)
-    finally:
-        server.stdin.close()
-        server.wait(timeout=30)
 
     con = dsql.connect(kernel="local", data_dir=str(data_dir))
     con.execute("ADVANCE BY 1")  # closes the last millisecond: the sinks write it
