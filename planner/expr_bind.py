@@ -928,8 +928,7 @@ class ExprBinder:
             if t.is_type(exp.DType.BINARY, exp.DType.VARBINARY):
                 return spellings.per_kernel(_BYTEA_TEXT, _BYTEA_TEXT, [as_expression(arg)])
             if t.is_type(exp.DType.DOUBLE, exp.DType.FLOAT):
-                text = _float_text(6 if t.is_type(exp.DType.FLOAT) else 15)
-                return spellings.per_kernel(text, "CAST(__0 AS STRING)", [as_expression(arg)])
+                return spellings.float_text(as_expression(arg), t)
             if t.is_type(exp.DType.DATE, exp.DType.TIMESTAMP, exp.DType.TIMESTAMPTZ):
                 return spellings.per_kernel(_ERA_TEXT, _ERA_TEXT, [as_expression(e)])
         return e
@@ -1187,32 +1186,6 @@ _BYTEA_TEXT = "CONCAT(CHR(92), 'x', LOWER(HEX(__0)))"
 _ERA_TEXT = (
     "CASE WHEN __0 LIKE '% (BC)%' THEN CONCAT(REPLACE(__0, ' (BC)', ''), ' BC') ELSE __0 END"
 )
-
-
-def _float_text(exponent_from: int) -> str:
-    """PostgreSQL's text of a float `__0` in DuckDB's SQL (`dsql.printer.float_text`):
-    the fewest digits that read back as the value, in exponent form from
-    10^`exponent_from` (15 for double precision, 6 for real) or below 10^-4, no
-    trailing `.0`; `NaN`, `Infinity`, `-Infinity`.
-
-    DuckDB writes those digits as Python's `repr` does, in exponent form from 10^16 or
-    below 10^-4: the values from 10^`exponent_from` to 10^16 are rewritten from their
-    digits (the integer part's length gives the exponent)."""
-    digits = "RTRIM(REPLACE(LTRIM(CAST(__0 AS VARCHAR), '-'), '.', ''), '0')"
-    integer_part = "SPLIT_PART(LTRIM(CAST(__0 AS VARCHAR), '-'), '.', 1)"
-    mantissa = (
-        f"CASE WHEN LENGTH({digits}) > 1 THEN CONCAT(LEFT({digits}, 1), '.', "
-        f"SUBSTR({digits}, 2)) ELSE {digits} END"
-    )
-    exponent = f"LPAD(CAST(LENGTH({integer_part}) - 1 AS VARCHAR), 2, '0')"
-    return (
-        "CASE WHEN ISNAN(__0) THEN 'NaN'"
-        " WHEN __0 = CAST('inf' AS DOUBLE) THEN 'Infinity'"
-        " WHEN __0 = CAST('-inf' AS DOUBLE) THEN '-Infinity'"
-        f" WHEN ABS(__0) >= 1e{exponent_from} AND ABS(__0) < 1e16 THEN CONCAT("
-        f"CASE WHEN __0 < 0 THEN '-' ELSE '' END, {mantissa}, 'e+', {exponent})"
-        r" ELSE REGEXP_REPLACE(CAST(__0 AS VARCHAR), '\.0$', '') END"
-    )
 
 
 #: The least bigint, as written.
