@@ -160,45 +160,21 @@ def bit_length(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     return exp.Mul(this=octet_length(call, arg_types), expression=exp.Literal.number(8))
 
 
-#: The Spark function that writes a float as PostgreSQL does, on Java's text of it read
-#: back as a double (`runtime.kernel.float_text`, registered by the Spark kernel).
-_SPARK_FLOAT_TEXT = "DSQL_FLOAT_TEXT(CAST(CAST(__0 AS DOUBLE) AS STRING), {single})"
+#: The function each kernel writes a float's text with, as PostgreSQL writes it, from the
+#: engine's text of it read back as a double (`runtime.kernel.float_text`).
+_FLOAT_TEXT = "DSQL_FLOAT_TEXT(CAST(CAST(__0 AS DOUBLE) AS {text}), {single})"
 
 
 def float_text(x: exp.Expression, t: exp.DataType) -> exp.Expression:
     """PostgreSQL's text of the float `x` (a `real` where `t` is one): the fewest digits
     that read back as the value, in exponent form from 10^15 (10^6 for a real) or below
     10^-4, no trailing `.0`; `-0`, `NaN`, `Infinity`, `-Infinity`
-    (`runtime.kernel.float_text.text`).
-
-    DuckDB writes those digits as Python's `repr` does, in exponent form from 10^16 or
-    below 10^-4: the values from 10^15 (10^6) to 10^16 are rewritten from their digits
-    (the integer part's length gives the exponent). Spark's text is Java's, not always
-    the shortest: a Spark function reads it back and writes PostgreSQL's."""
-    single = t.is_type(exp.DType.FLOAT)
+    (`runtime.kernel.float_text.text`: neither engine's own text has those digits)."""
+    single = "TRUE" if t.is_type(exp.DType.FLOAT) else "FALSE"
     return per_kernel(
-        _duckdb_float_text(6 if single else 15),
-        _SPARK_FLOAT_TEXT.format(single="TRUE" if single else "FALSE"),
+        _FLOAT_TEXT.format(text="VARCHAR", single=single),
+        _FLOAT_TEXT.format(text="STRING", single=single),
         [x],
-    )
-
-
-def _duckdb_float_text(exponent_from: int) -> str:
-    """`float_text` in DuckDB's SQL, exponent form from 10^`exponent_from`."""
-    digits = "RTRIM(REPLACE(LTRIM(CAST(__0 AS VARCHAR), '-'), '.', ''), '0')"
-    integer_part = "SPLIT_PART(LTRIM(CAST(__0 AS VARCHAR), '-'), '.', 1)"
-    mantissa = (
-        f"CASE WHEN LENGTH({digits}) > 1 THEN CONCAT(LEFT({digits}, 1), '.', "
-        f"SUBSTR({digits}, 2)) ELSE {digits} END"
-    )
-    exponent = f"LPAD(CAST(LENGTH({integer_part}) - 1 AS VARCHAR), 2, '0')"
-    return (
-        "CASE WHEN ISNAN(__0) THEN 'NaN'"
-        " WHEN __0 = CAST('inf' AS DOUBLE) THEN 'Infinity'"
-        " WHEN __0 = CAST('-inf' AS DOUBLE) THEN '-Infinity'"
-        f" WHEN ABS(__0) >= 1e{exponent_from} AND ABS(__0) < 1e16 THEN CONCAT("
-        f"CASE WHEN __0 < 0 THEN '-' ELSE '' END, {mantissa}, 'e+', {exponent})"
-        r" ELSE REGEXP_REPLACE(CAST(__0 AS VARCHAR), '\.0$', '') END"
     )
 
 
