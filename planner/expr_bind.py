@@ -859,13 +859,18 @@ class ExprBinder:
 
     def _extract(self, e: exp.Extract) -> exp.Expr:
         """`extract(field from x)`; of an interval, PostgreSQL's numeric
-        (`interval_spellings.extract`)."""
+        (`interval_spellings.extract`); of a date or timestamp, exact where PostgreSQL's
+        numeric has a fraction (`spellings.extract`)."""
         arg = self._bind(e.expression)
         e.set("expression", arg)
         if self._types is not None and interval_spellings.is_interval(
             types.infer(self._typed(arg), self._types)
         ):
             return interval_spellings.extract(e)
+        if self._types is not None:
+            t = types.infer(self._typed(arg), self._types)
+            if t.is_type(exp.DType.DATE, exp.DType.TIMESTAMP, exp.DType.TIMESTAMPTZ):
+                return spellings.extract(e, t)
         return e
 
     def _widened(self, arg: exp.Expr) -> exp.Expr:
