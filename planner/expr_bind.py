@@ -30,6 +30,7 @@ from dsql.errors import (
 )
 from dsql.planner import (
     array_literal,
+    datetime_text,
     functions,
     interval_spellings,
     numeric,
@@ -284,6 +285,15 @@ def _era_literal(e: exp.Cast) -> bool:
         and e.this.is_string
         and re.search(r"\b(?:BC|AD)\b", e.this.this, re.IGNORECASE) is not None
     )
+
+
+def _datetime_kind(e: exp.Cast) -> str | None:
+    """`date`, `timestamp` or `timestamptz` where `e` casts a string literal to that
+    type (read at plan time: `datetime_text`), else None."""
+    if not (isinstance(e.this, exp.Literal) and e.this.is_string) or e.to.expressions:
+        return None
+    kinds = {exp.DType.DATE: "date", exp.DType.TIMESTAMP: "timestamp"}
+    return kinds.get(e.to.this, "timestamptz" if e.to.is_type(exp.DType.TIMESTAMPTZ) else None)
 
 
 def _bounded_text(t: exp.DataType) -> exp.Expression | None:
@@ -631,6 +641,13 @@ class ExprBinder:
                     position=position_of(e.this),
                     hint="dsql's dates run from 0001-01-01 to 9999-12-31",
                 )
+            case exp.Cast() if _datetime_kind(e) is not None:
+                try:
+                    text = datetime_text.read(e.this.this, _datetime_kind(e) or "")
+                except DsqlError as error:
+                    error.position = position_of(e.this)
+                    raise
+                return exp.Cast(this=exp.Literal.string(text), to=e.to)
             case exp.Cast() if _bounded_text(e.to) is not None:
                 # PostgreSQL's explicit cast to varchar(n)/char(n) cuts to n characters
                 # (char(n)'s padding blanks, which comparisons ignore, are not kept).
