@@ -643,11 +643,11 @@ class ExprBinder:
                 )
             case exp.Cast() if _datetime_kind(e) is not None:
                 try:
-                    text = datetime_text.read(e.this.this, _datetime_kind(e) or "")
+                    iso = datetime_text.read(e.this.this, _datetime_kind(e) or "")
                 except DsqlError as error:
                     error.position = position_of(e.this)
                     raise
-                return exp.Cast(this=exp.Literal.string(text), to=e.to)
+                return exp.Cast(this=exp.Literal.string(iso), to=e.to)
             case exp.Cast() if _bounded_text(e.to) is not None:
                 # PostgreSQL's explicit cast to varchar(n)/char(n) cuts to n characters
                 # (char(n)'s padding blanks, which comparisons ignore, are not kept).
@@ -951,8 +951,12 @@ class ExprBinder:
                 return spellings.per_kernel(_BYTEA_TEXT, _BYTEA_TEXT, [as_expression(arg)])
             if t.is_type(exp.DType.DOUBLE, exp.DType.FLOAT):
                 return spellings.float_text(as_expression(arg), t)
-            if t.is_type(exp.DType.DATE, exp.DType.TIMESTAMP, exp.DType.TIMESTAMPTZ):
+            if t.is_type(exp.DType.DATE, exp.DType.TIMESTAMP):
                 return spellings.per_kernel(_ERA_TEXT, _ERA_TEXT, [as_expression(e)])
+            if t.is_type(exp.DType.TIMESTAMPTZ):  # Spark writes no zone
+                spark = f"CONCAT({_ERA_TEXT}, {_SPARK_OFFSET})"
+                texts = [as_expression(e), as_expression(arg)]
+                return spellings.per_kernel(_ERA_TEXT, spark, texts)
         return e
 
     def _quantified(self, e: exp.Binary) -> exp.Expression:
@@ -1209,6 +1213,13 @@ _ERA_TEXT = (
     "CASE WHEN __0 LIKE '% (BC)%' THEN CONCAT(REPLACE(__0, ' (BC)', ''), ' BC') ELSE __0 END"
 )
 
+
+#: The session zone's offset at the timestamp `__1` as PostgreSQL writes it after a
+#: timestamptz (`+00`, `-03`, `+05:30`), in Spark's SQL (Java's `x` writes `+0530`).
+_SPARK_OFFSET = (
+    "CASE WHEN LENGTH(DATE_FORMAT(__1, 'x')) = 5 THEN CONCAT(SUBSTR(DATE_FORMAT(__1, 'x'), 1, 3),"
+    " ':', SUBSTR(DATE_FORMAT(__1, 'x'), 4, 2)) ELSE DATE_FORMAT(__1, 'x') END"
+)
 
 #: The least bigint, as written.
 _BIGINT_MIN = str(-numeric.BIGINT_MAX - 1)

@@ -223,6 +223,8 @@ def extract(call: exp.Extract, t: exp.DataType) -> exp.Expr:
     if found is None:
         return call
     scale, per_unit = found
+    if t.is_type(exp.DType.DATE):  # whole days: PostgreSQL's epoch of a date is whole
+        scale = 0
     x = call.expression
     at = exp.Cast(this=x, to=types.build("timestamp")) if t.is_type(exp.DType.DATE) else x
     if field == "epoch":
@@ -231,7 +233,7 @@ def extract(call: exp.Extract, t: exp.DataType) -> exp.Expr:
         spark = "CAST(EXTRACT(SECOND FROM __0) * 1000000 AS BIGINT)"
         micros = per_kernel("MICROSECOND(__0)", spark, [at])
     # Exact on both kernels: a decimal product keeps every digit where a quotient is a double.
-    step = f"CAST('{1 / per_unit:.{scale}f}' AS DECIMAL({scale + 1}, {scale}))"
+    step = f"CAST('{1 / per_unit:.6f}' AS DECIMAL(7, 6))"
     value = fill(
         f"CAST(CAST(__0 AS DECIMAL(20, 0)) * {step} AS DECIMAL(38, {scale}))", "duckdb", [micros]
     )
