@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import math
 from typing import Any, TextIO
 
 import pyarrow as pa
 
 from dsql.errors import DsqlError
 from dsql.planner import interval
-from dsql.results import python_values, shortest_text
+from dsql.results import python_values
+from dsql.runtime.kernel import float_text as float_texts
 
 
 def one_line(text: str, width: int = 72) -> str:
@@ -64,28 +64,16 @@ def format_value(value: Any) -> str:
 
 
 def float_text(value: float, single: bool = False) -> str:
-    """A float as PostgreSQL writes it: the fewest digits that read back as the same
-    value (of a `real` where `single`), in exponent form from 10^15 (10^6 for a real)
-    or below 10^-4, without a trailing `.0`.
+    """A float as PostgreSQL writes it (`runtime.kernel.float_text.text`): the fewest
+    digits that read back as the same value (of a `real` where `single`), in exponent
+    form from 10^15 (10^6 for a real) or below 10^-4, without a trailing `.0`.
 
     >>> float_text(2.0), float_text(1e20), float_text(0.1), float_text(1e-7)
     ('2', '1e+20', '0.1', '1e-07')
     >>> float_text(0.1, single=True), float_text(1234567.0, single=True)
     ('0.1', '1.234567e+06')
     """
-    if not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if value == 0:
-        return "-0" if math.copysign(1.0, value) < 0 else "0"
-    shortest = decimal.Decimal(shortest_text(value, single)).normalize()
-    sign, digits, exponent = shortest.as_tuple()
-    assert isinstance(exponent, int)
-    power = exponent + len(digits) - 1  # of the first digit
-    if -4 <= power < (6 if single else 15):
-        return f"{shortest:f}"
-    mantissa = "".join(map(str, digits))
-    mantissa = mantissa[0] + ("." + mantissa[1:] if len(mantissa) > 1 else "")
-    return f"{'-' if sign else ''}{mantissa}e{'+' if power >= 0 else '-'}{abs(power):02d}"
+    return float_texts.text(value, single)
 
 
 def column_texts(column: pa.ChunkedArray | pa.Array) -> list[str]:

@@ -33,6 +33,7 @@ from dsql.planner.stateful import Distinct, LetRec, Reduce, Threshold, TopK, exp
 from dsql.planner.temporal import mentions_mz_now
 from dsql.planner.types import DEFAULT_DECIMAL
 from dsql.runtime import memory
+from dsql.runtime.kernel import float_text
 from dsql.runtime.lattice import DIFF, TIME
 
 
@@ -157,11 +158,7 @@ def interval_value(value: pa.MonthDayNano) -> dt.timedelta | str:
 def shortest_text(value: float, single: bool = False) -> str:
     """The shortest decimal text that reads back as `value` (as a 32-bit float where
     `single`: `0.1`, not `0.10000000149011612`)."""
-    if single:
-        import numpy as np
-
-        return np.format_float_scientific(np.float32(value), unique=True)
-    return repr(value)
+    return float_text.shortest(value, single)
 
 
 def _without_trailing_zeros(value: Decimal) -> Decimal:

@@ -137,6 +137,36 @@ class _Dialect(Postgres):
                 precision = self._precision() if precision is None else precision
             return _interval_literal(value, first, last, precision)
 
+        def _parse_type(
+            self, parse_interval: bool = True, fallback_to_identifier: bool = False
+        ) -> exp.Expression | None:
+            """A primary; a typed literal (`timestamp 'text'`) is whole before a `::t`
+            that follows it applies, as in PostgreSQL's grammar: `timestamp '...'::date`
+            is a date (sqlglot would cast the text to a date, then to a timestamp)."""
+            node = super()._parse_type(parse_interval, fallback_to_identifier)
+            if self._typed_literal_done:
+                self._typed_literal_done = False
+                node = self._parse_column_ops(node)
+            return node
+
+        def _parse_column_ops(self, this: exp.Expression | None) -> exp.Expression | None:
+            """`this` with its `::t`, `[i]`, `.f` operators, none yet on the text of a
+            typed literal (`_parse_type` applies them to the typed literal)."""
+            if (
+                isinstance(this, exp.Literal)
+                and this.is_string
+                and self._index >= 2
+                and self._tokens[self._index - 2].token_type in self.TYPE_TOKENS
+                and self._prev.token_type == TokenType.STRING
+            ):
+                self._typed_literal_done = True
+                return this
+            return super()._parse_column_ops(this)
+
+        #: Whether a typed literal's text was read without its operators, which the
+        #: `_parse_type` reading it then applies.
+        _typed_literal_done = False
+
         def _field(self) -> str | None:
             """The next token as a qualifier field (`YEAR` ... `SECOND`), consumed, or None."""
             if self._curr and self._curr.text.lower() in interval.QUALIFIER_FIELDS:

@@ -30,6 +30,7 @@ from dsql.errors import (
 )
 from dsql.planner import (
     array_literal,
+    datetime_text,
     functions,
     interval_spellings,
     numeric,
@@ -284,6 +285,15 @@ def _era_literal(e: exp.Cast) -> bool:
         and e.this.is_string
         and re.search(r"\b(?:BC|AD)\b", e.this.this, re.IGNORECASE) is not None
     )
+
+
+def _datetime_kind(e: exp.Cast) -> str | None:
+    """`date`, `timestamp` or `timestamptz` where `e` casts a string literal to that
+    type (read at plan time: `datetime_text`), else None."""
+    if not (isinstance(e.this, exp.Literal) and e.this.is_string) or e.to.expressions:
+        return None
+    kinds = {exp.DType.DATE: "date", exp.DType.TIMESTAMP: "timestamp"}
+    return kinds.get(e.to.this, "timestamptz" if e.to.is_type(exp.DType.TIMESTAMPTZ) else None)
 
 
 def _bounded_text(t: exp.DataType) -> exp.Expression | None:
@@ -631,6 +641,13 @@ class ExprBinder:
                     position=position_of(e.this),
                     hint="dsql's dates run from 0001-01-01 to 9999-12-31",
                 )
+            case exp.Cast() if _datetime_kind(e) is not None:
+                try:
+                    iso = datetime_text.read(e.this.this, _datetime_kind(e) or "")
+                except DsqlError as error:
+                    error.position = position_of(e.this)
+                    raise
+                return exp.Cast(this=exp.Literal.string(iso), to=e.to)
             case exp.Cast() if _bounded_text(e.to) is not None:
                 # PostgreSQL's explicit cast to varchar(n)/char(n) cuts to n characters
                 # (char(n)'s padding blanks, which comparisons ignore, are not kept).
@@ -859,13 +876,18 @@ class ExprBinder:
 
     def _extract(self, e: exp.Extract) -> exp.Expr:
         """`extract(field from x)`; of an interval, PostgreSQL's numeric
-        (`interval_spellings.extract`)."""
+        (`interval_spellings.extract`); of a date or timestamp, exact where PostgreSQL's
+        numeric has a fraction (`spellings.extract`)."""
         arg = self._bind(e.expression)
         e.set("expression", arg)
         if self._types is not None and interval_spellings.is_interval(
             types.infer(self._typed(arg), self._types)
         ):
             return interval_spellings.extract(e)
+        if self._types is not None:
+            t = types.infer(self._typed(arg), self._types)
+            if t.is_type(exp.DType.DATE, exp.DType.TIMESTAMP, exp.DType.TIMESTAMPTZ):
+                return spellings.extract(e, t)
         return e
 
     def _widened(self, arg: exp.Expr) -> exp.Expr:
@@ -928,10 +950,13 @@ class ExprBinder:
             if t.is_type(exp.DType.BINARY, exp.DType.VARBINARY):
                 return spellings.per_kernel(_BYTEA_TEXT, _BYTEA_TEXT, [as_expression(arg)])
             if t.is_type(exp.DType.DOUBLE, exp.DType.FLOAT):
-                text = _float_text(6 if t.is_type(exp.DType.FLOAT) else 15)
-                return spellings.per_kernel(text, "CAST(__0 AS STRING)", [as_expression(arg)])
-            if t.is_type(exp.DType.DATE, exp.DType.TIMESTAMP, exp.DType.TIMESTAMPTZ):
+                return spellings.float_text(as_expression(arg), t)
+            if t.is_type(exp.DType.DATE, exp.DType.TIMESTAMP):
                 return spellings.per_kernel(_ERA_TEXT, _ERA_TEXT, [as_expression(e)])
+            if t.is_type(exp.DType.TIMESTAMPTZ):  # Spark writes no zone
+                spark = f"CONCAT({_ERA_TEXT}, {_SPARK_OFFSET})"
+                texts = [as_expression(e), as_expression(arg)]
+                return spellings.per_kernel(_ERA_TEXT, spark, texts)
         return e
 
     def _quantified(self, e: exp.Binary) -> exp.Expression:
@@ -1189,31 +1214,12 @@ _ERA_TEXT = (
 )
 
 
-def _float_text(exponent_from: int) -> str:
-    """PostgreSQL's text of a float `__0` in DuckDB's SQL (`dsql.printer.float_text`):
-    the fewest digits that read back as the value, in exponent form from
-    10^`exponent_from` (15 for double precision, 6 for real) or below 10^-4, no
-    trailing `.0`; `NaN`, `Infinity`, `-Infinity`.
-
-    DuckDB writes those digits as Python's `repr` does, in exponent form from 10^16 or
-    below 10^-4: the values from 10^`exponent_from` to 10^16 are rewritten from their
-    digits (the integer part's length gives the exponent)."""
-    digits = "RTRIM(REPLACE(LTRIM(CAST(__0 AS VARCHAR), '-'), '.', ''), '0')"
-    integer_part = "SPLIT_PART(LTRIM(CAST(__0 AS VARCHAR), '-'), '.', 1)"
-    mantissa = (
-        f"CASE WHEN LENGTH({digits}) > 1 THEN CONCAT(LEFT({digits}, 1), '.', "
-        f"SUBSTR({digits}, 2)) ELSE {digits} END"
-    )
-    exponent = f"LPAD(CAST(LENGTH({integer_part}) - 1 AS VARCHAR), 2, '0')"
-    return (
-        "CASE WHEN ISNAN(__0) THEN 'NaN'"
-        " WHEN __0 = CAST('inf' AS DOUBLE) THEN 'Infinity'"
-        " WHEN __0 = CAST('-inf' AS DOUBLE) THEN '-Infinity'"
-        f" WHEN ABS(__0) >= 1e{exponent_from} AND ABS(__0) < 1e16 THEN CONCAT("
-        f"CASE WHEN __0 < 0 THEN '-' ELSE '' END, {mantissa}, 'e+', {exponent})"
-        r" ELSE REGEXP_REPLACE(CAST(__0 AS VARCHAR), '\.0$', '') END"
-    )
-
+#: The session zone's offset at the timestamp `__1` as PostgreSQL writes it after a
+#: timestamptz (`+00`, `-03`, `+05:30`), in Spark's SQL (Java's `x` writes `+0530`).
+_SPARK_OFFSET = (
+    "CASE WHEN LENGTH(DATE_FORMAT(__1, 'x')) = 5 THEN CONCAT(SUBSTR(DATE_FORMAT(__1, 'x'), 1, 3),"
+    " ':', SUBSTR(DATE_FORMAT(__1, 'x'), 4, 2)) ELSE DATE_FORMAT(__1, 'x') END"
+)
 
 #: The least bigint, as written.
 _BIGINT_MIN = str(-numeric.BIGINT_MAX - 1)

@@ -318,12 +318,18 @@ def _whole_constant(e: exp.Expr) -> int | None:
 def _text_args(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     """`concat`'s arguments as text (Spark's rendering pads each with `''`, which fails
     for a number)."""
-    args = [
-        a if t.is_type(*exp.DataType.TEXT_TYPES) else exp.Cast(this=a, to=types.build("text"))
-        for a, t in zip(call.expressions, arg_types, strict=False)
-    ]
+    args = [_as_text(a, t) for a, t in zip(call.expressions, arg_types, strict=False)]
     call.set("expressions", args)
     return call
+
+
+def _as_text(arg: exp.Expression, t: exp.DataType) -> exp.Expression:
+    """`arg` (of type `t`) as text, a float's as PostgreSQL writes it."""
+    if t.is_type(*exp.DataType.TEXT_TYPES):
+        return arg
+    if t.is_type(exp.DType.DOUBLE, exp.DType.FLOAT):
+        return spellings.float_text(arg, t)
+    return exp.Cast(this=arg, to=types.build("text"))
 
 
 def _round(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:

@@ -160,6 +160,24 @@ def bit_length(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
     return exp.Mul(this=octet_length(call, arg_types), expression=exp.Literal.number(8))
 
 
+#: The function each kernel writes a float's text with, as PostgreSQL writes it, from the
+#: engine's text of it read back as a double (`runtime.kernel.float_text`).
+_FLOAT_TEXT = "DSQL_FLOAT_TEXT(CAST(CAST(__0 AS DOUBLE) AS {text}), {single})"
+
+
+def float_text(x: exp.Expression, t: exp.DataType) -> exp.Expression:
+    """PostgreSQL's text of the float `x` (a `real` where `t` is one): the fewest digits
+    that read back as the value, in exponent form from 10^15 (10^6 for a real) or below
+    10^-4, no trailing `.0`; `-0`, `NaN`, `Infinity`, `-Infinity`
+    (`runtime.kernel.float_text.text`: neither engine's own text has those digits)."""
+    single = "TRUE" if t.is_type(exp.DType.FLOAT) else "FALSE"
+    return per_kernel(
+        _FLOAT_TEXT.format(text="VARCHAR", single=single),
+        _FLOAT_TEXT.format(text="STRING", single=single),
+        [x],
+    )
+
+
 # --- time ----------------------------------------------------------------------------------
 
 
@@ -174,6 +192,54 @@ def to_timestamp(call: exp.Func, arg_types: Sequence[exp.DataType]) -> exp.Expr:
         ),
         to=types.build("timestamptz"),
     )
+
+
+#: `extract` fields PostgreSQL answers with a fraction, from a date or timestamp's
+#: microseconds (`__0`, a bigint): each field's scale and the microseconds a unit holds.
+_FRACTIONAL_FIELDS = {
+    "epoch": (6, 1_000_000),
+    "second": (6, 1_000_000),
+    "millisecond": (3, 1_000),
+}
+#: PostgreSQL's names of those fields, as sqlglot keeps them.
+_FIELD_NAMES = {"seconds": "second", "milliseconds": "millisecond"}
+#: The fields of a time of day, which a date does not have.
+_TIME_FIELDS = frozenset(
+    {"hour", "minute", "second", "millisecond", "microsecond", "timezone", "timezone_hour"}
+    | {"timezone_minute", "hours", "minutes", "seconds", "milliseconds", "microseconds"}
+)
+
+
+def extract(call: exp.Extract, t: exp.DataType) -> exp.Expr:
+    """`extract(field from x)` of a date or timestamp `x` (of type `t`): `epoch`,
+    `second` and `millisecond` the exact numeric PostgreSQL answers, of scale 6, 6 and
+    3 (`1.500000`; the engines give whole seconds or a double), computed from the
+    microseconds; `date_part` of them a double precision. A time field of a date is
+    PostgreSQL's error."""
+    field = call.this.name.lower()
+    if t.is_type(exp.DType.DATE) and field in _TIME_FIELDS:
+        raise SchemaError(f'unit "{field}" not supported for type date')
+    found = _FRACTIONAL_FIELDS.get(_FIELD_NAMES.get(field, field))
+    if found is None:
+        return call
+    scale, per_unit = found
+    if t.is_type(exp.DType.DATE):  # whole days: PostgreSQL's epoch of a date is whole
+        scale = 0
+    x = call.expression
+    at = exp.Cast(this=x, to=types.build("timestamp")) if t.is_type(exp.DType.DATE) else x
+    if field == "epoch":
+        micros = per_kernel("EPOCH_US(__0)", "UNIX_MICROS(__0)", [at])
+    else:  # the microseconds within the minute
+        spark = "CAST(EXTRACT(SECOND FROM __0) * 1000000 AS BIGINT)"
+        micros = per_kernel("MICROSECOND(__0)", spark, [at])
+    # Exact on both kernels: a decimal product keeps every digit where a quotient is a double.
+    step = f"CAST('{1 / per_unit:.6f}' AS DECIMAL(7, 6))"
+    value = fill(
+        f"CAST(CAST(__0 AS DECIMAL(20, 0)) * {step} AS DECIMAL(38, {scale}))", "duckdb", [micros]
+    )
+    if call.meta.get("date_part"):  # PostgreSQL's date_part is a double precision
+        return exp.Cast(this=value, to=types.build("double"))
+    return value
 
 
 # --- arrays --------------------------------------------------------------------------------
@@ -427,6 +493,8 @@ __all__ = [
     "array_append",
     "array_cat",
     "array_prepend",
+    "extract",
+    "float_text",
     "array_length",
     "array_position",
     "array_positions",

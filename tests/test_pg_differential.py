@@ -361,7 +361,7 @@ AGREED = {
     "aggregate_filter": "SELECT a, count(*) FILTER (WHERE b > 1) AS n FROM r GROUP BY a",
     # An array's text.
     "array_to_text": "SELECT a, ARRAY[a, b]::text AS v, ARRAY[t, NULL]::text AS w FROM r",
-    # A float's text, in process (on Spark it is Spark's: README).
+    # A float's text (`runtime/kernel/float_text.py`; on Spark: tests/test_spark_text.py).
     "float_to_text": "SELECT f::text AS ft FROM u",
 }
 
@@ -460,6 +460,7 @@ TEXT_SAME = (
     "0.1::float4 AS v",
     "1e6::float4 AS v",
     "1234567890123456::float8 AS v",
+    "4.0293345400271184e16::float8 AS v, 5e-324::float8 AS w",
     "'\\x0102'::bytea AS v, 'abc'::bytea AS w",
     "interval '1 day 2 hours' AS v",
     "interval '90 minutes' AS v",

@@ -37,6 +37,7 @@ from dsql.runtime.kernel import (
     driver,
     duckdb_errors,
     duckdb_sandbox,
+    float_text,
     interval_macros,
     numeric_transcendental,
 )
@@ -103,6 +104,7 @@ class LocalKernel(Kernel):
         self._con.execute("CREATE MACRO raise_error(message) AS error(message)")
         interval_macros.install(self._con)
         numeric_transcendental.register_duckdb(self._con)
+        float_text.register_duckdb(self._con)
         self.memory_limit = memory_limit
         # One cursor per thread, kept: a cursor per statement costs more than the small
         # statements it runs. Registered inputs are replaced by name at each run.

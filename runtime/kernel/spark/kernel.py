@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from dsql.errors import SchemaError
-from dsql.runtime.kernel import driver, numeric_transcendental
+from dsql.runtime.kernel import driver, float_text, numeric_transcendental
 from dsql.runtime.kernel.base import Capability, Frame
 from dsql.runtime.kernel.driver import Selection
 from dsql.runtime.kernel.spark.frames import _quote, has_intervals, refuse_intervals
@@ -63,17 +63,18 @@ class SparkKernel(SparkMerge):
         if has_intervals(select):
             raise refuse_intervals()
         text = super().sql(select)
-        if (
-            numeric_transcendental.NAME.upper() in text.upper()
-            and self._numeric_fn_on is not self.spark
-        ):
-            numeric_transcendental.register_spark(self.spark)
-            self._numeric_fn_on = self.spark
+        for module in (numeric_transcendental, float_text):
+            if (
+                module.NAME.upper() in text.upper()
+                and self._functions_on.get(module.NAME) is not self.spark
+            ):
+                module.register_spark(self.spark)
+                self._functions_on = {**self._functions_on, module.NAME: self.spark}
         return text
 
-    #: The session `numeric_transcendental.NAME` is registered on (by the first statement
-    #: that calls it), None before.
-    _numeric_fn_on: object | None = None
+    #: The session each of dsql's Spark functions (`numeric_transcendental.NAME`,
+    #: `float_text.NAME`) is registered on, by the first statement that calls it.
+    _functions_on: dict[str, object] = {}  # noqa: RUF012 - replaced, never mutated
 
     def stamped(self, frame: DataFrame, schema: pa.Schema, time: int) -> DataFrame:
         """A batch of `frame`'s rows inserted at `time`: its columns, in order, renamed to
