@@ -41,7 +41,7 @@ from dsql.planner import (
     text_spellings,
     types,
 )
-from dsql.planner.bind_shape import visible_plan
+from dsql.planner.bind_shape import types_of, visible_plan
 from dsql.planner.expr import (
     Outer,
     Position,
@@ -52,7 +52,7 @@ from dsql.planner.expr import (
     outer,
     typed,
 )
-from dsql.planner.plan import Filter, Plan
+from dsql.planner.plan import Filter, Map, Plan, Project
 from dsql.planner.scope import Scope, position_of, unsupported
 
 _AGGREGATES = (
@@ -286,6 +286,42 @@ def _era_literal(e: exp.Cast) -> bool:
     )
 
 
+#: The expressions that compare their operands with one another.
+_COMPARED = (
+    exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.NullSafeEQ, exp.NullSafeNEQ,
+    exp.In, exp.Between, exp.Case,
+)  # fmt: skip
+
+
+def _compared_operands(e: exp.Expr) -> list[exp.Expression]:
+    """The operands a comparison-like expression compares (a simple CASE: its subject
+    and its WHEN values)."""
+    if isinstance(e, exp.In):
+        return [e.this, *e.expressions]
+    if isinstance(e, exp.Between):
+        return [e.this, e.args["low"], e.args["high"]]
+    if isinstance(e, exp.Case):
+        subject = e.this
+        return [subject, *(i.this for i in e.args.get("ifs") or [])] if subject else []
+    return [e.this, e.expression]
+
+
+def _beside_char(e: exp.Expression, t: exp.DataType | None) -> exp.Expression:
+    """An operand compared with a char(n) value as PostgreSQL reads it there: a string
+    literal, or a varchar(n) column or cast (of type `t`), as a char(n), without its
+    trailing blanks. Other expressions sqlglot types as varchar are PostgreSQL's text."""
+    if (isinstance(e, exp.Literal) and e.is_string) or isinstance(e, exp.RawString):
+        return exp.Literal.string(e.this.rstrip(" "))  # RawString: $$...$$
+    if (
+        isinstance(e, exp.Column | Outer | exp.Cast)
+        and t is not None
+        and t.this == types.T.VARCHAR
+        and t.expressions
+    ):
+        return exp.Trim(this=e, expression=exp.Literal.string(" "), position="TRAILING")
+    return e
+
+
 def _bounded_text(t: exp.DataType) -> exp.Expression | None:
     """The length n of a varchar(n) or char(n) type, else None."""
     if t.this in (types.T.VARCHAR, types.T.CHAR) and t.expressions:
@@ -364,7 +400,45 @@ class ExprBinder:
             if error.position is None:
                 error.position = position_of(e)
             raise
-        return as_expression(self._intervals_checked(bound))
+        return as_expression(self._blank_padded(self._intervals_checked(bound)))
+
+    def _blank_padded(self, bound: exp.Expr) -> exp.Expr:
+        """`bound` with char(n) comparisons made blank-insensitive as PostgreSQL makes
+        them: a string literal or a varchar compared with a char(n) value is read as a
+        char(n) too, whose trailing blanks are insignificant (`c = 'ab '` holds for
+        c = 'ab'). dsql stores char(n) values without them, so the other operands lose
+        theirs (a text operand keeps them: PostgreSQL compares char(n) with text as text)."""
+        if self._types is None or not (
+            any(t.this == types.T.CHAR for t in self._types)
+            or any(d.this == types.T.CHAR for d in bound.find_all(exp.DataType))
+            or bound.find(Outer) is not None
+        ):
+            return bound
+        for node in list(bound.find_all(*_COMPARED)):
+            operands = _compared_operands(node)
+            found = [
+                None
+                if isinstance(o, exp.Literal | exp.RawString)
+                else types.infer(self._typed(o), self._types)
+                for o in operands
+            ]
+            if not any(t is not None and t.this == types.T.CHAR for t in found):
+                continue
+            for o, t in zip(operands, found, strict=True):
+                o.replace(_beside_char(o.copy(), t))
+        return bound
+
+    def _char_padded(self, bound: exp.Expression) -> exp.Expression:
+        """A bound char(n) value with its trailing blanks, as PostgreSQL's pattern matches
+        (LIKE, SIMILAR TO, regular expressions) see it (`c LIKE 'ab '` holds for c = 'ab'
+        in char(3)); dsql stores it without them. Any other value as it is."""
+        if self._types is None:
+            return bound
+        t = types.infer(self._typed(bound), self._types)
+        length = _bounded_text(t) if t.this == types.T.CHAR else None
+        if length is None:
+            return bound
+        return exp.Pad(this=bound, expression=length, fill_pattern=exp.Literal.string(" "))
 
     def _intervals_checked(self, bound: exp.Expr) -> exp.Expr:
         """`bound` with each interval the engine computes by arithmetic checked against
@@ -395,6 +469,13 @@ class ExprBinder:
         kinds = [self._concat_kind(side) for side in (e.this, e.expression)]
         if "array" not in kinds:
             return None
+        array, other = (e.this, e.expression) if kinds[0] == "array" else (e.expression, e.this)
+        if isinstance(other, exp.Literal) and other.is_string:
+            # An untyped string beside an array is an array literal of its type
+            # (`'{x}' || ARRAY['y']` is {x,y}; `'x' || ARRAY['y']` malformed).
+            to = types.infer(self._typed(self._bind(array.copy())), self.input_types())
+            other.replace(exp.Cast(this=other.copy(), to=to))
+            return exp.func("array_cat", e.this, e.expression, dialect="postgres")
         name = (
             "array_append" if kinds == ["array", "element"]
             else "array_prepend" if kinds == ["element", "array"]
@@ -510,7 +591,7 @@ class ExprBinder:
                 return self._against_mz_now(e)
             case exp.RegexpLike() | exp.RegexpILike():
                 s, pattern = (
-                    as_expression(self._bind(e.this)),
+                    self._char_padded(as_expression(self._bind(e.this))),
                     as_expression(self._bind(e.expression)),
                 )
                 flag = e.args.get("flag")
@@ -527,7 +608,7 @@ class ExprBinder:
                     (e, None) if isinstance(e, exp.Like | exp.ILike) else (e.this, e.expression)
                 )
                 like = text_spellings.like(
-                    as_expression(self._bind(matched.this)),
+                    self._char_padded(as_expression(self._bind(matched.this))),
                     as_expression(self._bind(matched.expression)),
                     None if escape is None else as_expression(self._bind(escape)),
                     isinstance(matched, exp.ILike),
@@ -539,7 +620,7 @@ class ExprBinder:
                 similar, escape = (
                     (e, None) if isinstance(e, exp.SimilarTo) else (e.this, e.expression)
                 )
-                s = as_expression(self._bind(similar.this))
+                s = self._char_padded(as_expression(self._bind(similar.this)))
                 pattern = as_expression(self._bind(similar.expression))
                 return regex_spellings.bound_similar(s, pattern, escape)
             case exp.Any() | exp.All():
@@ -742,6 +823,13 @@ class ExprBinder:
                 else n
             )
         )
+        if self._types is not None:  # char(n) against varchar: blanks insignificant
+            left, right = types.infer(self._typed(x), self._types), types_of(plan)[0]
+            if types.T.CHAR in (left.this, right.this):
+                outer_x = _beside_char(outer_x, left)
+                if _beside_char(col(0), right) != col(0):
+                    plan = Map(plan, (_beside_char(col(0), right),), plan.column_names)
+                    plan = Project(plan, (1,))
         holds = type(e)(this=outer_x.copy(), expression=col(0))
         decisive = Filter(plan, (as_expression(exp.Not(this=holds) if every else holds),))
         unknown = Filter(

@@ -23,6 +23,11 @@ TABLES = (
     "CREATE TABLE t (a int, b int, s text)",
     "INSERT INTO t VALUES (1, 2, 'a'), (2, NULL, 'b'), (NULL, 3, NULL), (2, 2, 'a_c')",
     "CREATE TABLE e (a int)",
+    "CREATE TABLE ch (a int, c char(3), v varchar(5), s text)",
+    "INSERT INTO ch VALUES (1, 'ab', 'ab', 'ab'), (2, 'ab ', 'ab ', 'ab '), (3, NULL, NULL, NULL), "
+    "(4, 'x', 'x ', 'x  ')",
+    "CREATE TABLE cu (d char(5), w varchar(3))",
+    "INSERT INTO cu VALUES ('ab', 'ab '), ('x', 'x'), ('ab  ', NULL)",
 )
 
 #: Each statement and the verdict it must have.
@@ -61,6 +66,35 @@ CASES = (
     ("SELECT count(*) FROM (SELECT FROM t INTERSECT SELECT FROM e) s", "same"),
     ("SELECT a FROM t WHERE EXISTS (SELECT FROM t u WHERE u.b = t.a)", "same"),
     ("SELECT EXISTS (SELECT FROM e), EXISTS (SELECT FROM t)", "same"),
+    # char(n) beside a string literal or a varchar(n): trailing blanks insignificant;
+    # beside text (or a text function's result), compared as text.
+    ("SELECT a, c = 'ab ', c <> 'ab  ', c < 'ab ', c >= 'ab ', c IS DISTINCT FROM 'ab ', "
+     "'x  ' IS NOT DISTINCT FROM c, c > 'ab', c = $$ab $$ FROM ch", "same"),
+    ("SELECT a, c IN ('ab ', 'x  '), c NOT IN ('x '), c BETWEEN 'a ' AND 'ab ', "
+     "CASE c WHEN 'ab ' THEN 1 WHEN 'x ' THEN 2 ELSE 0 END FROM ch", "same"),
+    ("SELECT a, c = v, v = c, c = s, c = upper(v), c = v || '', c = coalesce(s, v) FROM ch",
+     "same"),
+    ("SELECT a, w FROM ch JOIN cu ON c = w", "same"),
+    ("SELECT a, w FROM ch JOIN cu ON c = w OR a > 3", "same"),
+    ("SELECT a FROM ch WHERE c IN (SELECT w FROM cu)", "same"),
+    ("SELECT a FROM ch WHERE v IN (SELECT c FROM ch)", "same"),
+    ("SELECT a FROM ch WHERE c NOT IN (SELECT w FROM cu WHERE w IS NOT NULL)", "same"),
+    ("SELECT a FROM ch WHERE c = ANY (SELECT w FROM cu)", "same"),
+    ("SELECT a FROM ch WHERE c IN (SELECT s FROM ch)", "same"),
+    ("SELECT a, (SELECT count(*) FROM cu WHERE cu.w = ch.c) FROM ch", "same"),
+    ("SELECT a FROM ch u WHERE EXISTS (SELECT 1 FROM ch w WHERE w.a = u.a AND u.c = 'ab ')",
+     "same"),
+    # Pattern matches see char(n)'s blanks.
+    ("SELECT a, c LIKE 'ab ', c LIKE 'ab', v LIKE 'ab ', c NOT LIKE '% ', c ILIKE 'AB_', "
+     "c LIKE 'x%', c LIKE 'a\\b ' ESCAPE '\\' FROM ch", "same"),
+    ("SELECT a, c ~ 'b $', c ~* 'B', c !~ ' $', c SIMILAR TO 'ab ', c SIMILAR TO 'x' FROM ch",
+     "same"),
+    ("SELECT a, c::text LIKE 'ab ', c || '' LIKE 'ab' FROM ch", "same"),
+    # An untyped string beside an array is an array literal.
+    ("SELECT '{x}' || array['y'], array['y'] || '{x,z}', array[1] || '{2,3}', "
+     "'{}' || array[1], array[1.5] || '{2}', '{NULL}' || array[true]", "same"),
+    ("SELECT 'x' || array['y']", "pg_error"),
+    ("SELECT array['a'] || 'b'::text, 'b'::text || array['a'], array[1,2] || 3", "same"),
     # DISTINCT needs a select list.
     ("SELECT DISTINCT FROM t", "pg_error"),
     ("SELECT count(*) FROM (SELECT DISTINCT FROM t) s", "pg_error"),
@@ -96,6 +130,24 @@ CHANGES = (
     "DELETE FROM w",
     "INSERT INTO w VALUES (3)",
 )
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT CAST(3000000000 AS int) FROM t", "integer out of range"),
+        ("SELECT (a * 40000.5)::smallint FROM t", "smallint out of range"),
+        ("SELECT 1e20::bigint FROM t", "bigint out of range"),
+        ("SELECT (a * 1e19::float8)::bigint FROM t", "bigint out of range"),
+    ],
+)
+def test_integer_casts_out_of_range_speak_postgres(
+    sql: str, message: str, both: tuple[dsql.Connection, Any]
+) -> None:
+    """An integer cast past its type's range: PostgreSQL's words, not the engine's."""
+    with pytest.raises(dsql.errors.DsqlError) as raised:
+        both[0].execute(sql)
+    assert str(raised.value).splitlines()[0] == message
 
 
 def test_views_follow_changes(pg: Any) -> None:
