@@ -322,6 +322,18 @@ def _beside_char(e: exp.Expression, t: exp.DataType | None) -> exp.Expression:
     return e
 
 
+#: PostgreSQL's symbols of the binary arithmetic operators.
+_ARITHMETIC_SYMBOLS: dict[type[exp.Expression], str] = {
+    exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%",
+}  # fmt: skip
+
+
+def _unparenthesized(e: exp.Expression) -> exp.Expression:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    return e
+
+
 def _bounded_text(t: exp.DataType) -> exp.Expression | None:
     """The length n of a varchar(n) or char(n) type, else None."""
     if t.this in (types.T.VARCHAR, types.T.CHAR) and t.expressions:
@@ -427,6 +439,26 @@ class ExprBinder:
             for o, t in zip(operands, found, strict=True):
                 o.replace(_beside_char(o.copy(), t))
         return bound
+
+    def _ambiguous_operator(self, e: exp.Expression) -> str | None:
+        """The operator and operand types PostgreSQL cannot resolve an arithmetic operator
+        for (`unknown + unknown`, `- unknown`, `date + unknown`: an untyped NULL whose
+        type no single operator decides), as its error shows them; None for the rest."""
+        if isinstance(e, exp.Neg):
+            return "- unknown" if isinstance(_unparenthesized(e.this), exp.Null) else None
+        symbol = _ARITHMETIC_SYMBOLS[type(e)]
+        sides = [_unparenthesized(e.this), _unparenthesized(e.expression)]
+        nulls = [isinstance(side, exp.Null) for side in sides]
+        if all(nulls):
+            return f"unknown {symbol} unknown"
+        if not any(nulls) or not isinstance(e, exp.Add) or self._types is None:
+            return None
+        other = sides[nulls.index(False)]
+        if not types.infer(self._typed(self._bind(other.copy())), self._types).is_type(
+            exp.DType.DATE
+        ):
+            return None  # date + unknown: date + integer, + interval or + time
+        return "date + unknown" if nulls[1] else "unknown + date"
 
     def _char_padded(self, bound: exp.Expression) -> exp.Expression:
         """A bound char(n) value with its trailing blanks, as PostgreSQL's pattern matches
@@ -637,6 +669,13 @@ class ExprBinder:
                 raise SchemaError(
                     "cannot determine type of empty array",
                     hint="cast it to the array type wanted: ARRAY[]::integer[]",
+                )
+            case exp.Add() | exp.Sub() | exp.Mul() | exp.Div() | exp.Mod() | exp.Neg() if (
+                shown := self._ambiguous_operator(e)
+            ) is not None:
+                raise SchemaError(
+                    f"operator is not unique: {shown}",
+                    hint="cast the NULL to the type meant (NULL::integer)",
                 )
             case exp.Div():
                 return self._div(e)

@@ -95,6 +95,17 @@ CASES = (
      "'{}' || array[1], array[1.5] || '{2}', '{NULL}' || array[true]", "same"),
     ("SELECT 'x' || array['y']", "pg_error"),
     ("SELECT array['a'] || 'b'::text, 'b'::text || array['a'], array[1,2] || 3", "same"),
+    # Arithmetic on untyped NULLs no single operator takes: PostgreSQL's error.
+    ("SELECT NULL + NULL", "pg_error"),
+    ("SELECT (NULL) * NULL FROM t", "pg_error"),
+    ("SELECT NULL - NULL, NULL / NULL, NULL % NULL", "pg_error"),
+    ("SELECT -(NULL)", "pg_error"),
+    ("SELECT date '2024-01-01' + NULL", "pg_error"),
+    ("SELECT NULL + (date '2024-01-01' + a) FROM t", "pg_error"),
+    ("SELECT coalesce(max(NULL - NULL), -99) FROM t", "pg_error"),
+    ("SELECT 1 + NULL, a + NULL, NULL * a, 1.5 * NULL, NULL - 2, -NULL::int FROM t", "same"),
+    ("SELECT timestamp '2024-01-01' + NULL, NULL::int + NULL, "
+     "date '2024-01-01' + NULL::int", "same"),
     # DISTINCT needs a select list.
     ("SELECT DISTINCT FROM t", "pg_error"),
     ("SELECT count(*) FROM (SELECT DISTINCT FROM t) s", "pg_error"),
