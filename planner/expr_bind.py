@@ -328,6 +328,15 @@ _ARITHMETIC_SYMBOLS: dict[type[exp.Expression], str] = {
 }  # fmt: skip
 
 
+def _of_untyped_null(call: exp.Expression) -> bool:
+    """Whether an aggregate call's argument is a bare NULL (`sum(NULL)`,
+    `avg(DISTINCT NULL)`), whose type no single one of its variants decides."""
+    arg = call.this
+    while isinstance(arg, exp.Order | exp.Distinct):
+        arg = arg.this if isinstance(arg, exp.Order) else arg.expressions[0]
+    return isinstance(_unparenthesized(arg), exp.Null)
+
+
 def _unparenthesized(e: exp.Expression) -> exp.Expression:
     while isinstance(e, exp.Paren):
         e = e.this
@@ -669,6 +678,12 @@ class ExprBinder:
                 raise SchemaError(
                     "cannot determine type of empty array",
                     hint="cast it to the array type wanted: ARRAY[]::integer[]",
+                )
+            case exp.Sum() | exp.Avg() | exp.ArrayAgg() if _of_untyped_null(e):
+                name = {exp.Sum: "sum", exp.Avg: "avg", exp.ArrayAgg: "array_agg"}[type(e)]
+                raise SchemaError(
+                    f"function {name}(unknown) is not unique",
+                    hint="cast the NULL to the type meant (NULL::integer)",
                 )
             case exp.Add() | exp.Sub() | exp.Mul() | exp.Div() | exp.Mod() | exp.Neg() if (
                 shown := self._ambiguous_operator(e)

@@ -95,7 +95,7 @@ CASES = (
      "'{}' || array[1], array[1.5] || '{2}', '{NULL}' || array[true]", "same"),
     ("SELECT 'x' || array['y']", "pg_error"),
     ("SELECT array['a'] || 'b'::text, 'b'::text || array['a'], array[1,2] || 3", "same"),
-    # Arithmetic on untyped NULLs no single operator takes: PostgreSQL's error.
+    # Arithmetic and aggregates of untyped NULLs no single variant takes: PostgreSQL's error.
     ("SELECT NULL + NULL", "pg_error"),
     ("SELECT (NULL) * NULL FROM t", "pg_error"),
     ("SELECT NULL - NULL, NULL / NULL, NULL % NULL", "pg_error"),
@@ -103,6 +103,12 @@ CASES = (
     ("SELECT date '2024-01-01' + NULL", "pg_error"),
     ("SELECT NULL + (date '2024-01-01' + a) FROM t", "pg_error"),
     ("SELECT coalesce(max(NULL - NULL), -99) FROM t", "pg_error"),
+    ("SELECT sum(NULL) FROM t", "pg_error"),
+    ("SELECT avg(DISTINCT (NULL)) FROM t", "pg_error"),
+    ("SELECT array_agg(NULL) FROM t", "pg_error"),
+    ("SELECT round(avg(NULL), 6) FROM e HAVING false", "pg_error"),
+    ("SELECT count(NULL), max(NULL), min(NULL), sum(NULL::int), avg(NULL::float8), "
+     "array_agg(NULL::int) FROM t", "same"),
     ("SELECT 1 + NULL, a + NULL, NULL * a, 1.5 * NULL, NULL - 2, -NULL::int FROM t", "same"),
     ("SELECT timestamp '2024-01-01' + NULL, NULL::int + NULL, "
      "date '2024-01-01' + NULL::int", "same"),
