@@ -328,6 +328,69 @@ _ARITHMETIC_SYMBOLS: dict[type[exp.Expression], str] = {
 }  # fmt: skip
 
 
+def _array_of_rows(query: exp.Query) -> exp.Expression:
+    """`ARRAY(subquery)` as the array of the subquery's rows in its order, `{}` for none:
+    `COALESCE((SELECT array_agg(v ORDER BY keys) FROM (query) rows), '{}')`, the ORDER BY
+    keys carried out of the subquery as columns of their own (its LIMIT keeps its ORDER BY)."""
+    if not isinstance(query, exp.Select):  # a set operation: its ORDER BY names its column
+        rows = query.subquery()
+        rows.set("alias", exp.TableAlias(this="__rows", columns=[exp.to_identifier("__c")]))
+        order = query.args.get("order")
+        query = exp.select("__c").from_(rows)
+        if order is not None:
+            keys = [o.copy() for o in order.expressions]
+            for key in keys:
+                key.set("this", exp.column("__c"))
+            query.set("order", exp.Order(expressions=keys))
+    items = query.expressions
+    if len(items) != 1 or isinstance(items[0], exp.Star):
+        raise (
+            SchemaError("subquery must return only one column")
+            if len(items) != 1
+            else unsupported("ARRAY(SELECT * ...)", "name the column: ARRAY(SELECT x ...)")
+        )
+    value = items[0].unalias() if isinstance(items[0], exp.Alias) else items[0]
+    orders = query.args["order"].expressions if query.args.get("order") else []
+    keys = []
+    for o in orders:
+        key = o.this
+        if (
+            isinstance(key, exp.Literal)
+            and key.is_int
+            or (
+                isinstance(key, exp.Column) and not key.table and key.name == items[0].alias_or_name
+            )
+        ):
+            key = value  # a position, or the output's name
+        keys.append(key)
+    distinct = query.args.get("distinct") is not None
+    inner = query.copy()
+    if distinct and any(k != value for k in keys):
+        raise SchemaError(
+            "for SELECT DISTINCT, ORDER BY expressions must appear in the select list"
+        )
+    # With DISTINCT each ORDER BY key is the value itself.
+    carried = [] if distinct else [exp.alias_(k.copy(), f"__o{i}") for i, k in enumerate(keys)]
+    inner.set("expressions", [exp.alias_(value.copy(), "__v"), *carried])
+
+    def ordered(i: int) -> exp.Ordered:
+        o = orders[i]
+        name = "__v" if distinct else f"__o{i}"
+        return exp.Ordered(
+            this=exp.column(name), desc=o.args.get("desc"), nulls_first=o.args.get("nulls_first")
+        )
+
+    by = [ordered(i) for i in range(len(orders))]
+    if orders and (inner.args.get("limit") or inner.args.get("offset")):
+        inner.set("order", exp.Order(expressions=[o.copy() for o in by]))
+    else:
+        inner.set("order", None)
+    value_ref = exp.column("__v")
+    agg = exp.ArrayAgg(this=exp.Order(this=value_ref, expressions=by) if by else value_ref)
+    gathered = exp.select(agg).from_(inner.subquery("__array_rows"))
+    return exp.Coalesce(this=exp.Subquery(this=gathered), expressions=[exp.Literal.string("{}")])
+
+
 def _of_untyped_null(call: exp.Expression) -> bool:
     """Whether an aggregate call's argument is a bare NULL (`sum(NULL)`,
     `avg(DISTINCT NULL)`), whose type no single one of its variants decides."""
@@ -469,6 +532,14 @@ class ExprBinder:
             return None  # date + unknown: date + integer, + interval or + time
         return "date + unknown" if nulls[1] else "unknown + date"
 
+    def _moment_minus_null(self, e: exp.Sub) -> exp.DataType | None:
+        """The type of `e`'s left operand where it is a date or timestamp and the right an
+        untyped NULL, which PostgreSQL reads as the same type; else None."""
+        if self._types is None or not isinstance(_unparenthesized(e.expression), exp.Null):
+            return None
+        t = types.infer(self._typed(self._bind(e.this.copy())), self._types)
+        return t if t.is_type(exp.DType.DATE, exp.DType.TIMESTAMP, exp.DType.TIMESTAMPTZ) else None
+
     def _char_padded(self, bound: exp.Expression) -> exp.Expression:
         """A bound char(n) value with its trailing blanks, as PostgreSQL's pattern matches
         (LIKE, SIMILAR TO, regular expressions) see it (`c LIKE 'ab '` holds for c = 'ab'
@@ -551,6 +622,23 @@ class ExprBinder:
             else:
                 e.set(key, self._to_text(exp.Cast(this=side, to=types.build("text"))))
         return e
+
+    def _typed_array_literals(self, e: exp.Expression) -> bool:
+        """Read each untyped string argument of `e` (COALESCE, GREATEST, LEAST) as an array
+        literal where another argument is an array, as PostgreSQL resolves it
+        (`coalesce(a, '{}')`); whether any was."""
+        strings = [a for a in e.iter_expressions() if isinstance(a, exp.Literal) and a.is_string]
+        if not strings or self._types is None:
+            return False
+        for arg in e.iter_expressions():
+            if isinstance(arg, exp.Literal | exp.Null):
+                continue
+            t = types.infer(self._typed(self._bind(arg.copy())), self.input_types())
+            if t.is_type(exp.DataType.Type.ARRAY):
+                for literal in strings:
+                    literal.replace(exp.Cast(this=literal.copy(), to=t.copy()))
+                return True
+        return False
 
     def _concat_kind(self, side: exp.Expression) -> str | None:
         """Whether an operand of `||` is an array, another value, or of no type (NULL)."""
@@ -670,10 +758,14 @@ class ExprBinder:
                 )
             case exp.Placeholder() | exp.Parameter():
                 raise SchemaError("a parameter placeholder reached the planner unbound")
+            case exp.Coalesce() | exp.Greatest() | exp.Least() if self._typed_array_literals(e):
+                return self._bind(e)
             case exp.DPipe() if (call := self._array_and_element(e)) is not None:
                 return self._bind(call)
             case exp.DPipe():
                 return self._text_concat(e)
+            case exp.Array() if len(e.expressions) == 1 and isinstance(e.expressions[0], exp.Query):
+                return self._bind(_array_of_rows(e.expressions[0]))
             case exp.Array() if not e.expressions and not isinstance(e.parent, exp.Cast):
                 raise SchemaError(
                     "cannot determine type of empty array",
@@ -698,6 +790,10 @@ class ExprBinder:
                 return self._mod(e)
             case exp.Mul():
                 return self._mul(e)
+            case exp.Sub() if (moment := self._moment_minus_null(e)) is not None:
+                # `date - NULL` is date - date (an integer), `timestamp - NULL` an interval
+                e.set("expression", exp.Cast(this=exp.Null(), to=moment))
+                return self._bind(e)
             case exp.Add() | exp.Sub():
                 self._bind_children(e)
                 self._real_as_double(e)

@@ -95,6 +95,25 @@ CASES = (
      "'{}' || array[1], array[1.5] || '{2}', '{NULL}' || array[true]", "same"),
     ("SELECT 'x' || array['y']", "pg_error"),
     ("SELECT array['a'] || 'b'::text, 'b'::text || array['a'], array[1,2] || 3", "same"),
+    # ARRAY(subquery): the subquery's rows in its order, {} for none.
+    ("SELECT ARRAY(SELECT a FROM t ORDER BY a DESC), ARRAY(SELECT a FROM e), "
+     "ARRAY(SELECT s FROM t ORDER BY s NULLS FIRST), ARRAY(SELECT s AS q FROM t ORDER BY q), "
+     "ARRAY(SELECT s FROM t ORDER BY a DESC, 1)", "same"),
+    ("SELECT ARRAY(SELECT DISTINCT a FROM t ORDER BY a DESC), "
+     "ARRAY(SELECT a FROM t ORDER BY a DESC NULLS LAST LIMIT 2 OFFSET 1)", "same"),
+    ("SELECT a, ARRAY(SELECT u.s FROM t u WHERE u.a >= t.a ORDER BY u.s), "
+     "cardinality(ARRAY(SELECT u.a FROM t u WHERE u.a > t.a)) FROM t", "same"),
+    ("SELECT ARRAY(SELECT a FROM t UNION SELECT 7 ORDER BY a DESC), "
+     "ARRAY(SELECT a FROM t UNION SELECT 7 ORDER BY 1 LIMIT 2), "
+     "cardinality(ARRAY(SELECT a FROM t UNION ALL SELECT a FROM t))", "same"),
+    ("SELECT array(SELECT sum(x + y) s FROM generate_series(1, 3) y GROUP BY y ORDER BY s) "
+     "FROM generate_series(1, 3) x", "same"),
+    ("SELECT a FROM t WHERE a = ANY (ARRAY(SELECT b FROM t WHERE b > 1))", "same"),
+    ("SELECT ARRAY(SELECT a, b FROM t)", "pg_error"),
+    ("SELECT ARRAY(SELECT DISTINCT a FROM t ORDER BY b)", "pg_error"),
+    # An untyped string beside an array in COALESCE, GREATEST, LEAST: an array literal.
+    ("SELECT coalesce((SELECT array_agg(a) FROM e), '{}'), coalesce(NULL::int[], '{1,2}'), "
+     "greatest(array[1], '{0,5}'), least('{0,5}', array[1]), coalesce(s, '{}') FROM t", "same"),
     # Arithmetic and aggregates of untyped NULLs no single variant takes: PostgreSQL's error.
     ("SELECT NULL + NULL", "pg_error"),
     ("SELECT (NULL) * NULL FROM t", "pg_error"),
@@ -104,6 +123,9 @@ CASES = (
     ("SELECT NULL + (date '2024-01-01' + a) FROM t", "pg_error"),
     ("SELECT coalesce(max(NULL - NULL), -99) FROM t", "pg_error"),
     ("SELECT sum(NULL) FROM t", "pg_error"),
+    ("SELECT d - NULL, ts - NULL, (d - NULL) + 1, coalesce(d - (NULL), 5) FROM "
+     "(VALUES (date '2024-01-01', timestamp '2024-01-01 10:00')) v(d, ts)", "same"),
+    ("SELECT coalesce((date '2023-12-31' - NULL), date '2024-01-01')", "pg_error"),
     ("SELECT avg(DISTINCT (NULL)) FROM t", "pg_error"),
     ("SELECT array_agg(NULL) FROM t", "pg_error"),
     ("SELECT round(avg(NULL), 6) FROM e HAVING false", "pg_error"),
@@ -138,6 +160,7 @@ VIEWS = (
     "SELECT sum(a) FROM w GROUP BY ()",
     "SELECT FROM w",
     "SELECT FROM w WHERE a > 1",
+    "SELECT a, ARRAY(SELECT u.a FROM w u WHERE u.a < w.a ORDER BY u.a DESC) AS l FROM w",
     "SELECT count(*) FROM (SELECT FROM w UNION ALL SELECT FROM w WHERE a IS NULL) s",
 )
 
