@@ -26,6 +26,7 @@ from dsql.errors import (
     DsqlError,
     ExecutionError,
     SchemaError,
+    TypeMismatchError,
     UnsupportedError,
 )
 from dsql.planner import (
@@ -322,6 +323,19 @@ def _beside_char(e: exp.Expression, t: exp.DataType | None) -> exp.Expression:
     return e
 
 
+_TEXT_TYPES = {types.T.TEXT, types.T.VARCHAR, types.T.CHAR, types.T.NCHAR, types.T.NVARCHAR}
+
+#: PostgreSQL's names of the types its errors name most often.
+_PG_TYPE_NAMES = {
+    types.T.SMALLINT: "smallint", types.T.INT: "integer", types.T.BIGINT: "bigint",
+    types.T.DECIMAL: "numeric", types.T.FLOAT: "real", types.T.DOUBLE: "double precision",
+    types.T.TEXT: "text", types.T.VARCHAR: "character varying", types.T.CHAR: "character",
+}  # fmt: skip
+
+_COMPARISON_SYMBOLS: dict[type[exp.Expression], str] = {
+    exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=",
+}  # fmt: skip
+
 #: PostgreSQL's symbols of the binary arithmetic operators.
 _ARITHMETIC_SYMBOLS: dict[type[exp.Expression], str] = {
     exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%",
@@ -531,6 +545,26 @@ class ExprBinder:
         ):
             return None  # date + unknown: date + integer, + interval or + time
         return "date + unknown" if nulls[1] else "unknown + date"
+
+    def _text_against_number(self, e: exp.Binary) -> None:
+        """PostgreSQL's error for a comparison of a text value with a number (`s = 1`):
+        no such operator exists, where the engines would cast the text. An untyped
+        string literal (`a = '1'`) or NULL takes the other side's type and passes."""
+        sides = (e.this, e.expression)
+        if self._types is None or any(
+            isinstance(side, exp.Literal | exp.RawString | exp.Null) and not side.is_number
+            for side in sides
+        ):
+            return
+        found = [types.infer(self._typed(side), self._types) for side in sides]
+        text = [t.this in _TEXT_TYPES for t in found]
+        number = [numeric.kind_of_type(t) is not None for t in found]
+        if (text[0] and number[1]) or (text[1] and number[0]):
+            left, right = (_PG_TYPE_NAMES.get(t.this, t.sql("postgres").lower()) for t in found)
+            raise TypeMismatchError(
+                f"operator does not exist: {left} {_COMPARISON_SYMBOLS[type(e)]} {right}",
+                hint="cast one side to the other's type, e.g. CAST(x AS integer)",
+            )
 
     def _moment_minus_null(self, e: exp.Sub) -> exp.DataType | None:
         """The type of `e`'s left operand where it is a date or timestamp and the right an
@@ -800,6 +834,7 @@ class ExprBinder:
                 return self._sum_or_difference(e)
             case exp.EQ() | exp.NEQ() | exp.LT() | exp.LTE() | exp.GT() | (exp.GTE()):
                 self._bind_children(e)
+                self._text_against_number(e)
                 self._real_as_double(e)
                 return e
             case exp.Cast() if _float_of_literal(e):

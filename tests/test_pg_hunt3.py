@@ -134,6 +134,13 @@ CASES = (
     ("SELECT 1 + NULL, a + NULL, NULL * a, 1.5 * NULL, NULL - 2, -NULL::int FROM t", "same"),
     ("SELECT timestamp '2024-01-01' + NULL, NULL::int + NULL, "
      "date '2024-01-01' + NULL::int", "same"),
+    # text against a number: no such operator (an untyped literal or NULL takes a type).
+    ("SELECT s = 1 FROM ch", "pg_error"),
+    ("SELECT a < s FROM ch", "pg_error"),
+    ("SELECT v <> a FROM ch", "pg_error"),
+    ("SELECT c >= 2.5 FROM ch", "pg_error"),
+    ("SELECT NULL::text = a FROM ch", "pg_error"),
+    ("SELECT a = '1', s = '1', s = NULL, a = NULL, length(s) = a, s = a::text FROM ch", "same"),
     # DISTINCT needs a select list.
     ("SELECT DISTINCT FROM t", "pg_error"),
     ("SELECT count(*) FROM (SELECT DISTINCT FROM t) s", "pg_error"),
