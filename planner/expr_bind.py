@@ -332,7 +332,7 @@ _PG_TYPE_NAMES = {
     types.T.TEXT: "text", types.T.VARCHAR: "character varying", types.T.CHAR: "character",
 }  # fmt: skip
 
-_COMPARISON_SYMBOLS: dict[type[exp.Expression], str] = {
+_COMPARISON_SYMBOLS: dict[type[exp.Expr], str] = {
     exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=",
 }  # fmt: skip
 
