@@ -324,6 +324,20 @@ def _beside_char(e: exp.Expression, t: exp.DataType | None) -> exp.Expression:
 
 
 _TEXT_TYPES = {types.T.TEXT, types.T.VARCHAR, types.T.CHAR, types.T.NCHAR, types.T.NVARCHAR}
+_MOMENT_TYPES = {types.T.DATE, types.T.TIMESTAMP, types.T.TIMESTAMPTZ}
+
+
+def _family(t: exp.DataType) -> str | None:
+    """The family of types PostgreSQL compares among one another that `t` is in (text,
+    number, moment, boolean); None for any other type."""
+    if t.this in _TEXT_TYPES:
+        return "text"
+    if numeric.kind_of_type(t) is not None:
+        return "number"
+    if t.this in _MOMENT_TYPES:
+        return "moment"
+    return "boolean" if t.this == types.T.BOOLEAN else None
+
 
 #: PostgreSQL's names of the types its errors name most often.
 _PG_TYPE_NAMES = {
@@ -547,19 +561,27 @@ class ExprBinder:
         return "date + unknown" if nulls[1] else "unknown + date"
 
     def _text_against_number(self, e: exp.Binary) -> None:
-        """PostgreSQL's error for a comparison of a text value with a number (`s = 1`):
-        no such operator exists, where the engines would cast the text. An untyped
-        string literal (`a = '1'`) or NULL takes the other side's type and passes."""
+        """PostgreSQL's error for a comparison across type families (text, number, date
+        and time, boolean: `s = 1`, `d - NULL <> d`): no such operator exists, where the
+        engines would cast one side. An untyped string literal (`a = '1'`) or NULL takes
+        the other side's type and passes."""
         sides = (e.this, e.expression)
         if self._types is None or any(
             isinstance(side, exp.Literal | exp.RawString | exp.Null) and not side.is_number
             for side in sides
         ):
             return
-        found = [types.infer(self._typed(side), self._types) for side in sides]
-        text = [t.this in _TEXT_TYPES for t in found]
-        number = [numeric.kind_of_type(t) is not None for t in found]
-        if (text[0] and number[1]) or (text[1] and number[0]):
+        plain = [_unparenthesized(side) for side in sides]
+        found = [types.infer(self._typed(side), self._types) for side in plain]
+        # sqlglot types date arithmetic loosely (`(d - d) + 1` as a date): a date, time or
+        # boolean family is trusted only for a column or a cast.
+        families = [
+            f
+            if f in ("text", "number") or isinstance(side, exp.Column | Outer | exp.Cast)
+            else None
+            for f, side in zip(map(_family, found), plain, strict=True)
+        ]
+        if None not in families and families[0] != families[1]:
             left, right = (_PG_TYPE_NAMES.get(t.this, t.sql("postgres").lower()) for t in found)
             raise TypeMismatchError(
                 f"operator does not exist: {left} {_COMPARISON_SYMBOLS[type(e)]} {right}",

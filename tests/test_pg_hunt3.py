@@ -134,13 +134,21 @@ CASES = (
     ("SELECT 1 + NULL, a + NULL, NULL * a, 1.5 * NULL, NULL - 2, -NULL::int FROM t", "same"),
     ("SELECT timestamp '2024-01-01' + NULL, NULL::int + NULL, "
      "date '2024-01-01' + NULL::int", "same"),
-    # text against a number: no such operator (an untyped literal or NULL takes a type).
+    # Comparisons across type families (text, number, date and time, boolean): no such
+    # operator (an untyped literal or NULL takes the other side's type).
     ("SELECT s = 1 FROM ch", "pg_error"),
     ("SELECT a < s FROM ch", "pg_error"),
     ("SELECT v <> a FROM ch", "pg_error"),
     ("SELECT c >= 2.5 FROM ch", "pg_error"),
     ("SELECT NULL::text = a FROM ch", "pg_error"),
     ("SELECT a = '1', s = '1', s = NULL, a = NULL, length(s) = a, s = a::text FROM ch", "same"),
+    ("SELECT (d - NULL) <> d, d - d <> d FROM (VALUES (date '2024-01-01')) v(d)", "pg_error"),
+    ("SELECT a = d FROM (VALUES (1, date '2024-01-01')) v(a, d)", "pg_error"),
+    ("SELECT b = 1 FROM (VALUES (true)) v(b)", "pg_error"),
+    ("SELECT s = d FROM (VALUES ('x', date '2024-01-01')) v(s, d)", "pg_error"),
+    ("SELECT d < ts, d = '2024-01-01', b = 't', a = 1.5, (d - d) + a > 0 "
+     "FROM (VALUES (date '2024-01-01', timestamp '2024-01-01 00:00', true, 1)) v(d, ts, b, a)",
+     "same"),
     # DISTINCT needs a select list.
     ("SELECT DISTINCT FROM t", "pg_error"),
     ("SELECT count(*) FROM (SELECT DISTINCT FROM t) s", "pg_error"),
