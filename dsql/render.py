@@ -92,7 +92,8 @@ class Renderer:
             case Distinct(input=inp):
                 return indexed_distinct(self, plan) or self.render(inp).distinct()
             case Union(parts=parts):
-                want = [_arrow(c.type) for c in plan.columns]
+                # A relation of no columns is carried as one constant column, kept as is.
+                want = [_arrow(c.type) for c in plan.columns] if plan.arity else [None]
                 first, *rest = [cast_columns(self.render(p), want) for p in parts]
                 return first.concat(*rest)
             case Negate(input=inp):

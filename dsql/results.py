@@ -207,10 +207,9 @@ def present(table: pa.Table, bound: Query) -> pa.Table:
         con.close()
     if table.num_columns > visible:
         table = table.select(list(range(visible)))
-    names = list(bound.column_names)
     if visible == 0:
-        return pa.table({})
-    return table.rename_columns(names)
+        return table.select([])  # no columns, but as many rows (`SELECT FROM t`)
+    return table.rename_columns(list(bound.column_names))
 
 
 __all__ = [

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import sqlglot  # noqa: F401 - the doctest parses with it
 from sqlglot import exp
 
-from dsql.errors import DsqlError, SchemaError
+from dsql.errors import DsqlError, ParseError, SchemaError
 from dsql.planner import numeric
 from dsql.planner.bind_from import bind_from
 from dsql.planner.bind_shape import (
@@ -116,6 +116,8 @@ def bind_select(sel: exp.Select, env: Env, parent: Scope | None, top: bool) -> Q
             h += 1
     plan = Project(plan, tuple(range(base, base + visible + len(hidden))))
     if sel.args.get("distinct") is not None:
+        if not items:  # PostgreSQL's grammar wants a select list after DISTINCT
+            raise ParseError('syntax error at or near "FROM"', hint="name what DISTINCT compares")
         if hidden:
             raise SchemaError(
                 "for SELECT DISTINCT, ORDER BY expressions must appear in the select list"
@@ -290,6 +292,8 @@ def _group_exprs(
             )
     out = []
     for g in group.expressions:
+        if isinstance(g, exp.Tuple) and not g.expressions:
+            continue  # `()`, the empty grouping set: one group of all rows, even of none
         if isinstance(g, exp.Neg) and isinstance(g.this, exp.Literal) and g.this.is_number:
             # PostgreSQL's grammar folds the sign into the constant: `-2.25` is a
             # non-integer constant, `-1` a position that is not in the select list.
@@ -340,6 +344,10 @@ def _aggregate(plan: Plan, group: list[exp.Expression], uses: list[Any]):  # typ
     mapped = (
         Map(plan, tuple(group), tuple(f"?group{i}" for i in range(len(group)))) if group else plan
     )
+    if not group and not calls:
+        # A HAVING or GROUP BY () without aggregates still makes one group of all rows;
+        # count(*) gives that group's row a column (its value is never read).
+        calls.append(exp.Count(this=exp.Star()))
     names = tuple(f"?agg{i}" for i in range(len(calls)))
     for c in calls:
         if any(is_aggregate(a) for a in c.iter_expressions() if isinstance(a, exp.Expression)):

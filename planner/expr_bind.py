@@ -26,6 +26,7 @@ from dsql.errors import (
     DsqlError,
     ExecutionError,
     SchemaError,
+    TypeMismatchError,
     UnsupportedError,
 )
 from dsql.planner import (
@@ -42,7 +43,7 @@ from dsql.planner import (
     text_spellings,
     types,
 )
-from dsql.planner.bind_shape import visible_plan
+from dsql.planner.bind_shape import types_of, visible_plan
 from dsql.planner.expr import (
     Outer,
     Position,
@@ -53,7 +54,7 @@ from dsql.planner.expr import (
     outer,
     typed,
 )
-from dsql.planner.plan import Filter, Plan
+from dsql.planner.plan import Filter, Map, Plan, Project
 from dsql.planner.scope import Scope, position_of, unsupported
 
 _AGGREGATES = (
@@ -294,6 +295,151 @@ def _datetime_kind(e: exp.Cast) -> str | None:
         return None
     kinds = {exp.DType.DATE: "date", exp.DType.TIMESTAMP: "timestamp"}
     return kinds.get(e.to.this, "timestamptz" if e.to.is_type(exp.DType.TIMESTAMPTZ) else None)
+#: The expressions that compare their operands with one another.
+_COMPARED = (
+    exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.NullSafeEQ, exp.NullSafeNEQ,
+    exp.In, exp.Between, exp.Case,
+)  # fmt: skip
+
+
+def _compared_operands(e: exp.Expr) -> list[exp.Expression]:
+    """The operands a comparison-like expression compares (a simple CASE: its subject
+    and its WHEN values)."""
+    if isinstance(e, exp.In):
+        return [e.this, *e.expressions]
+    if isinstance(e, exp.Between):
+        return [e.this, e.args["low"], e.args["high"]]
+    if isinstance(e, exp.Case):
+        subject = e.this
+        return [subject, *(i.this for i in e.args.get("ifs") or [])] if subject else []
+    return [e.this, e.expression]
+
+
+def _beside_char(e: exp.Expression, t: exp.DataType | None) -> exp.Expression:
+    """An operand compared with a char(n) value as PostgreSQL reads it there: a string
+    literal, or a varchar(n) column or cast (of type `t`), as a char(n), without its
+    trailing blanks. Other expressions sqlglot types as varchar are PostgreSQL's text."""
+    if (isinstance(e, exp.Literal) and e.is_string) or isinstance(e, exp.RawString):
+        return exp.Literal.string(e.this.rstrip(" "))  # RawString: $$...$$
+    if (
+        isinstance(e, exp.Column | Outer | exp.Cast)
+        and t is not None
+        and t.this == types.T.VARCHAR
+        and t.expressions
+    ):
+        return exp.Trim(this=e, expression=exp.Literal.string(" "), position="TRAILING")
+    return e
+
+
+_TEXT_TYPES = {types.T.TEXT, types.T.VARCHAR, types.T.CHAR, types.T.NCHAR, types.T.NVARCHAR}
+_MOMENT_TYPES = {types.T.DATE, types.T.TIMESTAMP, types.T.TIMESTAMPTZ}
+
+
+def _family(t: exp.DataType) -> str | None:
+    """The family of types PostgreSQL compares among one another that `t` is in (text,
+    number, moment, boolean); None for any other type."""
+    if t.this in _TEXT_TYPES:
+        return "text"
+    if numeric.kind_of_type(t) is not None:
+        return "number"
+    if t.this in _MOMENT_TYPES:
+        return "moment"
+    return "boolean" if t.this == types.T.BOOLEAN else None
+
+
+#: PostgreSQL's names of the types its errors name most often.
+_PG_TYPE_NAMES = {
+    types.T.SMALLINT: "smallint", types.T.INT: "integer", types.T.BIGINT: "bigint",
+    types.T.DECIMAL: "numeric", types.T.FLOAT: "real", types.T.DOUBLE: "double precision",
+    types.T.TEXT: "text", types.T.VARCHAR: "character varying", types.T.CHAR: "character",
+}  # fmt: skip
+
+_COMPARISON_SYMBOLS: dict[type[exp.Expr], str] = {
+    exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=",
+}  # fmt: skip
+
+#: PostgreSQL's symbols of the binary arithmetic operators.
+_ARITHMETIC_SYMBOLS: dict[type[exp.Expression], str] = {
+    exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%",
+}  # fmt: skip
+
+
+def _array_of_rows(query: exp.Query) -> exp.Expression:
+    """`ARRAY(subquery)` as the array of the subquery's rows in its order, `{}` for none:
+    `COALESCE((SELECT array_agg(v ORDER BY keys) FROM (query) rows), '{}')`, the ORDER BY
+    keys carried out of the subquery as columns of their own (its LIMIT keeps its ORDER BY)."""
+    if not isinstance(query, exp.Select):  # a set operation: its ORDER BY names its column
+        rows = query.subquery()
+        rows.set("alias", exp.TableAlias(this="__rows", columns=[exp.to_identifier("__c")]))
+        order = query.args.get("order")
+        query = exp.select("__c").from_(rows)
+        if order is not None:
+            keys = [o.copy() for o in order.expressions]
+            for key in keys:
+                key.set("this", exp.column("__c"))
+            query.set("order", exp.Order(expressions=keys))
+    items = query.expressions
+    if len(items) != 1 or isinstance(items[0], exp.Star):
+        raise (
+            SchemaError("subquery must return only one column")
+            if len(items) != 1
+            else unsupported("ARRAY(SELECT * ...)", "name the column: ARRAY(SELECT x ...)")
+        )
+    value = items[0].unalias() if isinstance(items[0], exp.Alias) else items[0]
+    orders = query.args["order"].expressions if query.args.get("order") else []
+    keys = []
+    for o in orders:
+        key = o.this
+        if (
+            isinstance(key, exp.Literal)
+            and key.is_int
+            or (
+                isinstance(key, exp.Column) and not key.table and key.name == items[0].alias_or_name
+            )
+        ):
+            key = value  # a position, or the output's name
+        keys.append(key)
+    distinct = query.args.get("distinct") is not None
+    inner = query.copy()
+    if distinct and any(k != value for k in keys):
+        raise SchemaError(
+            "for SELECT DISTINCT, ORDER BY expressions must appear in the select list"
+        )
+    # With DISTINCT each ORDER BY key is the value itself.
+    carried = [] if distinct else [exp.alias_(k.copy(), f"__o{i}") for i, k in enumerate(keys)]
+    inner.set("expressions", [exp.alias_(value.copy(), "__v"), *carried])
+
+    def ordered(i: int) -> exp.Ordered:
+        o = orders[i]
+        name = "__v" if distinct else f"__o{i}"
+        return exp.Ordered(
+            this=exp.column(name), desc=o.args.get("desc"), nulls_first=o.args.get("nulls_first")
+        )
+
+    by = [ordered(i) for i in range(len(orders))]
+    if orders and (inner.args.get("limit") or inner.args.get("offset")):
+        inner.set("order", exp.Order(expressions=[o.copy() for o in by]))
+    else:
+        inner.set("order", None)
+    value_ref = exp.column("__v")
+    agg = exp.ArrayAgg(this=exp.Order(this=value_ref, expressions=by) if by else value_ref)
+    gathered = exp.select(agg).from_(inner.subquery("__array_rows"))
+    return exp.Coalesce(this=exp.Subquery(this=gathered), expressions=[exp.Literal.string("{}")])
+
+
+def _of_untyped_null(call: exp.Expression) -> bool:
+    """Whether an aggregate call's argument is a bare NULL (`sum(NULL)`,
+    `avg(DISTINCT NULL)`), whose type no single one of its variants decides."""
+    arg = call.this
+    while isinstance(arg, exp.Order | exp.Distinct):
+        arg = arg.this if isinstance(arg, exp.Order) else arg.expressions[0]
+    return isinstance(_unparenthesized(arg), exp.Null)
+
+
+def _unparenthesized(e: exp.Expression) -> exp.Expression:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    return e
 
 
 def _bounded_text(t: exp.DataType) -> exp.Expression | None:
@@ -374,7 +520,101 @@ class ExprBinder:
             if error.position is None:
                 error.position = position_of(e)
             raise
-        return as_expression(self._intervals_checked(bound))
+        return as_expression(self._blank_padded(self._intervals_checked(bound)))
+
+    def _blank_padded(self, bound: exp.Expr) -> exp.Expr:
+        """`bound` with char(n) comparisons made blank-insensitive as PostgreSQL makes
+        them: a string literal or a varchar compared with a char(n) value is read as a
+        char(n) too, whose trailing blanks are insignificant (`c = 'ab '` holds for
+        c = 'ab'). dsql stores char(n) values without them, so the other operands lose
+        theirs (a text operand keeps them: PostgreSQL compares char(n) with text as text)."""
+        if self._types is None or not (
+            any(t.this == types.T.CHAR for t in self._types)
+            or any(d.this == types.T.CHAR for d in bound.find_all(exp.DataType))
+            or bound.find(Outer) is not None
+        ):
+            return bound
+        for node in list(bound.find_all(*_COMPARED)):
+            operands = _compared_operands(node)
+            found = [
+                None
+                if isinstance(o, exp.Literal | exp.RawString)
+                else types.infer(self._typed(o), self._types)
+                for o in operands
+            ]
+            if not any(t is not None and t.this == types.T.CHAR for t in found):
+                continue
+            for o, t in zip(operands, found, strict=True):
+                o.replace(_beside_char(o.copy(), t))
+        return bound
+
+    def _ambiguous_operator(self, e: exp.Expression) -> str | None:
+        """The operator and operand types PostgreSQL cannot resolve an arithmetic operator
+        for (`unknown + unknown`, `- unknown`, `date + unknown`: an untyped NULL whose
+        type no single operator decides), as its error shows them; None for the rest."""
+        if isinstance(e, exp.Neg):
+            return "- unknown" if isinstance(_unparenthesized(e.this), exp.Null) else None
+        symbol = _ARITHMETIC_SYMBOLS[type(e)]
+        sides = [_unparenthesized(e.this), _unparenthesized(e.expression)]
+        nulls = [isinstance(side, exp.Null) for side in sides]
+        if all(nulls):
+            return f"unknown {symbol} unknown"
+        if not any(nulls) or not isinstance(e, exp.Add) or self._types is None:
+            return None
+        other = sides[nulls.index(False)]
+        if not types.infer(self._typed(self._bind(other.copy())), self._types).is_type(
+            exp.DType.DATE
+        ):
+            return None  # date + unknown: date + integer, + interval or + time
+        return "date + unknown" if nulls[1] else "unknown + date"
+
+    def _text_against_number(self, e: exp.Binary) -> None:
+        """PostgreSQL's error for a comparison across type families (text, number, date
+        and time, boolean: `s = 1`, `d - NULL <> d`): no such operator exists, where the
+        engines would cast one side. An untyped string literal (`a = '1'`) or NULL takes
+        the other side's type and passes."""
+        sides = (e.this, e.expression)
+        if self._types is None or any(
+            isinstance(side, exp.Literal | exp.RawString | exp.Null) and not side.is_number
+            for side in sides
+        ):
+            return
+        plain = [_unparenthesized(side) for side in sides]
+        found = [types.infer(self._typed(side), self._types) for side in plain]
+        # sqlglot types date arithmetic loosely (`(d - d) + 1` as a date): a date, time or
+        # boolean family is trusted only for a column or a cast.
+        families = [
+            f
+            if f in ("text", "number") or isinstance(side, exp.Column | Outer | exp.Cast)
+            else None
+            for f, side in zip(map(_family, found), plain, strict=True)
+        ]
+        if None not in families and families[0] != families[1]:
+            left, right = (_PG_TYPE_NAMES.get(t.this, t.sql("postgres").lower()) for t in found)
+            raise TypeMismatchError(
+                f"operator does not exist: {left} {_COMPARISON_SYMBOLS[type(e)]} {right}",
+                hint="cast one side to the other's type, e.g. CAST(x AS integer)",
+            )
+
+    def _moment_minus_null(self, e: exp.Sub) -> exp.DataType | None:
+        """The type of `e`'s left operand where it is a date or timestamp and the right an
+        untyped NULL, which PostgreSQL reads as the same type; else None."""
+        if self._types is None or not isinstance(_unparenthesized(e.expression), exp.Null):
+            return None
+        t = types.infer(self._typed(self._bind(e.this.copy())), self._types)
+        return t if t.is_type(exp.DType.DATE, exp.DType.TIMESTAMP, exp.DType.TIMESTAMPTZ) else None
+
+    def _char_padded(self, bound: exp.Expression) -> exp.Expression:
+        """A bound char(n) value with its trailing blanks, as PostgreSQL's pattern matches
+        (LIKE, SIMILAR TO, regular expressions) see it (`c LIKE 'ab '` holds for c = 'ab'
+        in char(3)); dsql stores it without them. Any other value as it is."""
+        if self._types is None:
+            return bound
+        t = types.infer(self._typed(bound), self._types)
+        length = _bounded_text(t) if t.this == types.T.CHAR else None
+        if length is None:
+            return bound
+        return exp.Pad(this=bound, expression=length, fill_pattern=exp.Literal.string(" "))
 
     def _intervals_checked(self, bound: exp.Expr) -> exp.Expr:
         """`bound` with each interval the engine computes by arithmetic checked against
@@ -405,6 +645,13 @@ class ExprBinder:
         kinds = [self._concat_kind(side) for side in (e.this, e.expression)]
         if "array" not in kinds:
             return None
+        array, other = (e.this, e.expression) if kinds[0] == "array" else (e.expression, e.this)
+        if isinstance(other, exp.Literal) and other.is_string:
+            # An untyped string beside an array is an array literal of its type
+            # (`'{x}' || ARRAY['y']` is {x,y}; `'x' || ARRAY['y']` malformed).
+            to = types.infer(self._typed(self._bind(array.copy())), self.input_types())
+            other.replace(exp.Cast(this=other.copy(), to=to))
+            return exp.func("array_cat", e.this, e.expression, dialect="postgres")
         name = (
             "array_append" if kinds == ["array", "element"]
             else "array_prepend" if kinds == ["element", "array"]
@@ -439,6 +686,23 @@ class ExprBinder:
             else:
                 e.set(key, self._to_text(exp.Cast(this=side, to=types.build("text"))))
         return e
+
+    def _typed_array_literals(self, e: exp.Expression) -> bool:
+        """Read each untyped string argument of `e` (COALESCE, GREATEST, LEAST) as an array
+        literal where another argument is an array, as PostgreSQL resolves it
+        (`coalesce(a, '{}')`); whether any was."""
+        strings = [a for a in e.iter_expressions() if isinstance(a, exp.Literal) and a.is_string]
+        if not strings or self._types is None:
+            return False
+        for arg in e.iter_expressions():
+            if isinstance(arg, exp.Literal | exp.Null):
+                continue
+            t = types.infer(self._typed(self._bind(arg.copy())), self.input_types())
+            if t.is_type(exp.DataType.Type.ARRAY):
+                for literal in strings:
+                    literal.replace(exp.Cast(this=literal.copy(), to=t.copy()))
+                return True
+        return False
 
     def _concat_kind(self, side: exp.Expression) -> str | None:
         """Whether an operand of `||` is an array, another value, or of no type (NULL)."""
@@ -520,7 +784,7 @@ class ExprBinder:
                 return self._against_mz_now(e)
             case exp.RegexpLike() | exp.RegexpILike():
                 s, pattern = (
-                    as_expression(self._bind(e.this)),
+                    self._char_padded(as_expression(self._bind(e.this))),
                     as_expression(self._bind(e.expression)),
                 )
                 flag = e.args.get("flag")
@@ -537,7 +801,7 @@ class ExprBinder:
                     (e, None) if isinstance(e, exp.Like | exp.ILike) else (e.this, e.expression)
                 )
                 like = text_spellings.like(
-                    as_expression(self._bind(matched.this)),
+                    self._char_padded(as_expression(self._bind(matched.this))),
                     as_expression(self._bind(matched.expression)),
                     None if escape is None else as_expression(self._bind(escape)),
                     isinstance(matched, exp.ILike),
@@ -549,7 +813,7 @@ class ExprBinder:
                 similar, escape = (
                     (e, None) if isinstance(e, exp.SimilarTo) else (e.this, e.expression)
                 )
-                s = as_expression(self._bind(similar.this))
+                s = self._char_padded(as_expression(self._bind(similar.this)))
                 pattern = as_expression(self._bind(similar.expression))
                 return regex_spellings.bound_similar(s, pattern, escape)
             case exp.Any() | exp.All():
@@ -558,14 +822,31 @@ class ExprBinder:
                 )
             case exp.Placeholder() | exp.Parameter():
                 raise SchemaError("a parameter placeholder reached the planner unbound")
+            case exp.Coalesce() | exp.Greatest() | exp.Least() if self._typed_array_literals(e):
+                return self._bind(e)
             case exp.DPipe() if (call := self._array_and_element(e)) is not None:
                 return self._bind(call)
             case exp.DPipe():
                 return self._text_concat(e)
+            case exp.Array() if len(e.expressions) == 1 and isinstance(e.expressions[0], exp.Query):
+                return self._bind(_array_of_rows(e.expressions[0]))
             case exp.Array() if not e.expressions and not isinstance(e.parent, exp.Cast):
                 raise SchemaError(
                     "cannot determine type of empty array",
                     hint="cast it to the array type wanted: ARRAY[]::integer[]",
+                )
+            case exp.Sum() | exp.Avg() | exp.ArrayAgg() if _of_untyped_null(e):
+                name = {exp.Sum: "sum", exp.Avg: "avg", exp.ArrayAgg: "array_agg"}[type(e)]
+                raise SchemaError(
+                    f"function {name}(unknown) is not unique",
+                    hint="cast the NULL to the type meant (NULL::integer)",
+                )
+            case exp.Add() | exp.Sub() | exp.Mul() | exp.Div() | exp.Mod() | exp.Neg() if (
+                shown := self._ambiguous_operator(e)
+            ) is not None:
+                raise SchemaError(
+                    f"operator is not unique: {shown}",
+                    hint="cast the NULL to the type meant (NULL::integer)",
                 )
             case exp.Div():
                 return self._div(e)
@@ -573,12 +854,17 @@ class ExprBinder:
                 return self._mod(e)
             case exp.Mul():
                 return self._mul(e)
+            case exp.Sub() if (moment := self._moment_minus_null(e)) is not None:
+                # `date - NULL` is date - date (an integer), `timestamp - NULL` an interval
+                e.set("expression", exp.Cast(this=exp.Null(), to=moment))
+                return self._bind(e)
             case exp.Add() | exp.Sub():
                 self._bind_children(e)
                 self._real_as_double(e)
                 return self._sum_or_difference(e)
             case exp.EQ() | exp.NEQ() | exp.LT() | exp.LTE() | exp.GT() | (exp.GTE()):
                 self._bind_children(e)
+                self._text_against_number(e)
                 self._real_as_double(e)
                 return e
             case exp.Cast() if _float_of_literal(e):
@@ -759,6 +1045,13 @@ class ExprBinder:
                 else n
             )
         )
+        if self._types is not None:  # char(n) against varchar: blanks insignificant
+            left, right = types.infer(self._typed(x), self._types), types_of(plan)[0]
+            if types.T.CHAR in (left.this, right.this):
+                outer_x = _beside_char(outer_x, left)
+                if _beside_char(col(0), right) != col(0):
+                    plan = Map(plan, (_beside_char(col(0), right),), plan.column_names)
+                    plan = Project(plan, (1,))
         holds = type(e)(this=outer_x.copy(), expression=col(0))
         decisive = Filter(plan, (as_expression(exp.Not(this=holds) if every else holds),))
         unknown = Filter(

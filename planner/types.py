@@ -208,6 +208,14 @@ def infer(expression: exp.Expr, inputs: Sequence[exp.DataType]) -> exp.DataType:
         )
         if all(o.this in (T.TIMESTAMP, T.TIMESTAMPTZ) for o in operands):
             return build("interval")
+    if isinstance(expression, exp.Sub) and dtype.this == T.DATE:
+        # sqlglot types `date - date` as a date; PostgreSQL's is the days between.
+        operands = (
+            infer(expression.this.copy(), inputs),
+            infer(expression.expression.copy(), inputs),
+        )
+        if all(o.this == T.DATE for o in operands):
+            return build("int")
     if (
         dtype.this not in (T.DECIMAL, T.BIGDECIMAL)
         and numeric.kind(expression, inputs) == "numeric"

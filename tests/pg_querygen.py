@@ -544,8 +544,13 @@ class Generator:
                 group = f" GROUP BY GROUPING SETS (({', '.join(keys)}), ())"
             else:
                 group = f" GROUP BY {', '.join(keys)}"
+        elif c.chance(0.3):
+            group = " GROUP BY ()"  # the empty grouping set: one row, even of no input
         having = ""
-        if c.chance(0.4):
+        if not keys and c.chance(0.2):
+            # A HAVING that reads no aggregate filters the global aggregate's one row.
+            having = f" HAVING {c.pick(('true', 'false', '1 > 2', 'NULL::bool'))}"
+        elif c.chance(0.4):
             agg, t = self._aggregate(scope)
             bound = c.pick(LITERALS[t] if t in LITERALS else ("1",))
             having = f" HAVING {agg} {c.pick(('>', '<=', '=', '<>'))} {bound}"

@@ -35,6 +35,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -349,6 +350,21 @@ SMALL_TABLES = (
 
 #: The big shared tables: name, the data file their rows come from.
 BIG_TABLES = (("onek", "onek"), ("onek2", "onek"), ("tenk1", "tenk"), ("tenk2", "tenk"))
+
+
+@contextmanager
+def holding(pg: Any, database: str, statements: tuple[str, ...]) -> Iterator[tuple[Any, Any]]:
+    """A fresh in-process dsql connection and a connection to PostgreSQL's (the `pg`
+    fixture's) new database `database`, both after running `statements`."""
+    import dsql
+
+    with pg.database(database) as conn:
+        con = dsql.connect(kernel="local")
+        for sql in statements:
+            conn.execute(sql)
+            con.execute(sql)
+        yield con, conn
+        con.close()
 
 
 def load_shared(con: Any, pg: Any) -> None:

@@ -15,7 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pg_regress import SCRIPTS, STATEMENT_TIMEOUT, Statement, judge, load_shared, run_script
+from pg_regress import (
+    SCRIPTS,
+    STATEMENT_TIMEOUT,
+    Statement,
+    holding,
+    judge,
+    load_shared,
+    run_script,
+)
 
 import dsql
 
@@ -132,13 +140,8 @@ CASES = (
 @pytest.fixture(scope="module")
 def both(pg: Any) -> Any:
     """dsql and PostgreSQL holding `TABLES`."""
-    with pg.database("regress_cases") as conn:
-        con = dsql.connect(kernel="local")
-        for sql in TABLES:
-            conn.execute(sql)
-            con.execute(sql)
-        yield con, conn
-        con.close()
+    with holding(pg, "regress_cases", TABLES) as pair:
+        yield pair
 
 
 @pytest.mark.parametrize(("sql", "kind"), CASES, ids=[c[0][:60] for c in CASES])

@@ -73,7 +73,9 @@ def push_predicates(plan: Plan) -> Plan:
                 return Union(tuple(sink(p, preds) for p in parts))
             case Distinct(input=inp) | Threshold(input=inp):
                 return replace(node, input=sink(inp, preds) if preds else clean(inp))
-            case Reduce(domain=None, group=group) if preds:
+            case Reduce(domain=None, group=group) if preds and group:
+                # Without a group (a global aggregate) even no input rows make a row, so
+                # a filter of that row (a constant HAVING) cannot move below.
                 down = {i: g for i, g in enumerate(group)}
                 below = tuple(remap(p, dict(down)) for p in preds if refs(p) <= set(down))
                 above = tuple(p for p in preds if not refs(p) <= set(down))

@@ -504,8 +504,12 @@ def _arrow_result(con: Any, text: str, limit: int) -> pa.Table:
 #: Rows per Arrow record batch of a result (DuckDB's default).
 _BATCH_ROWS = 131072
 
-#: DuckDB's integer overflow, and PostgreSQL's name of the type that overflowed.
-_OVERFLOW = re.compile(r"Overflow in \w+ of (INT16|INT32|INT64)")
+#: DuckDB's words for an integer past its type's range (arithmetic, or a cast of a float
+#: or a decimal), and the type, which `_OUT_OF_RANGE` names as PostgreSQL does.
+_OVERFLOW = re.compile(
+    r"(?:Overflow in \w+ of |out of range for the destination type "
+    r"|Failed to cast decimal value \S+ to type )(INT16|INT32|INT64)\b"
+)
 #: DuckDB's words for a value past a decimal's digits: a cast (from a number or from
 #: text), arithmetic on decimals or on the 128-bit integers numerics are computed in,
 #: or a product of more than 38 digits after the point.
