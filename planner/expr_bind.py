@@ -295,6 +295,8 @@ def _datetime_kind(e: exp.Cast) -> str | None:
         return None
     kinds = {exp.DType.DATE: "date", exp.DType.TIMESTAMP: "timestamp"}
     return kinds.get(e.to.this, "timestamptz" if e.to.is_type(exp.DType.TIMESTAMPTZ) else None)
+
+
 #: The expressions that compare their operands with one another.
 _COMPARED = (
     exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.NullSafeEQ, exp.NullSafeNEQ,
