@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from dsql.runtime.kernel import driver
 from dsql.runtime.kernel.driver import concat_columns, dense_codes, distinct_sorted, row_codes
-from dsql.runtime.kernel.driver_reduce import ReduceRows, ReduceShape
+from dsql.runtime.kernel.driver_reduce import ReduceRows, ReduceShape, reduce_step
 from dsql.runtime.lattice import DIFF, Antichain, bounded, time_columns
 
 #: Steps over more input and output rows than this run here rather than in Python
@@ -57,6 +57,21 @@ Matches = tuple[np.ndarray, ...]
 
 #: Diffs whose absolute values sum below this cannot overflow an int64 running sum.
 _SAFE_TOTAL = float(2**61)
+
+
+def small_step(
+    rows: ReduceRows, logic: Callable[[pa.Table], pa.Table | None]
+) -> tuple[pa.Table, pa.Table] | None:
+    """A general reduce step over Arrow rows in the driver: `chain_step` where its rows
+    are many enough to pay for its arrays and the times form chains, else
+    `driver_reduce.reduce_step`; None where neither takes the step (the pipeline runs).
+    `logic` as for both: the one statement, the logic over the accumulated groups."""
+    total = sum(t.num_rows for t in (*rows.inputs, *rows.outputs))
+    if MIN_ROWS < total <= MAX_ROWS:
+        result = chain_step(rows, logic)
+        if result is not None:
+            return result
+    return reduce_step(rows, logic)
 
 
 def chain_step(

@@ -53,7 +53,7 @@ from dsql.runtime.kernel.base import (
     engine_message,
 )
 from dsql.runtime.kernel.driver import JoinShape, Selection
-from dsql.runtime.kernel.driver_reduce import ReduceRows, reduce_step
+from dsql.runtime.kernel.driver_reduce import ReduceRows
 from dsql.runtime.lattice import DIFF, Antichain, time_columns
 
 
@@ -301,12 +301,7 @@ class LocalKernel(Kernel):
             desired = logic(acc)
             return desired if self.owns(desired) else None
 
-        total = sum(t.num_rows for t in (*rows.inputs, *rows.outputs))
-        if chain_reduce.MIN_ROWS < total <= chain_reduce.MAX_ROWS:
-            result = chain_reduce.chain_step(rows, held)
-            if result is not None:
-                return result
-        return reduce_step(rows, held)
+        return chain_reduce.small_step(rows, held)
 
     def key_index(
         self, frame: pa.Table, keys: Sequence[str], parts: Sequence[_index.KeyIndex] = ()

@@ -16,6 +16,7 @@ with no shuffle when its inputs are small and the driver's (`frames._one_partiti
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -25,9 +26,10 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from dsql.errors import SchemaError
-from dsql.runtime.kernel import driver, float_text, numeric_transcendental
+from dsql.runtime.kernel import chain_reduce, driver, float_text, numeric_transcendental
 from dsql.runtime.kernel.base import Capability, Frame
 from dsql.runtime.kernel.driver import Selection
+from dsql.runtime.kernel.driver_reduce import ReduceRows
 from dsql.runtime.kernel.spark.frames import _quote, has_intervals, refuse_intervals
 from dsql.runtime.kernel.spark.merge import SparkMerge
 from dsql.runtime.lattice import DIFF, TIME, Antichain
@@ -126,6 +128,38 @@ class SparkKernel(SparkMerge):
         if tables is None:
             return None
         return self._kept(driver.consolidate(tables, columns, depth, frontier, signs))
+
+    def reduce_small(
+        self, rows: ReduceRows, logic: Callable[[Frame], Frame]
+    ) -> tuple[DataFrame, DataFrame] | None:
+        """A general reduce step whose rows the driver holds, as the local kernel takes
+        it (`chain_reduce.small_step`: the grid, accumulations and Möbius inversion in
+        numpy), the logic alone a Spark query over the accumulated groups (one job, one
+        partition). Many times in one batch are then one statement, their times a
+        column, where the stage-by-stage pipeline stores five stages (12 jobs) and its
+        one-query form runs 23 (adaptive execution's shuffle stages). None when a frame
+        is Spark's alone."""
+        extra = [rows.delta, rows.pending]
+        tables = self.held([*rows.inputs, *rows.outputs, *(f for f in extra if f is not None)])
+        if tables is None:
+            return None
+        n_in, n_out = len(rows.inputs), len(rows.outputs)
+        rest = iter(tables[n_in + n_out :])
+        held = dataclasses.replace(
+            rows,
+            inputs=tables[:n_in],
+            outputs=tables[n_in : n_in + n_out],
+            delta=None if rows.delta is None else next(rest),
+            pending=None if rows.pending is None else next(rest),
+        )
+
+        def desired(acc: pa.Table) -> pa.Table:
+            return self.to_arrow(logic(self.from_arrow(acc)))
+
+        result = chain_reduce.small_step(held, desired)
+        if result is None:
+            return None
+        return self.from_arrow(result[0]), self.from_arrow(result[1])
 
     def rows_with_keys(
         self, frame: Frame, keys: Sequence[str], probe: Frame, by: Sequence[str] | None = None

@@ -118,6 +118,10 @@ class SparkMerge(SparkProbes):
         held = self._arrow.get(frame)
         if held is not None and held.num_rows <= self.small_rows:  # in the driver already
             return Stored(frame, held.num_rows, held)
+        if held is not None and frame.columns:  # big, in the driver: written there, no job
+            written = self.store_arrow(held, keys)
+            if written is not None:
+                return written
         try:
             if not frame.columns:
                 table = self.to_arrow(frame)
@@ -159,6 +163,23 @@ class SparkMerge(SparkProbes):
             raise
         except Exception as error:  # noqa: BLE001
             raise _engine_error(error) from error
+
+    def store_consolidated(
+        self, frame: Frame, columns: Sequence[str], depth: int, keys: Sequence[str]
+    ) -> Stored | None:
+        """A big batch the driver holds, consolidated bucket by bucket as the driver
+        writes it (`store_arrow`): no job, where Spark would ship the rows to consolidate
+        and write them (3 jobs). None where the driver holds it not, it is small, or the
+        driver cannot write it."""
+        held = self._arrow.get(frame)
+        if held is None or held.num_rows <= self.small_rows or not held.num_columns:
+            return None
+        stored = self.store_arrow(held, keys, (columns, depth))
+        if stored is None or stored.rows > self.small_rows:
+            return stored
+        table = self.to_arrow(stored.frame)  # its updates cancelled: back to the driver
+        self.release(stored.frame)
+        return Stored(self.from_arrow(table), table.num_rows, table)
 
     def store_arrow(
         self,
