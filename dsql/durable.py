@@ -39,7 +39,7 @@ import json
 import os
 import shutil
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -127,6 +127,9 @@ class Durable:
                 self._entry({"sql": create_table_sql(s.relations[stmt.name]), "tick": tick})
             case grammar.CreateTable() | grammar.CreateView() | grammar.CreateIndex():
                 self._entry({"sql": stmt.text, "tick": tick})
+            case grammar.CreateSource() if stmt.name in s.sources.spark:
+                self._entry({"sql": s.sources.spark.definition(stmt.name, stmt.text), "tick": tick})
+                before = before | {f"{stmt.name}_quarantine"}
             case grammar.CreateSource() if stmt.name not in before:
                 self._entry({"sql": stmt.text, "tick": tick})
                 before = before | {f"{stmt.name}_quarantine"}  # made again by the source
@@ -158,12 +161,17 @@ class Durable:
         progress: dict[str, tuple[str, ...]],
         pg_progress: dict[str, int],
         delta_progress: dict[str, int | None] | None = None,
+        spark_loads: Sequence[tuple[str, int, int, int]] = (),
     ) -> None:
         """Log the rows a poll of the sources wrote, with the files each file source has
         read, the upstream position each PostgreSQL source reached and the last version
         each Delta source read, as one record: recovered, each file, upstream
-        transaction and Delta version stays applied once."""
+        transaction and Delta version stays applied once. `spark_loads`: the staged
+        batches each Spark file source loaded (source, first, last, tick), logged by id:
+        recovery loads them again from the staged files."""
         self._writes(writes)
+        for name, first, last, tick in spark_loads:
+            self._entry({"spark_source": name, "batches": [first, last], "tick": tick})
         self._entry({"sources": {name: list(seen) for name, seen in progress.items()}})
         self._entry({"pg_sources": pg_progress})
         if delta_progress:
@@ -280,7 +288,9 @@ class Durable:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         tables = []
-        for i, rel in enumerate(r for r in s.relations.values() if r.kind in _WRITTEN):
+        kept = (r for r in s.relations.values() if r.kind in _WRITTEN)
+        # A Spark source's rows stay in its staged files: the manifest names its batches.
+        for i, rel in enumerate(r for r in kept if r.name not in s.sources.spark):
             rows = s.read(s.plan(exp.select("*").from_(exp.to_table(_quoted(rel.name)))))
             tables.append([rel.name, _write_rows(rows, tmp / str(i))])
         manifest = {
@@ -291,6 +301,7 @@ class Durable:
             "sources": {name: list(seen) for name, seen in s.sources.progress().items()},
             "pg_sources": s.pg.progress(),
             "delta_sources": s.delta.progress(),
+            "spark_sources": s.sources.spark.progress(),
         }
         with open(tmp / "manifest.json", "w", encoding="utf-8") as f:
             json.dump(manifest, f)
@@ -412,6 +423,7 @@ class Durable:
                 ) from None
             s.write(name, rows, 1, kinds=_WRITTEN)
         self._restore_sources(manifest.get("sources", {}))
+        s.sources.spark.restore(manifest.get("spark_sources", {}))
         s.pg.restore(manifest.get("pg_sources", {}))
         s.delta.restore(manifest.get("delta_sources", {}))
         return int(manifest["tick"])
@@ -431,7 +443,9 @@ class Durable:
             s.delta.restore(entry["delta_sources"])
             return
         self._at(entry["tick"])
-        if "sql" in entry:
+        if "spark_source" in entry:
+            s.sources.spark.replay(entry["spark_source"], *entry["batches"])
+        elif "sql" in entry:
             self._run(entry["sql"], path)
         else:
             s.write(entry["write"], tables[entry["rows"]], entry["diff"], kinds=_WRITTEN)

@@ -208,8 +208,11 @@ class Executor:
         if s.durable is not None and s.durable.replaying:
             return []
         notices = s.sources.poll() + s.pg.poll() + s.delta.poll()
-        if s.durable is not None and s.writes:
-            s.durable.polled(s.writes, s.sources.progress(), s.pg.progress(), s.delta.progress())
+        loads = s.sources.spark.drained()
+        if s.durable is not None and (s.writes or loads):
+            s.durable.polled(
+                s.writes, s.sources.progress(), s.pg.progress(), s.delta.progress(), loads
+            )
         if s.durable is not None and s.durable.pending:  # an executemany's: not on disk yet
             return notices  # the slots advance at a later poll, once it is
         return notices + s.pg.confirm()
