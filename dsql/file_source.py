@@ -283,12 +283,12 @@ class FileSources:
         sources: list[Any] = [*self.by_name.values(), *self.spark.by_name.values()]
         sources.sort(key=lambda x: x.name)
         # A Spark source's place is its URI, its format the reader's, its files its runs.
-        where = [(x.directory, x.fmt.format, len(x.seen)) for x in self.by_name.values()]
+        where = [(str(x.directory), x.fmt.format, len(x.seen)) for x in self.by_name.values()]
         where += [(x.uri, x.format, x.taken + 1) for x in self.spark.by_name.values()]
         by_name = dict(zip([*self.by_name, *self.spark.by_name], where, strict=True))
         return {
             "name": [x.name for x in sources],
-            "directory": [str(by_name[x.name][0]) for x in sources],
+            "directory": [by_name[x.name][0] for x in sources],
             "format": [by_name[x.name][1] for x in sources],
             "files": [by_name[x.name][2] for x in sources],
             "rows": [x.rows for x in sources],
