@@ -271,6 +271,8 @@ class Durable:
             return s.pg.definition(stmt.name)
         if isinstance(stmt, grammar.CreateDeltaSource):
             return s.delta.definition(stmt.name)
+        if isinstance(stmt, grammar.CreateSource) and name in s.sources.spark:
+            return s.sources.spark.definition(name, stmt.text)
         if isinstance(stmt, grammar.CreateIndex) and stmt.name is None:
             index = s.indexes.by_name[name]  # a default name, written out
             keys = ", ".join(_quoted(k) for k in index.key_names)

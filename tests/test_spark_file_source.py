@@ -166,3 +166,44 @@ def test_a_local_session_refuses_a_hadoop_uri(tmp_path: Path) -> None:
             f"CREATE SOURCE s (k text) FROM FILES 'file://{tmp_path}' WITH (FORMAT = 'csv')"
         )
     con.close()
+
+
+def test_a_plain_path_under_state_uri_recovers_from_a_checkpoint(
+    spark: Any, tmp_path: Path
+) -> None:
+    """On the Spark kernel with a state_uri a plain directory is read by Spark too; a
+    checkpoint names the source's last run, and recovery loads the runs it names."""
+    data, inbox, state = tmp_path / "data", tmp_path / "in", tmp_path / "state"
+    inbox.mkdir()
+    state.mkdir()
+
+    def connect() -> Any:
+        return dsql.connect(
+            spark=spark,
+            allowed_paths=[inbox],
+            data_dir=data,
+            checkpoint_bytes=1,
+            state_uri=str(state),
+        )
+
+    con = connect()
+    con.execute(
+        f"CREATE SOURCE s (k text, x int) FROM FILES '{inbox}' "
+        "WITH (FORMAT = 'csv', ON ERROR = 'quarantine')"
+    )
+    con.execute(f"CREATE MATERIALIZED VIEW v AS {VIEW}")
+    assert "s" in con.session.sources.spark
+    _arrive(inbox, "a.csv", "k,x\na,1\nb,oops\n")
+    _check(con)
+    _arrive(inbox, "b.csv", "k,x\na,5\n")
+    want = _check(con)
+    quarantined = _rows(con, "SELECT file, record FROM s_quarantine")
+    assert want == [("a", 6, 2)] and quarantined == [(f"file://{inbox}/a.csv", "b,oops")]
+    con.close()
+
+    con = connect()
+    assert _check(con) == want
+    assert _rows(con, "SELECT file, record FROM s_quarantine") == quarantined
+    _arrive(inbox, "c.csv", "k,x\nc,5\n")
+    assert _check(con) == [("a", 6, 2), ("c", 5, 1)]
+    con.close()
