@@ -128,7 +128,7 @@ class Durable:
             case grammar.CreateTable() | grammar.CreateView() | grammar.CreateIndex():
                 self._entry({"sql": stmt.text, "tick": tick})
             case grammar.CreateSource() if stmt.name in s.sources.spark:
-                self._entry({"sql": s.sources.spark.definition(stmt.name, stmt.text), "tick": tick})
+                self._entry({"sql": s.sources.spark.definition(stmt.name, stmt), "tick": tick})
                 before = before | {f"{stmt.name}_quarantine"}
             case grammar.CreateSource() if stmt.name not in before:
                 self._entry({"sql": stmt.text, "tick": tick})
@@ -272,7 +272,7 @@ class Durable:
         if isinstance(stmt, grammar.CreateDeltaSource):
             return s.delta.definition(stmt.name)
         if isinstance(stmt, grammar.CreateSource) and name in s.sources.spark:
-            return s.sources.spark.definition(name, stmt.text)
+            return s.sources.spark.definition(name, stmt)
         if isinstance(stmt, grammar.CreateIndex) and stmt.name is None:
             index = s.indexes.by_name[name]  # a default name, written out
             keys = ", ".join(_quoted(k) for k in index.key_names)

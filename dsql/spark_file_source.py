@@ -317,11 +317,11 @@ class SparkFileSources:
         self.by_name[name] = source
         return source
 
-    def definition(self, name: str, text: str) -> str:
-        """The CREATE SOURCE statement `text` made source `name` with, its staging
+    def definition(self, name: str, stmt: Any) -> str:
+        """The CREATE SOURCE statement `stmt` that made source `name`, its staging
         folder named: a recovery stages into, and loads from, the same folder."""
-        source = self.by_name[name]
-        if "staging" in (text.lower()):
+        source, text = self.by_name[name], str(stmt.text)
+        if any(option == "staging" for option, _ in stmt.options):
             return text
         staging = source.staging.replace("'", "''")
         body = text.rstrip().rstrip(";").rstrip()
