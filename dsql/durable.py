@@ -39,7 +39,7 @@ import json
 import os
 import shutil
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -140,6 +140,9 @@ class Durable:
                 self._entry({"sql": create_table_sql(s.relations[stmt.name]), "tick": tick})
             case grammar.CreateTable() | grammar.CreateView() | grammar.CreateIndex():
                 self._entry({"sql": stmt.text, "tick": tick})
+            case grammar.CreateSource() if stmt.name in s.sources.spark:
+                self._entry({"sql": s.sources.spark.definition(stmt.name, stmt), "tick": tick})
+                before = before | {f"{stmt.name}_quarantine"}
             case grammar.CreateSource() if stmt.name not in before:
                 self._entry({"sql": stmt.text, "tick": tick})
                 before = before | {f"{stmt.name}_quarantine"}  # made again by the source
@@ -174,12 +177,18 @@ class Durable:
         self,
         writes: list[tuple[str, pa.Table, int, int]],
         progress: Mapping[str, Mapping[str, Any]],
+        spark_loads: Sequence[tuple[str, int, int, int]] = (),
     ) -> None:
         """Log the rows a poll of the sources wrote, with each source kind's progress
         (by its log key: the files each file source has read, the upstream position
-        each PostgreSQL source reached), as one record: recovered, each file and each
-        upstream transaction stays applied once."""
+        each PostgreSQL source reached, the last version each Delta source read), as
+        one record: recovered, each file, upstream transaction and version stays applied
+        once. `spark_loads`: the staged batches each Spark file source loaded (source,
+        first, last, tick), logged by id: recovery loads them again from the staged
+        files."""
         self._writes(writes)
+        for name, first, last, tick in spark_loads:
+            self._entry({"spark_source": name, "batches": [first, last], "tick": tick})
         for key, value in progress.items():
             self._entry({key: dict(value)})
         self.settle()
@@ -281,6 +290,8 @@ class Durable:
             return s.pg.definition(stmt.name)
         if isinstance(stmt, grammar.CreateDeltaSource):
             return s.delta.definition(stmt.name)
+        if isinstance(stmt, grammar.CreateSource) and name in s.sources.spark:
+            return s.sources.spark.definition(name, stmt)
         if isinstance(stmt, grammar.CreateIndex) and stmt.name is None:
             index = s.indexes.by_name[name]  # a default name, written out
             keys = ", ".join(_quoted(k) for k in index.key_names)
@@ -298,7 +309,9 @@ class Durable:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         tables = []
-        for i, rel in enumerate(r for r in s.relations.values() if r.kind in _WRITTEN):
+        kept = (r for r in s.relations.values() if r.kind in _WRITTEN)
+        # A Spark source's rows stay in its staged files: the manifest names its batches.
+        for i, rel in enumerate(r for r in kept if r.name not in s.sources.spark):
             rows = s.read(s.plan(exp.select("*").from_(exp.to_table(_quoted(rel.name)))))
             tables.append([rel.name, _write_rows(rows, tmp / str(i))])
         manifest = {
@@ -307,6 +320,7 @@ class Durable:
             "catalog": list(self.catalog.items()),
             "tables": tables,
             **{key: dict(value) for key, value in s.source_kinds.progress().items()},
+            "spark_sources": s.sources.spark.progress(),
         }
         with open(tmp / "manifest.json", "w", encoding="utf-8") as f:
             json.dump(manifest, f)
@@ -428,6 +442,7 @@ class Durable:
                 ) from None
             s.write(name, rows, 1, kinds=_WRITTEN)
         s.source_kinds.resume(manifest)
+        s.sources.spark.restore(manifest.get("spark_sources", {}))
         return int(manifest["tick"])
 
     def _apply(self, entry: dict[str, Any], tables: list[pa.Table], path: Path) -> None:
@@ -439,7 +454,9 @@ class Durable:
             s.source_kinds.resume(entry)
             return
         self._at(entry["tick"])
-        if "sql" in entry:
+        if "spark_source" in entry:
+            s.sources.spark.replay(entry["spark_source"], *entry["batches"])
+        elif "sql" in entry:
             self._run(entry["sql"], path)
         else:
             s.write(entry["write"], tables[entry["rows"]], entry["diff"], kinds=_WRITTEN)

@@ -232,8 +232,9 @@ class Executor:
         if s.durable is not None and s.durable.replaying:
             return []
         notices = s.source_kinds.poll()
-        if s.durable is not None and s.writes:
-            s.durable.polled(s.writes, s.source_kinds.progress())
+        loads = s.sources.spark.drained()
+        if s.durable is not None and (s.writes or loads):
+            s.durable.polled(s.writes, s.source_kinds.progress(), loads)
         if s.durable is not None and s.durable.pending:  # an executemany's: not on disk yet
             return notices  # upstream hears at a later poll, once it is
         return notices + s.source_kinds.confirm()

@@ -31,8 +31,10 @@ and the line (CSV, text) or record (JSON lines, Parquet); with 'quarantine' it g
 the quarantine table and the file's other records are applied.
 
 Files must lie inside the session's sandbox (`dsql.sandbox`), checked at CREATE and
-at each poll (a symlink to elsewhere is refused, never followed). Spark Structured
-Streaming's file source for big inputs is not used yet: files are read in the driver.
+at each poll (a symlink to elsewhere is refused, never followed). A source named by a
+Hadoop URI (`file:///dir`, `hdfs://...`, `s3a://...`), or any source of a session on
+the Spark kernel with a `state_uri`, is read by Spark Structured Streaming instead
+(`dsql.spark_file_source`): held in `spark`, polled with the others.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from dsql.copy_format import CopyFormat, RecordError, records
 from dsql.errors import DataError, DsqlError, SchemaError, SourceError
 from dsql.planner import types
 from dsql.planner.plan import Column
+from dsql.spark_file_source import SparkFileSources, is_hadoop_uri
 
 #: The columns of a source's quarantine table.
 QUARANTINE = (("file", "text"), ("line", "bigint"), ("error", "text"), ("record", "text"))
@@ -89,9 +92,18 @@ class FileSources:
     def __init__(self, session: Any) -> None:
         self.session = session
         self.by_name: dict[str, FileSource] = {}
+        #: The sources Spark reads (`dsql.spark_file_source`).
+        self.spark = SparkFileSources(session)
 
     def __contains__(self, name: object) -> bool:
-        return name in self.by_name
+        return name in self.by_name or name in self.spark
+
+    def on_spark(self, location: str) -> bool:
+        """Whether a source of `location` is read by Spark (module docstring)."""
+        kernel = self.session.worker.kernel
+        return is_hadoop_uri(location) or (
+            self.session.kernel_name == "spark" and kernel.state.requested is not None
+        )
 
     def create(self, stmt: Any) -> None:
         """CREATE SOURCE: the relation and its quarantine table if asked; the files
@@ -110,27 +122,44 @@ class FileSources:
             raise SchemaError(
                 "CREATE SOURCE ... FROM FILES needs WITH (FORMAT = 'csv' | 'json' | 'parquet')"
             )
-        if kind == "csv" and "header" not in options:
-            options["header"] = "true"
-        fmt = CopyFormat.of(options.items())
-        directory = s.sandbox.check(stmt.location, "read")
-        if not isinstance(directory, Path):
-            raise SourceError(
-                f"{stmt.location}: only local directories are read yet",
-                hint="a Hadoop URI source (Spark Structured Streaming) is not built yet",
-            )
-        if not directory.is_dir():
-            raise SourceError(f"no such directory: {directory}", hint="create it first")
         columns = tuple(Column(c.name, types.build(c.type)) for c in stmt.columns)
         for c in columns:
             types.to_arrow(c.type)
-        source = FileSource(stmt.name, directory, fmt, columns, on_error)
-        if stmt.key is not None:
-            names = [c.name for c in columns]
-            source.upserts = upsert.Upserts(
-                upsert.check_key(stmt.key, names, stmt.name), len(names)
-            )
-        s.create_table(stmt.name, columns, tuple(c.not_null for c in stmt.columns))
+        if self.on_spark(stmt.location):
+            if any(c.not_null for c in stmt.columns):
+                raise SchemaError(
+                    "a source Spark reads has no NOT NULL column",
+                    hint="drop NOT NULL, or filter the nulls in a view",
+                )
+            if stmt.key is not None:
+                raise SchemaError(
+                    "a source Spark reads takes no KEY ... ENVELOPE UPSERT",
+                    hint="read the files in-process (a local path), or upsert in a view",
+                )
+            source: Any = self.spark.create(stmt.name, stmt.location, options, columns, on_error)
+        else:
+            if kind == "csv" and "header" not in options:
+                options["header"] = "true"
+            fmt = CopyFormat.of(options.items())
+            directory = s.sandbox.check(stmt.location, "read")
+            if not isinstance(directory, Path):
+                raise SourceError(
+                    f"{stmt.location}: only local directories are read in-process",
+                    hint="a session on Spark reads a Hadoop URI (kernel='spark' or 'auto')",
+                )
+            if not directory.is_dir():
+                raise SourceError(f"no such directory: {directory}", hint="create it first")
+            source = FileSource(stmt.name, directory, fmt, columns, on_error)
+            if stmt.key is not None:
+                names = [c.name for c in columns]
+                source.upserts = upsert.Upserts(
+                    upsert.check_key(stmt.key, names, stmt.name), len(names)
+                )
+        try:
+            s.create_table(stmt.name, columns, tuple(c.not_null for c in stmt.columns))
+        except DsqlError:
+            self.spark.drop(stmt.name)
+            raise
         s.relations[stmt.name].kind = "source"
         if source.quarantine is not None:
             try:
@@ -139,14 +168,16 @@ class FileSources:
             except DsqlError:
                 s.drop(stmt.name, cascade=False, kind="source")
                 raise
-        self.by_name[stmt.name] = source
+        if isinstance(source, FileSource):
+            self.by_name[stmt.name] = source
 
     def drop(self, name: str, cascade: bool) -> list[str]:
         """DROP SOURCE of a file source: its relation (with CASCADE, what reads it) and
         its quarantine table; the names dropped."""
         dropped = self.session.drop(name, cascade, "source")
-        source = self.by_name.pop(name)
-        if source.quarantine is not None and source.quarantine in self.session.relations:
+        source: Any = self.by_name.pop(name, None) or self.spark.by_name.get(name)
+        self.spark.drop(name)
+        if source is not None and source.quarantine in self.session.relations:
             dropped += self.session.drop(source.quarantine, cascade=True, kind="table")
         return dropped
 
@@ -160,6 +191,8 @@ class FileSources:
         notices: list[str] = []
         for source in list(self.by_name.values()):
             notices += self._poll(source)
+        for spark_source in list(self.spark.by_name.values()):
+            notices += self.spark.poll(spark_source)
         return notices
 
     def _poll(self, source: FileSource) -> list[str]:
@@ -354,14 +387,19 @@ class FileSources:
         """Nothing held open between polls."""
 
     def rows(self) -> dict[str, list[Any]]:
-        """SHOW SOURCES: each source's name, location (its directory), format, files
-        read, rows inserted, and its last error (NULL if none)."""
-        sources = sorted(self.by_name.values(), key=lambda x: x.name)
+        """SHOW SOURCES: each source's name, location (its directory or URI), format, files read, rows
+        inserted, and its last error (NULL if none)."""
+        sources: list[Any] = [*self.by_name.values(), *self.spark.by_name.values()]
+        sources.sort(key=lambda x: x.name)
+        # A Spark source's place is its URI, its format the reader's, its files its runs.
+        where = [(str(x.directory), x.fmt.format, len(x.seen)) for x in self.by_name.values()]
+        where += [(x.uri, x.format, x.taken + 1) for x in self.spark.by_name.values()]
+        by_name = dict(zip([*self.by_name, *self.spark.by_name], where, strict=True))
         return {
             "name": [x.name for x in sources],
-            "location": [str(x.directory) for x in sources],
-            "format": [x.fmt.format for x in sources],
-            "files": [len(x.seen) for x in sources],
+            "location": [by_name[x.name][0] for x in sources],
+            "format": [by_name[x.name][1] for x in sources],
+            "files": [by_name[x.name][2] for x in sources],
             "rows": [x.rows for x in sources],
             "error": [
                 f"{x.errors[-1][0]}: {x.errors[-1][1]}" if x.errors else None for x in sources

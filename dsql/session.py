@@ -267,15 +267,17 @@ class Session:
         rel.input.load_arrow(data)
         return rows.num_rows
 
-    def load(self, name: str, frame: Any, rows: int) -> int:
+    def load(self, name: str, frame: Any, rows: int, kinds: tuple[str, ...] = ("table",)) -> int:
         """Add the rows of Spark DataFrame `frame` (the table's columns in order, any
         names) to a table at the clock's tick without bringing them to the driver: the
         kernel stamps them with the tick and a diff of 1 (`SparkKernel.stamped`), and
         the table's arrangement has executors consolidate and store them. `rows`: the
         frame's row count, or a bound on it (the arrangement's estimate); returned. Only
-        a table with no NOT NULL column: checking one would be a job of its own."""
-        rel = self._table(name)
-        if self.durable is not None:
+        a table with no NOT NULL column: checking one would be a job of its own. `kinds`:
+        as `write`'s; a Spark file source's load is logged by its staged batches
+        (`dsql.spark_file_source`), a table's is refused under a data directory."""
+        rel = self._table(name, kinds)
+        if self.durable is not None and rel.kind == "table":
             self.durable.refuse_spark_load()
         if any(rel.not_null):
             raise SchemaError(f"table '{name}' has NOT NULL columns; load it with INSERT")
