@@ -387,8 +387,8 @@ class FileSources:
         """Nothing held open between polls."""
 
     def rows(self) -> dict[str, list[Any]]:
-        """SHOW SOURCES: each source's name, location (its directory or URI), format, files read, rows
-        inserted, and its last error (NULL if none)."""
+        """SHOW SOURCES: each source's name, location (its directory or URI), format,
+        files read, rows inserted, and its last error (NULL if none)."""
         sources: list[Any] = [*self.by_name.values(), *self.spark.by_name.values()]
         sources.sort(key=lambda x: x.name)
         # A Spark source's place is its URI, its format the reader's, its files its runs.
