@@ -55,6 +55,7 @@ class SparkKernel(SparkMerge):
             Capability.MERGE,
             Capability.ROWS_WITH_KEY,
             Capability.STORE_ARROW,
+            Capability.STORE_CONSOLIDATED,  # of a big batch made from Arrow (`store_arrow`)
             Capability.LOAD_FRAME,
             Capability.STORAGE,
             Capability.SPARK_SESSION,
