@@ -296,8 +296,8 @@ class SparkFileSources:
         s = self.session
         if s.kernel_name == "local":
             raise SchemaError(
-                f"{location}: a Hadoop URI source is read by Spark, and this session "
-                "runs in-process",
+                f"{location}: a Hadoop URI source is read by Spark, which kernel='local' "
+                "does not use",
                 hint="connect with kernel='spark' or 'auto', or name a local directory",
             )
         checked = s.sandbox.check(location, "read")
